@@ -1,0 +1,246 @@
+package projection
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+
+	"github.com/google/btree"
+
+	"github.com/worklog/worklog/events"
+)
+
+type sessionKey struct{ session, key string }
+
+// Mem is State in memory: maps for records and keys, B-trees for the eligibility indexes.
+// It is not safe for concurrent use; its owner serialises access.
+type Mem struct {
+	tasks    map[string]*Task
+	wakes    map[string]*Wake
+	taskKeys map[sessionKey]string
+	wakeKeys map[sessionKey]string
+	due      *btree.BTreeG[IndexEntry]
+	avail    *btree.BTreeG[IndexEntry]
+	lastSeq  uint64
+}
+
+// NewMem returns an empty state.
+func NewMem() *Mem {
+	less := func(a, b IndexEntry) bool { return a.Less(b) }
+	return &Mem{
+		tasks:    map[string]*Task{},
+		wakes:    map[string]*Wake{},
+		taskKeys: map[sessionKey]string{},
+		wakeKeys: map[sessionKey]string{},
+		due:      btree.NewG(16, less),
+		avail:    btree.NewG(16, less),
+	}
+}
+
+// Task returns a copy of the record; callers may change it freely.
+func (m *Mem) Task(id string) (*Task, error) {
+	t, ok := m.tasks[id]
+	if !ok {
+		return nil, nil
+	}
+	c := *t
+	return &c, nil
+}
+
+func (m *Mem) Wake(id string) (*Wake, error) {
+	w, ok := m.wakes[id]
+	if !ok {
+		return nil, nil
+	}
+	c := *w
+	return &c, nil
+}
+
+func (m *Mem) TaskKey(sessionID, key string) (string, error) {
+	return m.taskKeys[sessionKey{sessionID, key}], nil
+}
+
+func (m *Mem) WakeKey(sessionID, key string) (string, error) {
+	return m.wakeKeys[sessionKey{sessionID, key}], nil
+}
+
+func (m *Mem) ScanDue(maxAt int64, fn func(IndexEntry) bool) error {
+	m.due.Ascend(func(e IndexEntry) bool { return e.At <= maxAt && fn(e) })
+	return nil
+}
+
+func (m *Mem) ScanWakes(maxAt int64, fn func(IndexEntry) bool) error {
+	m.avail.Ascend(func(e IndexEntry) bool { return e.At <= maxAt && fn(e) })
+	return nil
+}
+
+func (m *Mem) LastSeq() (uint64, error) { return m.lastSeq, nil }
+
+func (m *Mem) PutTask(t *Task) error {
+	c := *t
+	m.tasks[t.ID] = &c
+	return nil
+}
+
+func (m *Mem) PutWake(w *Wake) error {
+	c := *w
+	m.wakes[w.ID] = &c
+	return nil
+}
+
+func (m *Mem) PutTaskKey(sessionID, key, taskID string) error {
+	m.taskKeys[sessionKey{sessionID, key}] = taskID
+	return nil
+}
+
+func (m *Mem) PutWakeKey(sessionID, key, wakeID string) error {
+	m.wakeKeys[sessionKey{sessionID, key}] = wakeID
+	return nil
+}
+
+func (m *Mem) PutDue(e IndexEntry) error          { m.due.ReplaceOrInsert(e); return nil }
+func (m *Mem) DeleteDue(e IndexEntry) error       { m.due.Delete(e); return nil }
+func (m *Mem) PutWakeIndex(e IndexEntry) error    { m.avail.ReplaceOrInsert(e); return nil }
+func (m *Mem) DeleteWakeIndex(e IndexEntry) error { m.avail.Delete(e); return nil }
+func (m *Mem) SetLastSeq(seq uint64) error        { m.lastSeq = seq; return nil }
+
+// Len returns the number of tasks and wakes.
+func (m *Mem) Len() (tasks, wakes int) { return len(m.tasks), len(m.wakes) }
+
+// Tasks returns copies of all task records, ordered by submission.
+func (m *Mem) Tasks() []Task {
+	out := make([]Task, 0, len(m.tasks))
+	for _, t := range m.tasks {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SubmitSeq < out[j].SubmitSeq })
+	return out
+}
+
+// Wakes returns copies of all wake records, ordered by creation.
+func (m *Mem) Wakes() []Wake {
+	out := make([]Wake, 0, len(m.wakes))
+	for _, w := range m.wakes {
+		out = append(out, *w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].RecordSeq < out[j].RecordSeq })
+	return out
+}
+
+// Diff compares two states and describes every difference, in a stable order: records by
+// id and field, keys, index entries, the last sequence. An empty result means equal.
+func (m *Mem) Diff(o *Mem) []string {
+	var out []string
+	if m.lastSeq != o.lastSeq {
+		out = append(out, fmt.Sprintf("last_seq: %d vs %d", m.lastSeq, o.lastSeq))
+	}
+	out = append(out, diffMaps("task", m.tasks, o.tasks)...)
+	out = append(out, diffMaps("wake", m.wakes, o.wakes)...)
+	out = append(out, diffKeys("task key", m.taskKeys, o.taskKeys)...)
+	out = append(out, diffKeys("wake key", m.wakeKeys, o.wakeKeys)...)
+	out = append(out, diffIndex("due index", m.due, o.due)...)
+	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
+	return out
+}
+
+// Equal reports whether two states are the same.
+func (m *Mem) Equal(o *Mem) bool { return len(m.Diff(o)) == 0 }
+
+func diffMaps[T any](what string, a, b map[string]*T) []string {
+	var out []string
+	ids := make([]string, 0, len(a)+len(b))
+	for id := range a {
+		ids = append(ids, id)
+	}
+	for id := range b {
+		if _, ok := a[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		x, y := a[id], b[id]
+		switch {
+		case x == nil:
+			out = append(out, fmt.Sprintf("%s %s: missing on the left", what, id))
+		case y == nil:
+			out = append(out, fmt.Sprintf("%s %s: missing on the right", what, id))
+		default:
+			out = append(out, DiffRecords(what+" "+id, x, y)...)
+		}
+	}
+	return out
+}
+
+// DiffRecords compares two records of the same type field by field.
+func DiffRecords[T any](name string, a, b *T) []string {
+	var out []string
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for i := 0; i < va.NumField(); i++ {
+		f := va.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		x, y := va.Field(i).Interface(), vb.Field(i).Interface()
+		if !reflect.DeepEqual(normalize(x), normalize(y)) {
+			out = append(out, fmt.Sprintf("%s: field %s: %v vs %v", name, f.Name, show(x), show(y)))
+		}
+	}
+	return out
+}
+
+// normalize makes nil and empty byte slices equal: both encode as an empty msgpack bin.
+func normalize(v any) any {
+	switch v := v.(type) {
+	case []byte:
+		if len(v) == 0 {
+			return []byte(nil)
+		}
+	case events.Outcome:
+		if len(v.Output) == 0 {
+			v.Output = nil
+		}
+		return v
+	}
+	return v
+}
+
+func show(v any) any {
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	return v
+}
+
+func diffKeys(what string, a, b map[sessionKey]string) []string {
+	var out []string
+	for k, v := range a {
+		if b[k] != v {
+			out = append(out, fmt.Sprintf("%s (%q, %q): %s vs %q", what, k.session, k.key, v, b[k]))
+		}
+	}
+	for k, v := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, fmt.Sprintf("%s (%q, %q): missing on the left, right has %s", what, k.session, k.key, v))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func diffIndex(what string, a, b *btree.BTreeG[IndexEntry]) []string {
+	var out []string
+	a.Ascend(func(e IndexEntry) bool {
+		if g, ok := b.Get(e); !ok || g.ID != e.ID {
+			out = append(out, fmt.Sprintf("%s (%d, %d, %s): missing on the right", what, e.At, e.Seq, e.ID))
+		}
+		return true
+	})
+	b.Ascend(func(e IndexEntry) bool {
+		if g, ok := a.Get(e); !ok || g.ID != e.ID {
+			out = append(out, fmt.Sprintf("%s (%d, %d, %s): missing on the left", what, e.At, e.Seq, e.ID))
+		}
+		return true
+	})
+	return out
+}

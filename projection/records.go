@@ -1,0 +1,136 @@
+package projection
+
+import (
+	"github.com/worklog/worklog/events"
+)
+
+// Task is the projected state of one task. The msgpack array layout is part of the store
+// format (pebblelog.FormatVersion): append fields only.
+type Task struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	ID               string
+	SessionID        string
+	Kind             string
+	Input            []byte
+	HasRunAt         bool  // the request named a time; kept for idempotency comparison
+	RunAt            int64 // meaningful when HasRunAt
+	IdempotencyKey   string
+	WakeOnCompletion bool
+	CreatedAt        int64
+	ScheduledAt      int64
+	SubmitSeq        uint64 // sequence of the TaskSubmitted event: submission order
+
+	State             events.TaskState
+	CancelRequested   bool
+	CancelRequestedAt int64 // first cancel request; meaningful when CancelRequested
+	Attempts          uint32
+	LeaseToken        string // the current claim's token while running
+	LeaseExpiresAt    int64  // the current claim's expiry while running
+	FinishedAt        int64  // meaningful when terminal
+	Outcome           events.Outcome
+	SettledToken      string // token of the delivery that settled it; "" if canceled while pending
+	CompletionWakeID  string // the one completion wake, once recorded
+	RejectedAttempt   uint32 // highest attempt whose stale settlement was recorded (bounds audit)
+	UpdatedSeq        uint64 // sequence of the last event that changed this record
+}
+
+// Claimed reports whether the task is held by a claim.
+func (t *Task) Claimed() bool { return t.State == events.StateRunning }
+
+// EligibleAt is the task's due-index key time, and whether it is in the index at all.
+func (t *Task) EligibleAt() (int64, bool) {
+	switch t.State {
+	case events.StatePending:
+		return t.ScheduledAt, true
+	case events.StateRunning:
+		return t.LeaseExpiresAt, true
+	}
+	return 0, false
+}
+
+// Wake is the projected state of one wake.
+type Wake struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	ID             string
+	SessionID      string
+	Reason         events.WakeReason
+	Payload        []byte
+	IdempotencyKey string
+	TaskID         string
+	Outcome        events.Outcome
+	CreatedAt      int64
+	RecordSeq      uint64 // sequence of the WakeRecorded event
+
+	Attempts        uint32
+	LeaseToken      string // current claim's token; "" when unclaimed
+	LeaseExpiresAt  int64
+	Acked           bool
+	AckedToken      string
+	RejectedAttempt uint32
+	UpdatedSeq      uint64
+}
+
+// Claimed reports whether the wake is held (or was last held) by an unacknowledged claim.
+func (w *Wake) Claimed() bool { return w.LeaseToken != "" }
+
+// AvailableAt is the wake's available-index key time, and whether it is in the index.
+func (w *Wake) AvailableAt() (int64, bool) {
+	if w.Acked {
+		return 0, false
+	}
+	if w.Claimed() {
+		return w.LeaseExpiresAt, true
+	}
+	return w.CreatedAt, true
+}
+
+// IndexEntry is one entry of an eligibility index: ordered by At, then Seq.
+type IndexEntry struct {
+	At  int64
+	Seq uint64
+	ID  string
+}
+
+// Less orders entries by (At, Seq).
+func (a IndexEntry) Less(b IndexEntry) bool {
+	if a.At != b.At {
+		return a.At < b.At
+	}
+	return a.Seq < b.Seq
+}
+
+// Reader is the read side of projected state.
+type Reader interface {
+	// Task returns the task record, or nil when there is none.
+	Task(id string) (*Task, error)
+	// Wake returns the wake record, or nil when there is none.
+	Wake(id string) (*Wake, error)
+	// TaskKey returns the id of the task submitted under (session, key), or "".
+	TaskKey(sessionID, key string) (string, error)
+	// WakeKey returns the id of the wake requested under (session, key), or "".
+	WakeKey(sessionID, key string) (string, error)
+	// ScanDue calls fn for due-index entries with At <= maxAt, in index order, until fn
+	// returns false.
+	ScanDue(maxAt int64, fn func(IndexEntry) bool) error
+	// ScanWakes is ScanDue for the available-wake index.
+	ScanWakes(maxAt int64, fn func(IndexEntry) bool) error
+	// LastSeq is the sequence of the last applied event; 0 for an empty state.
+	LastSeq() (uint64, error)
+}
+
+// State is projected state that Apply can change. A store makes the writes of one command
+// atomic with the append of its events.
+type State interface {
+	Reader
+	PutTask(*Task) error
+	PutWake(*Wake) error
+	PutTaskKey(sessionID, key, taskID string) error
+	PutWakeKey(sessionID, key, wakeID string) error
+	PutDue(IndexEntry) error
+	DeleteDue(IndexEntry) error
+	PutWakeIndex(IndexEntry) error
+	DeleteWakeIndex(IndexEntry) error
+	SetLastSeq(uint64) error
+}

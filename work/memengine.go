@@ -1,0 +1,138 @@
+package work
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
+)
+
+// memEngine keeps the log and the projection in memory. One mutex serialises commands; the
+// log is the source of truth, and a command that fails part-way is rolled back by refolding
+// the log (never expected: decide checks before it appends).
+type memEngine struct {
+	mu     sync.RWMutex
+	state  *projection.Mem
+	log    []events.Event
+	closed bool
+}
+
+func newMemEngine() *memEngine { return &memEngine{state: projection.NewMem()} }
+
+type memTxn struct {
+	*projection.Mem
+	e *memEngine
+}
+
+func (t memTxn) append(ev events.Event) error {
+	last, _ := t.Mem.LastSeq()
+	ev.Head().Seq = last + 1
+	if err := projection.Apply(t.Mem, ev); err != nil {
+		return err
+	}
+	t.e.log = append(t.e.log, ev)
+	return nil
+}
+
+func (e *memEngine) update(ctx context.Context, fn func(tx txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	start := len(e.log)
+	if err := fn(memTxn{e.state, e}); err != nil {
+		if len(e.log) > start {
+			e.log = e.log[:start]
+			if rerr := e.refold(); rerr != nil {
+				return fmt.Errorf("%w; rolling back: %v", err, rerr)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+func (e *memEngine) refold() error {
+	st := projection.NewMem()
+	for _, ev := range e.log {
+		if err := projection.Apply(st, ev); err != nil {
+			return err
+		}
+	}
+	e.state = st
+	return nil
+}
+
+func (e *memEngine) view(ctx context.Context, fn func(r projection.Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return ErrClosed
+	}
+	return fn(e.state)
+}
+
+func (e *memEngine) readLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return ErrClosed
+	}
+	if from == 0 {
+		from = 1
+	}
+	for i := from - 1; i < uint64(len(e.log)); i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(e.log[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verify refolds the log, through the wire encoding so that what the durable store would
+// decode is what is checked, and compares the result with the live state.
+func (e *memEngine) verify(ctx context.Context) ([]string, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	st := projection.NewMem()
+	var buf []byte
+	for i, ev := range e.log {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var err error
+		if buf, err = events.Append(buf[:0], ev); err != nil {
+			return []string{fmt.Sprintf("seq %d: %v", i+1, err)}, nil
+		}
+		dec, err := events.Decode(buf, uint64(i+1))
+		if err != nil {
+			return []string{err.Error()}, nil
+		}
+		if err := projection.Apply(st, dec); err != nil {
+			return []string{err.Error()}, nil
+		}
+	}
+	return st.Diff(e.state), nil
+}
+
+func (e *memEngine) close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	return nil
+}
