@@ -317,3 +317,7 @@ func (s *Session) WakeAt(ctx context.Context, r WakeRequest, now time.Time) (Wak
 	w, err := s.q.b.RequestWake(ctx, s.id, r, now)
 	return w, wrap(err)
 }
+
+// Backend returns the backend under q. work.New(q.Backend()) is a second queue over the same
+// state, as the seed's WorkQueue::with_backend over a retained backend.
+func (q *Queue) Backend() Backend { return q.b }

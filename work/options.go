@@ -1,0 +1,115 @@
+package work
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// SyncMode says when an acknowledged write is durable.
+type SyncMode int
+
+const (
+	// SyncAlways (the default) returns from a call only after its events and projection
+	// changes are fsynced. Concurrent calls share fsyncs: the store's single writer drains
+	// every waiting command into one synced batch.
+	SyncAlways SyncMode = iota
+	// SyncNever returns once the batch is in Pebble's write-ahead log buffer, without an
+	// fsync. A crash of the process or the machine can lose every call acknowledged since the
+	// last fsync (up to a WAL block of 32 KiB, or a memtable's worth at rotation): such calls
+	// vanish whole, never half-applied, and the store stays consistent. Close syncs.
+	SyncNever
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAlways:
+		return "always"
+	case SyncNever:
+		return "never"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int(m))
+}
+
+// Options configures Open. A nil *Options means all defaults; a zero field means that
+// field's default.
+type Options struct {
+	// Sync is the durability of acknowledged writes. Default SyncAlways.
+	Sync SyncMode
+
+	// MaxValueBytes bounds one JSON value: a task's input, a wake's payload, a success's
+	// output. A larger one is ErrInvalidRequest naming the field. Default 1 MiB
+	// (DefaultMaxValueBytes); at most 64 MiB.
+	MaxValueBytes int
+
+	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	CacheSize int64
+
+	// MemTableSize is the size of one Pebble memtable in bytes; two may exist at once.
+	// Default 32 MiB (Pebble's own 4 MiB stalls writers under bursts).
+	MemTableSize uint64
+
+	// MaxBatchCommands bounds how many waiting commands the writer folds into one batch and
+	// one fsync. Default 1024.
+	MaxBatchCommands int
+
+	// Logger receives Pebble's and worklog's messages. Default: discarded.
+	Logger *slog.Logger
+
+	// FS is the filesystem the store lives on. Default vfs.Default (the OS). Tests use
+	// vfs.NewCrashableMem to drop unsynced writes.
+	FS vfs.FS
+
+	// Entropy is the source of random bits for ids and lease tokens. Default crypto/rand;
+	// anything else must be as unguessable wherever tokens cross a trust boundary.
+	Entropy io.Reader
+}
+
+const maxMaxValueBytes = 64 << 20
+
+// withDefaults returns a copy of o with every zero field set to its default.
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.MaxValueBytes == 0 {
+		c.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 64 << 20
+	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = 32 << 20
+	}
+	if c.MaxBatchCommands == 0 {
+		c.MaxBatchCommands = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	return c
+}
+
+// validate names the first field that is out of range.
+func (o *Options) validate() error {
+	bad := func(field, msg string) error { return invalid("options."+field, msg) }
+	switch {
+	case o.Sync != SyncAlways && o.Sync != SyncNever:
+		return bad("Sync", fmt.Sprintf("unknown mode %d", int(o.Sync)))
+	case o.MaxValueBytes < 0 || o.MaxValueBytes > maxMaxValueBytes:
+		return bad("MaxValueBytes", fmt.Sprintf("must be between 1 and %d", maxMaxValueBytes))
+	case o.CacheSize < 0:
+		return bad("CacheSize", "must not be negative")
+	case o.MemTableSize > 1<<30:
+		return bad("MemTableSize", "must be at most 1 GiB")
+	case o.MaxBatchCommands < 0:
+		return bad("MaxBatchCommands", "must not be negative")
+	}
+	return nil
+}
