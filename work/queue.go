@@ -25,7 +25,7 @@ type Queue struct {
 // WorkQueue::in_memory). It is event-sourced like the durable store, with the same decide and
 // fold code, and keeps every event until the queue is dropped.
 func NewInMemory() *Queue {
-	lb := &logBackend{eng: newMemEngine(), ids: newIDSource(nil), maxValue: DefaultMaxValueBytes, clock: time.Now}
+	lb := &logBackend{eng: newMemEngine(), ids: newIDSource(nil), maxValue: DefaultMaxValueBytes, clock: wallClock}
 	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
 }
 
@@ -321,3 +321,6 @@ func (s *Session) WakeAt(ctx context.Context, r WakeRequest, now time.Time) (Wak
 // Backend returns the backend under q. work.New(q.Backend()) is a second queue over the same
 // state, as the seed's WorkQueue::with_backend over a retained backend.
 func (q *Queue) Backend() Backend { return q.b }
+
+// wallClock is the only clock the package reads: for the methods without an At twin's time.
+var wallClock = time.Now

@@ -1,0 +1,312 @@
+package pebblelog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/worklog/worklog/projection"
+)
+
+// maxProblems bounds a Verify report; a store that differs everywhere says so in one line.
+const maxProblems = 1000
+
+// VerifyOptions tunes Verify. The zero value is fine.
+type VerifyOptions struct {
+	// Progress, when set, is called now and then with the sequence reached and the last one.
+	Progress func(seq, last uint64)
+}
+
+// Verify rebuilds the projection from the log, with the same fold the live store uses, and
+// compares it with the stored projection keyspace by keyspace. It also checks that the log is
+// gap-free from 1 to the stored last sequence and that every event decodes. It returns every
+// problem found (at most 1000), or none. The rebuild goes to a scratch Pebble store in a
+// temporary directory (in memory when the store is not on the OS filesystem), so memory stays
+// bounded on any log size. It reads a snapshot: writers may go on meanwhile.
+func (s *Store) Verify(ctx context.Context, vo VerifyOptions) ([]string, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+
+	scratchFS, scratchDir, cleanup, err := s.scratch()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	rebuilt, err := pebble.Open(scratchDir, &pebble.Options{
+		FS: scratchFS, FormatMajorVersion: pebbleFormat, Logger: slogLogger{s.opts.Logger},
+		MemTableSize: 32 << 20, DisableWAL: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pebblelog: verify scratch store: %w", err)
+	}
+	defer rebuilt.Close()
+
+	var problems []string
+	add := func(format string, args ...any) bool {
+		if len(problems) < maxProblems {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		} else if len(problems) == maxProblems {
+			problems = append(problems, "... more problems not listed")
+		}
+		return len(problems) <= maxProblems
+	}
+
+	stored := reader{snap}
+	storedLast, err := stored.LastSeq()
+	if err != nil {
+		add("last sequence: %v", err)
+	}
+	if err := s.rebuild(ctx, snap, rebuilt, storedLast, vo, add); err != nil {
+		return nil, err
+	}
+	if err := compare(snap, rebuilt, add); err != nil {
+		return nil, err
+	}
+	return problems, nil
+}
+
+// scratch returns where Verify rebuilds: a temporary directory on the OS, or an in-memory
+// filesystem when the store itself is not on the OS filesystem (tests, crash tests).
+func (s *Store) scratch() (vfs.FS, string, func(), error) {
+	if s.fs != vfs.Default {
+		return vfs.NewMem(), "verify", func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "worklog-verify-")
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("pebblelog: verify scratch directory: %w", err)
+	}
+	return vfs.Default, dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// rebuild folds the log of snap into dst, checking gaps and decoding as it goes.
+func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.DB, storedLast uint64,
+	vo VerifyOptions, add func(string, ...any) bool) (err error) {
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+
+	const chunk = 4096
+	b := dst.NewIndexedBatch()
+	w := &writer{reader: reader{b}, b: b}
+	defer func() { b.Close() }()
+	folding := true
+	var prev uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := it.Key()
+		if len(k) != 9 {
+			if !add("log: key %x has the wrong length", k) {
+				return nil
+			}
+			continue
+		}
+		seq := beUint64(k[1:])
+		if seq != prev+1 {
+			if !add("log: gap: seq %d follows %d", seq, prev) {
+				return nil
+			}
+			folding = false
+		}
+		prev = seq
+		ev, derr := decodeAt(it)
+		if derr != nil {
+			if !add("log: %v", derr) {
+				return nil
+			}
+			folding = false
+			continue
+		}
+		if !folding {
+			continue
+		}
+		// The session index is derived from the log too.
+		if err := b.Set(sessionEventKey(ev.Head().SessionID, seq), nil, nil); err != nil {
+			return err
+		}
+		if aerr := projection.Apply(w, ev); aerr != nil {
+			add("log: %v", aerr)
+			folding = false
+			continue
+		}
+		if b.Count() >= chunk {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return err
+			}
+			b.Close()
+			b = dst.NewIndexedBatch()
+			w = &writer{reader: reader{b}, b: b, lastSeq: w.lastSeq}
+			if vo.Progress != nil {
+				vo.Progress(seq, storedLast)
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if prev != storedLast {
+		add("log: ends at seq %d but the stored last sequence is %d", prev, storedLast)
+	}
+	if !folding {
+		add("rebuild stopped at the first bad event: projection differences after it are not listed")
+		return b.Commit(pebble.NoSync)
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// compare walks each projection keyspace of the stored and the rebuilt store side by side.
+func compare(stored pebble.Reader, rebuilt pebble.Reader, add func(string, ...any) bool) error {
+	for _, p := range projectionPrefixes {
+		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, add); err != nil {
+			return err
+		}
+	}
+	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), add)
+}
+
+func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, add func(string, ...any) bool) (err error) {
+	a, err := stored.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+	b, err := rebuilt.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.Close()) }()
+	okA, okB := a.First(), b.First()
+	for okA || okB {
+		var c int
+		switch {
+		case !okA:
+			c = 1
+		case !okB:
+			c = -1
+		default:
+			c = bytes.Compare(a.Key(), b.Key())
+		}
+		switch {
+		case c < 0:
+			va, _ := a.ValueAndErr()
+			if !add("%s: stored, but not in the rebuild (value %q)", describeKey(a.Key()), va) {
+				return nil
+			}
+			okA = a.Next()
+		case c > 0:
+			vb, _ := b.ValueAndErr()
+			if !add("%s: missing from the store (rebuild has %q)", describeKey(b.Key()), vb) {
+				return nil
+			}
+			okB = b.Next()
+		default:
+			va, errA := a.ValueAndErr()
+			vb, errB := b.ValueAndErr()
+			if err := errors.Join(errA, errB); err != nil {
+				return err
+			}
+			if !bytes.Equal(va, vb) {
+				for _, d := range diffValues(a.Key(), va, vb) {
+					if !add("%s", d) {
+						return nil
+					}
+				}
+			}
+			okA, okB = a.Next(), b.Next()
+		}
+	}
+	return errors.Join(a.Error(), b.Error())
+}
+
+// diffValues explains a differing value: field by field for records.
+func diffValues(key, stored, rebuilt []byte) []string {
+	name := describeKey(key)
+	switch key[0] {
+	case prefixTask:
+		x, errX := decodeRecord[projection.Task](key, stored)
+		y, errY := decodeRecord[projection.Task](key, rebuilt)
+		if errX == nil && errY == nil {
+			if d := projection.DiffRecords(name, x, y); len(d) > 0 {
+				return labelled(d)
+			}
+		} else if errX != nil {
+			return []string{fmt.Sprintf("%s: stored record does not decode: %v", name, errX)}
+		}
+	case prefixWake:
+		x, errX := decodeRecord[projection.Wake](key, stored)
+		y, errY := decodeRecord[projection.Wake](key, rebuilt)
+		if errX == nil && errY == nil {
+			if d := projection.DiffRecords(name, x, y); len(d) > 0 {
+				return labelled(d)
+			}
+		} else if errX != nil {
+			return []string{fmt.Sprintf("%s: stored record does not decode: %v", name, errX)}
+		}
+	}
+	return []string{fmt.Sprintf("%s: stored %q, rebuilt %q", name, stored, rebuilt)}
+}
+
+func labelled(d []string) []string {
+	for i := range d {
+		d[i] += " (stored vs rebuilt)"
+	}
+	return d
+}
+
+// describeKey names a key for a person.
+func describeKey(k []byte) string {
+	if len(k) == 0 {
+		return "empty key"
+	}
+	switch k[0] {
+	case prefixTask:
+		return "task " + string(k[1:])
+	case prefixWake:
+		return "wake " + string(k[1:])
+	case prefixTaskKey, prefixWakeKey:
+		what := "task key"
+		if k[0] == prefixWakeKey {
+			what = "wake key"
+		}
+		if session, key, ok := splitScoped(k); ok {
+			return fmt.Sprintf("%s (session %q, key %q)", what, session, key)
+		}
+	case prefixDue, prefixAvailable:
+		what := "due index"
+		if k[0] == prefixAvailable {
+			what = "wake index"
+		}
+		if at, seq, ok := parseIndexKey(k); ok {
+			return fmt.Sprintf("%s entry (at %d, seq %d)", what, at, seq)
+		}
+	case prefixSession:
+		if session, rest, ok := splitScoped(k); ok && len(rest) == 8 {
+			return fmt.Sprintf("session index (session %q, seq %d)", session, beUint64([]byte(rest)))
+		}
+	case prefixMeta:
+		return "meta " + string(k[1:])
+	}
+	return fmt.Sprintf("key %q", k)
+}
+
+func splitScoped(k []byte) (session, rest string, ok bool) {
+	n, w := binary.Uvarint(k[1:])
+	if w <= 0 || 1+w+int(n) > len(k) {
+		return "", "", false
+	}
+	start := 1 + w
+	return string(k[start : start+int(n)]), string(k[start+int(n):]), true
+}

@@ -1,0 +1,114 @@
+package work
+
+import (
+	"context"
+	"errors"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/projection"
+)
+
+// Open opens (or creates) a durable queue in dir. A missing or empty directory becomes a new
+// store; a non-empty directory that is not a worklog store, a store of a newer format, or a
+// store another process holds open is refused with an ErrBackend error that names the
+// directory and wraps pebblelog.ErrNotAStore, ErrFormatTooNew or ErrLocked. Invalid options
+// give ErrInvalidRequest naming the field ("options.MaxValueBytes").
+//
+// Open does not replay the log: the projection is on disk. With the default SyncAlways every
+// call returns only after its events are fsynced, and a crash of the process or the machine
+// loses no acknowledged call.
+func Open(dir string, opts *Options) (*Queue, error) {
+	if opts != nil {
+		if err := opts.validate(); err != nil {
+			return nil, err
+		}
+	}
+	o := opts.withDefaults()
+	if blank(dir) {
+		return nil, invalid("dir", "must not be blank")
+	}
+	st, err := pebblelog.Open(dir, pebblelog.Options{
+		FS:               o.FS,
+		NoSync:           o.Sync == SyncNever,
+		CacheSize:        o.CacheSize,
+		MemTableSize:     o.MemTableSize,
+		MaxBatchCommands: o.MaxBatchCommands,
+		Logger:           o.Logger,
+	})
+	if err != nil {
+		return nil, backendErr(err)
+	}
+	lb := &logBackend{eng: &pebbleEngine{st: st}, ids: newIDSource(o.Entropy), maxValue: o.MaxValueBytes, clock: wallClock}
+	q := &Queue{b: lb, log: lb, maxValue: o.MaxValueBytes}
+	return q, nil
+}
+
+// Checkpoint writes a consistent copy of a durable queue's store into dir (which must not
+// exist) while the queue keeps running; files are hard-linked where possible. Open the copy,
+// or point the replay tool at it: a live store cannot be opened by a second process.
+func (q *Queue) Checkpoint(dir string) error {
+	if q.closed.Load() {
+		return backendErr(ErrClosed)
+	}
+	pe, ok := q.pebble()
+	if !ok {
+		return backendErr(errors.New("checkpoint needs a durable queue (Open)"))
+	}
+	return backendErr(pe.st.Checkpoint(dir))
+}
+
+func (q *Queue) pebble() (*pebbleEngine, bool) {
+	if q.log == nil {
+		return nil, false
+	}
+	pe, ok := q.log.eng.(*pebbleEngine)
+	return pe, ok
+}
+
+// pebbleEngine adapts a pebblelog.Store to the engine seam.
+type pebbleEngine struct {
+	st *pebblelog.Store
+}
+
+type pebbleTxn struct {
+	projection.Reader
+	t *pebblelog.Txn
+}
+
+func (t pebbleTxn) append(ev events.Event) error { return t.t.Append(ev) }
+
+func (e *pebbleEngine) update(ctx context.Context, fn func(tx txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return closedAs(e.st.Update(ctx, func(t *pebblelog.Txn) error {
+		return fn(pebbleTxn{Reader: t.Reader(), t: t})
+	}))
+}
+
+func (e *pebbleEngine) view(ctx context.Context, fn func(projection.Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return closedAs(e.st.View(fn))
+}
+
+func (e *pebbleEngine) readLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	return closedAs(e.st.ReadLog(ctx, from, fn))
+}
+
+func (e *pebbleEngine) verify(ctx context.Context) ([]string, error) {
+	p, err := e.st.Verify(ctx, pebblelog.VerifyOptions{})
+	return p, closedAs(err)
+}
+
+func (e *pebbleEngine) close() error { return e.st.Close() }
+
+// closedAs maps the store's closed error to ErrClosed, so callers see one closed sentinel.
+func closedAs(err error) error {
+	if errors.Is(err, pebblelog.ErrClosed) {
+		return errors.Join(ErrClosed, err)
+	}
+	return err
+}
