@@ -71,9 +71,10 @@ func taskSnapshot(t *projection.Task) Task {
 	return out
 }
 
+// jsonValue is a stored JSON value as a copy for a snapshot; an empty one reads as null.
 func jsonValue(b []byte) []byte {
 	if len(b) == 0 {
-		return jsonNull
+		return []byte("null")
 	}
 	return bytes.Clone(b)
 }
@@ -89,7 +90,7 @@ func outcomeFrom(o events.Outcome) Outcome {
 func outcomeTo(o Outcome) events.Outcome {
 	out := events.Outcome{State: events.TaskState(o.State), Summary: o.Summary, Error: o.Error}
 	if o.State == TaskSucceeded {
-		out.Output = jsonOrNull(o.Output)
+		out.Output = ownJSON(o.Output)
 	}
 	return out
 }
@@ -161,7 +162,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 		}
 		ev := &events.TaskSubmitted{
 			Header: events.Header{SessionID: sessionID, At: at},
-			TaskID: id, Kind: r.Kind, Input: jsonOrNull(r.Input),
+			TaskID: id, Kind: r.Kind, Input: ownJSON(r.Input),
 			HasRunAt: !r.RunAt.IsZero(), RunAt: runAt,
 			IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
 		}
@@ -382,7 +383,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	if verr != nil {
 		return Wake{}, verr
 	}
-	payload := jsonOrNull(r.Payload)
+	payload := ownJSON(r.Payload)
 	var out Wake
 	var derr error
 	err := b.eng.update(ctx, func(tx txn) error {

@@ -90,11 +90,22 @@ func (e *memEngine) readLog(ctx context.Context, from uint64, fn func(events.Eve
 	if from == 0 {
 		from = 1
 	}
+	// Each event is handed out as a decoded copy of its encoding: the stored events share
+	// byte slices with the projection, and a callback must not be able to change either.
+	var buf []byte
 	for i := from - 1; i < uint64(len(e.log)); i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := fn(e.log[i]); err != nil {
+		var err error
+		if buf, err = events.Append(buf[:0], e.log[i]); err != nil {
+			return err
+		}
+		ev, err := events.Decode(buf, i+1)
+		if err != nil {
+			return err
+		}
+		if err := fn(ev); err != nil {
 			return err
 		}
 	}

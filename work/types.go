@@ -1,6 +1,7 @@
 package work
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -197,7 +198,7 @@ func PendingTask(id, sessionID string, r TaskRequest, createdAt time.Time) Task 
 		scheduled = r.RunAt
 	}
 	return Task{
-		ID: id, SessionID: sessionID, Kind: r.Kind, Input: jsonOrNull(r.Input),
+		ID: id, SessionID: sessionID, Kind: r.Kind, Input: ownJSON(r.Input),
 		State: TaskPending, IdempotencyKey: r.IdempotencyKey,
 		ScheduledAt: scheduled, CreatedAt: createdAt,
 	}
@@ -213,7 +214,7 @@ func NewTaskDelivery(t Task, attempt uint32, leaseExpiresAt time.Time, leaseToke
 func RequestedWake(id, sessionID string, r WakeRequest, createdAt time.Time) Wake {
 	return Wake{
 		ID: id, SessionID: sessionID,
-		Reason:    WakeReason{Kind: WakeRequested, Payload: jsonOrNull(r.Payload)},
+		Reason:    WakeReason{Kind: WakeRequested, Payload: ownJSON(r.Payload)},
 		CreatedAt: createdAt, IdempotencyKey: r.IdempotencyKey,
 	}
 }
@@ -226,6 +227,9 @@ func TaskFinishedWake(id string, t Task, createdAt time.Time) (Wake, bool) {
 		return Wake{}, false
 	}
 	o := *t.Outcome
+	if o.Output != nil {
+		o.Output = bytes.Clone(o.Output)
+	}
 	return Wake{
 		ID: id, SessionID: t.SessionID,
 		Reason:    WakeReason{Kind: WakeTaskFinished, TaskID: t.ID, State: t.State, Outcome: &o},
@@ -239,11 +243,21 @@ func NewWakeDelivery(w Wake, attempt uint32, leaseExpiresAt time.Time, leaseToke
 	return WakeDelivery{Wake: w, Attempt: attempt, LeaseExpiresAt: leaseExpiresAt, leaseToken: leaseToken}
 }
 
-var jsonNull = json.RawMessage("null")
-
+// jsonOrNull is b, or JSON null for nil. The null is a new slice each time: no caller may
+// change a value another one holds.
 func jsonOrNull(b json.RawMessage) json.RawMessage {
 	if b == nil {
-		return jsonNull
+		return json.RawMessage("null")
 	}
 	return b
+}
+
+// ownJSON is jsonOrNull(b) as a copy the caller can no longer change. Stored values must not
+// alias caller buffers: the in-memory engine keeps events and records as they are, and a
+// caller that reuses its buffer after a call would otherwise rewrite stored state.
+func ownJSON(b json.RawMessage) json.RawMessage {
+	if b == nil {
+		return json.RawMessage("null")
+	}
+	return bytes.Clone(b)
 }
