@@ -201,20 +201,21 @@ func (w *encoder) outcome(o *Outcome) {
 	w.str(o.Error)
 }
 
-var decPool = sync.Pool{New: func() any {
-	r := &decoder{rd: bytes.NewReader(nil)}
-	r.dec = msgpack.NewDecoder(r.rd)
-	return r
-}}
-
+// The decoder reads msgpack straight from the body slice. It accepts exactly what msgpack's
+// Decoder accepts for each field (DecodeUint64, DecodeInt64, DecodeString, DecodeBytes,
+// DecodeBool, DecodeArrayLen and Skip of msgpack v5): any integer width for an integer,
+// str or bin for a string or byte string, nil for any of them (as the zero value; a nil
+// byte string is nil). The tests check it against that original implementation.
 type decoder struct {
-	rd   *bytes.Reader
-	dec  *msgpack.Decoder
+	b    []byte // the body
+	off  int    // read position in b
 	err  *DecodeError
 	seq  uint64
 	typ  Type
 	left int // fields left in the current body array
 }
+
+var errShort = errors.New("unexpected end of body")
 
 func (r *decoder) fail(field string, err error) {
 	if r.err == nil {
@@ -234,11 +235,125 @@ func (r *decoder) next(field string) bool {
 	return true
 }
 
+// code reads one byte.
+func (r *decoder) code() (byte, bool) {
+	if r.off >= len(r.b) {
+		return 0, false
+	}
+	c := r.b[r.off]
+	r.off++
+	return c, true
+}
+
+// take returns the next n bytes.
+func (r *decoder) take(n uint64) ([]byte, bool) {
+	if n > uint64(len(r.b)-r.off) {
+		r.off = len(r.b)
+		return nil, false
+	}
+	p := r.b[r.off : r.off+int(n)]
+	r.off += int(n)
+	return p, true
+}
+
+// fixed reads a big-endian unsigned integer of n (1, 2, 4 or 8) bytes.
+func (r *decoder) fixed(n int) (uint64, bool) {
+	p, ok := r.take(uint64(n))
+	if !ok {
+		return 0, false
+	}
+	switch n {
+	case 1:
+		return uint64(p[0]), true
+	case 2:
+		return uint64(binary.BigEndian.Uint16(p)), true
+	case 4:
+		return uint64(binary.BigEndian.Uint32(p)), true
+	}
+	return binary.BigEndian.Uint64(p), true
+}
+
+func invalid(c byte, what string) error {
+	return fmt.Errorf("msgpack: invalid code=%x decoding %s", c, what)
+}
+
+// integer reads any msgpack integer (or nil, as 0) as the 64 bits msgpack's DecodeInt64 and
+// DecodeUint64 both give: signed widths sign-extended, unsigned ones zero-extended.
+func (r *decoder) integer(what string) (uint64, error) {
+	c, ok := r.code()
+	if !ok {
+		return 0, errShort
+	}
+	if c <= 0x7f || c >= 0xe0 { // positive and negative fixint
+		return uint64(int64(int8(c))), nil
+	}
+	var v uint64
+	switch c {
+	case 0xc0: // nil
+		return 0, nil
+	case 0xcc:
+		v, ok = r.fixed(1)
+	case 0xcd:
+		v, ok = r.fixed(2)
+	case 0xce:
+		v, ok = r.fixed(4)
+	case 0xcf, 0xd3:
+		v, ok = r.fixed(8)
+	case 0xd0:
+		v, ok = r.fixed(1)
+		v = uint64(int64(int8(v)))
+	case 0xd1:
+		v, ok = r.fixed(2)
+		v = uint64(int64(int16(v)))
+	case 0xd2:
+		v, ok = r.fixed(4)
+		v = uint64(int64(int32(v)))
+	default:
+		return 0, invalid(c, what)
+	}
+	if !ok {
+		return 0, errShort
+	}
+	return v, nil
+}
+
+// strLen reads the header of a str or bin (msgpack does not tell them apart when decoding);
+// -1 means nil.
+func (r *decoder) strLen() (int, error) {
+	c, ok := r.code()
+	if !ok {
+		return 0, errShort
+	}
+	var n uint64
+	switch {
+	case c >= 0xa0 && c <= 0xbf: // fixstr
+		n = uint64(c & 0x1f)
+	case c == 0xc0:
+		return -1, nil
+	case c == 0xd9 || c == 0xc4:
+		n, ok = r.fixed(1)
+	case c == 0xda || c == 0xc5:
+		n, ok = r.fixed(2)
+	case c == 0xdb || c == 0xc6:
+		n, ok = r.fixed(4)
+	default:
+		return 0, invalid(c, "string/bytes length")
+	}
+	if !ok {
+		return 0, errShort
+	}
+	if n > uint64(len(r.b)-r.off) {
+		// Checked before anything is allocated: a corrupt length must not cost its size.
+		return 0, fmt.Errorf("length %d, %d bytes left: %w", n, len(r.b)-r.off, errShort)
+	}
+	return int(n), nil
+}
+
 func (r *decoder) u64(field string, max uint64) uint64 {
 	if !r.next(field) {
 		return 0
 	}
-	v, err := r.dec.DecodeUint64()
+	v, err := r.integer("uint64")
 	if err != nil {
 		r.fail(field, err)
 		return 0
@@ -254,21 +369,27 @@ func (r *decoder) i64(field string) int64 {
 	if !r.next(field) {
 		return 0
 	}
-	v, err := r.dec.DecodeInt64()
+	v, err := r.integer("int64")
 	if err != nil {
 		r.fail(field, err)
 	}
-	return v
+	return int64(v)
 }
 
 func (r *decoder) str(field string) string {
 	if !r.next(field) {
 		return ""
 	}
-	v, err := r.dec.DecodeString()
+	n, err := r.strLen()
 	if err != nil {
 		r.fail(field, err)
+		return ""
 	}
+	if n <= 0 {
+		return ""
+	}
+	v := string(r.b[r.off : r.off+n])
+	r.off += n
 	return v
 }
 
@@ -276,10 +397,17 @@ func (r *decoder) bin(field string) []byte {
 	if !r.next(field) {
 		return nil
 	}
-	v, err := r.dec.DecodeBytes()
+	n, err := r.strLen()
 	if err != nil {
 		r.fail(field, err)
+		return nil
 	}
+	if n == -1 {
+		return nil
+	}
+	v := make([]byte, n) // its own allocation: the caller may change it
+	copy(v, r.b[r.off:])
+	r.off += n
 	return v
 }
 
@@ -287,11 +415,41 @@ func (r *decoder) bool(field string) bool {
 	if !r.next(field) {
 		return false
 	}
-	v, err := r.dec.DecodeBool()
-	if err != nil {
-		r.fail(field, err)
+	c, ok := r.code()
+	switch {
+	case !ok:
+		r.fail(field, errShort)
+	case c == 0xc3:
+		return true
+	case c != 0xc2 && c != 0xc0: // false, nil
+		r.fail(field, invalid(c, "bool"))
 	}
-	return v
+	return false
+}
+
+// arrayLen reads an array header; -1 means nil.
+func (r *decoder) arrayLen() (int, error) {
+	c, ok := r.code()
+	if !ok {
+		return 0, errShort
+	}
+	var n uint64
+	switch {
+	case c >= 0x90 && c <= 0x9f:
+		return int(c & 0x0f), nil
+	case c == 0xc0:
+		return -1, nil
+	case c == 0xdc:
+		n, ok = r.fixed(2)
+	case c == 0xdd:
+		n, ok = r.fixed(4)
+	default:
+		return 0, invalid(c, "array length")
+	}
+	if !ok {
+		return 0, errShort
+	}
+	return int(n), nil
 }
 
 func (r *decoder) header(h *Header) {
@@ -300,11 +458,13 @@ func (r *decoder) header(h *Header) {
 	h.At = r.i64("at")
 }
 
-func (r *decoder) outcome(field string, o *Outcome) {
+// outcome reads the nested outcome array; every event that has one calls its field "outcome".
+func (r *decoder) outcome(o *Outcome) {
+	const field = "outcome"
 	if !r.next(field) {
 		return
 	}
-	n, err := r.dec.DecodeArrayLen()
+	n, err := r.arrayLen()
 	if err != nil {
 		r.fail(field, err)
 		return
@@ -315,10 +475,11 @@ func (r *decoder) outcome(field string, o *Outcome) {
 	}
 	outer := r.left
 	r.left = n
-	o.State = TaskState(r.u64(field+".state", uint64(StateCanceled)))
-	o.Summary = r.str(field + ".summary")
-	o.Output = r.bin(field + ".output")
-	o.Error = r.str(field + ".error")
+	// Constant names: a concatenation here would cost four allocations an event.
+	o.State = TaskState(r.u64("outcome.state", uint64(StateCanceled)))
+	o.Summary = r.str("outcome.summary")
+	o.Output = r.bin("outcome.output")
+	o.Error = r.str("outcome.error")
 	r.skipRest(field)
 	r.left = outer
 }
@@ -327,17 +488,92 @@ func (r *decoder) outcome(field string, o *Outcome) {
 func (r *decoder) skipRest(field string) {
 	for r.err == nil && r.left > 0 {
 		r.left--
-		if err := r.dec.Skip(); err != nil {
+		if err := r.skip(); err != nil {
 			r.fail(field, err)
 		}
 	}
+}
+
+// skip skips one msgpack value of any type, nested ones included, without recursion: pending
+// counts the values still to skip.
+func (r *decoder) skip() error {
+	for pending := uint64(1); pending > 0; pending-- {
+		c, ok := r.code()
+		if !ok {
+			return errShort
+		}
+		var size int // bytes of a length field to read, then that many bytes to skip
+		var fix uint64
+		switch {
+		case c <= 0x7f || c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3: // fixint, nil, bool
+			continue
+		case c >= 0x80 && c <= 0x8f: // fixmap
+			pending += 2 * uint64(c&0x0f)
+			continue
+		case c >= 0x90 && c <= 0x9f: // fixarray
+			pending += uint64(c & 0x0f)
+			continue
+		case c >= 0xa0 && c <= 0xbf: // fixstr
+			fix = uint64(c & 0x1f)
+		case c == 0xcc || c == 0xd0:
+			fix = 1
+		case c == 0xcd || c == 0xd1:
+			fix = 2
+		case c == 0xce || c == 0xd2 || c == 0xca:
+			fix = 4
+		case c == 0xcf || c == 0xd3 || c == 0xcb:
+			fix = 8
+		case c >= 0xd4 && c <= 0xd8: // fixext 1, 2, 4, 8, 16 and the type byte
+			fix = 1<<(c-0xd4) + 1
+		case c == 0xc4 || c == 0xd9:
+			size = 1
+		case c == 0xc5 || c == 0xda:
+			size = 2
+		case c == 0xc6 || c == 0xdb:
+			size = 4
+		case c == 0xc7, c == 0xc8, c == 0xc9: // ext 8, 16, 32: length, type byte, data
+			n, ok := r.fixed(1 << (c - 0xc7))
+			if !ok {
+				return errShort
+			}
+			fix = n + 1
+		case c == 0xdc || c == 0xdd: // array 16, 32
+			n, ok := r.fixed(2 << (c - 0xdc))
+			if !ok {
+				return errShort
+			}
+			pending += n
+			continue
+		case c == 0xde || c == 0xdf: // map 16, 32
+			n, ok := r.fixed(2 << (c - 0xde))
+			if !ok {
+				return errShort
+			}
+			pending += 2 * n
+			continue
+		default: // 0xc1, never used
+			return fmt.Errorf("msgpack: unknown code %x", c)
+		}
+		if size > 0 {
+			n, ok := r.fixed(size)
+			if !ok {
+				return errShort
+			}
+			fix = n
+		}
+		if _, ok := r.take(fix); !ok {
+			return errShort
+		}
+	}
+	return nil
 }
 
 // Decode decodes one event. seq is the log position the bytes were read at (0 when unknown);
 // it is named in errors and, when non-zero, must equal the sequence inside the event.
 //
 // Decode never panics on any input: truncated, corrupt, unknown-type or unknown-version bytes
-// give a *DecodeError that names the field or envelope part.
+// give a *DecodeError that names the field or envelope part. The event shares no memory with
+// b.
 func Decode(b []byte, seq uint64) (ev Event, err error) {
 	if len(b) < headerLen+trailerLen+1 {
 		return nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrCorrupt,
@@ -363,12 +599,8 @@ func Decode(b []byte, seq uint64) (ev Event, err error) {
 			Detail: fmt.Sprintf("schema version %d (this build reads 1..%d)", v, schemaVersion[t])}
 	}
 
-	r := decPool.Get().(*decoder)
-	defer decPool.Put(r)
-	r.rd.Reset(body)
-	r.dec.Reset(r.rd)
-	r.err, r.seq, r.typ = nil, seq, t
-	n, derr := r.dec.DecodeArrayLen()
+	r := decoder{b: body, seq: seq, typ: t}
+	n, derr := r.arrayLen()
 	if derr != nil {
 		return nil, &DecodeError{Seq: seq, Type: t, Field: "body", Kind: ErrCorrupt, Detail: derr.Error()}
 	}
@@ -400,7 +632,7 @@ func Decode(b []byte, seq uint64) (ev Event, err error) {
 		e.TaskID = r.str("task_id")
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.LeaseToken = r.str("lease_token")
-		r.outcome("outcome", &e.Outcome)
+		r.outcome(&e.Outcome)
 		ev = e
 	case TypeTaskCancelRequested:
 		e := &TaskCancelRequested{}
@@ -415,7 +647,7 @@ func Decode(b []byte, seq uint64) (ev Event, err error) {
 		e.Payload = r.bin("payload")
 		e.IdempotencyKey = r.str("idempotency_key")
 		e.TaskID = r.str("task_id")
-		r.outcome("outcome", &e.Outcome)
+		r.outcome(&e.Outcome)
 		ev = e
 	case TypeWakeClaimed:
 		e := &WakeClaimed{}
@@ -448,8 +680,8 @@ func Decode(b []byte, seq uint64) (ev Event, err error) {
 		ev = e
 	}
 	r.skipRest("body")
-	if r.err == nil && r.rd.Len() != 0 {
-		r.fail("body", fmt.Errorf("%d trailing bytes after the body", r.rd.Len()))
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("body", fmt.Errorf("%d trailing bytes after the body", len(r.b)-r.off))
 	}
 	if r.err == nil {
 		r.err = check(ev, seq)

@@ -146,7 +146,9 @@ func applyEvent(s State, ev events.Event, h *events.Header, fail func(string, ..
 		w.LeaseToken = e.LeaseToken
 		w.LeaseExpiresAt = e.LeaseExpiresAt
 	case *events.WakeAcked:
-		if w.Acked || w.Attempts != e.Attempt || w.LeaseToken != e.LeaseToken {
+		// A wake never claimed has attempt 0 and no token: an ack presenting exactly those
+		// owns nothing.
+		if w.Acked || !w.Claimed() || w.Attempts != e.Attempt || w.LeaseToken != e.LeaseToken {
 			return fail("acknowledgment by a delivery that does not own the claim")
 		}
 		w.Acked = true
@@ -198,6 +200,9 @@ func applyTaskSubmitted(s State, e *events.TaskSubmitted, fail func(string, ...a
 }
 
 func applyWakeRecorded(s State, e *events.WakeRecorded, fail func(string, ...any) error) error {
+	if e.WakeID == "" {
+		return fail("a wake needs an id")
+	}
 	if w, err := s.Wake(e.WakeID); err != nil {
 		return err
 	} else if w != nil {

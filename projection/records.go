@@ -124,6 +124,7 @@ type Reader interface {
 // atomic with the append of its events.
 type State interface {
 	Reader
+	// PutTask and PutWake take ownership of the record: the caller must not change it after.
 	PutTask(*Task) error
 	PutWake(*Wake) error
 	PutTaskKey(sessionID, key, taskID string) error

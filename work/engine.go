@@ -493,7 +493,7 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 		if w.Acked && w.AckedToken == token {
 			return nil
 		}
-		if w.Acked || w.Attempts != d.Attempt || w.LeaseToken != token {
+		if w.Acked || !w.Claimed() || w.Attempts != d.Attempt || w.LeaseToken != token {
 			derr = stale(w.ID)
 			reason, ok := rejectReason(!w.Acked && w.Claimed(), w.Attempts, w.RejectedAttempt, d.Attempt)
 			if !ok {

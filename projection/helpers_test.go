@@ -1,0 +1,251 @@
+package projection
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/worklog/worklog/events"
+)
+
+// The tests run in session s1 unless an event says otherwise; leases last 30 time units.
+const (
+	sess  = "s1"
+	other = "s2"
+	lease = 30
+)
+
+func hdr(at int64) events.Header { return events.Header{SessionID: sess, At: at} }
+
+func submit(id string, at int64) *events.TaskSubmitted {
+	return &events.TaskSubmitted{Header: hdr(at), TaskID: id, Kind: "k", Input: []byte(`{"n":1}`)}
+}
+
+func submitAt(id string, at, runAt int64) *events.TaskSubmitted {
+	e := submit(id, at)
+	e.HasRunAt, e.RunAt = true, runAt
+	return e
+}
+
+func submitKey(id string, at int64, key string) *events.TaskSubmitted {
+	e := submit(id, at)
+	e.IdempotencyKey = key
+	return e
+}
+
+// submitW submits a task whose completion records a wake.
+func submitW(id string, at int64) *events.TaskSubmitted {
+	e := submit(id, at)
+	e.WakeOnCompletion = true
+	return e
+}
+
+func claim(id string, at int64, attempt uint32, token string) *events.TaskClaimed {
+	return &events.TaskClaimed{Header: hdr(at), TaskID: id, Attempt: attempt, LeaseToken: token, LeaseExpiresAt: at + lease}
+}
+
+func settle(id string, at int64, attempt uint32, token string, state events.TaskState) *events.TaskSettled {
+	o := events.Outcome{State: state}
+	switch state {
+	case events.StateSucceeded:
+		o.Summary, o.Output = "done", []byte(`{"ok":true}`)
+	case events.StateFailed:
+		o.Error = "boom"
+	}
+	return &events.TaskSettled{Header: hdr(at), TaskID: id, Attempt: attempt, LeaseToken: token, Outcome: o}
+}
+
+func cancel(id string, at int64) *events.TaskCancelRequested {
+	return &events.TaskCancelRequested{Header: hdr(at), TaskID: id}
+}
+
+func rejectSettle(id string, at int64, attempt uint32, r events.RejectReason) *events.TaskSettleRejected {
+	return &events.TaskSettleRejected{Header: hdr(at), TaskID: id, Attempt: attempt, Reason: r}
+}
+
+func wake(id string, at int64) *events.WakeRecorded {
+	return &events.WakeRecorded{Header: hdr(at), WakeID: id, Reason: events.WakeRequested, Payload: []byte(`"hi"`)}
+}
+
+func wakeKey(id string, at int64, key string) *events.WakeRecorded {
+	e := wake(id, at)
+	e.IdempotencyKey = key
+	return e
+}
+
+// doneWake is the completion wake of task taskID, which finished in state.
+func doneWake(id, taskID string, at int64, state events.TaskState) *events.WakeRecorded {
+	o := events.Outcome{State: state}
+	switch state {
+	case events.StateSucceeded:
+		o.Summary, o.Output = "done", []byte(`{"ok":true}`)
+	case events.StateFailed:
+		o.Error = "boom"
+	}
+	return &events.WakeRecorded{Header: hdr(at), WakeID: id, Reason: events.WakeTaskFinished, TaskID: taskID, Outcome: o}
+}
+
+func wclaim(id string, at int64, attempt uint32, token string) *events.WakeClaimed {
+	return &events.WakeClaimed{Header: hdr(at), WakeID: id, Attempt: attempt, LeaseToken: token, LeaseExpiresAt: at + lease}
+}
+
+func ack(id string, at int64, attempt uint32, token string) *events.WakeAcked {
+	return &events.WakeAcked{Header: hdr(at), WakeID: id, Attempt: attempt, LeaseToken: token}
+}
+
+func rejectAck(id string, at int64, attempt uint32, r events.RejectReason) *events.WakeAckRejected {
+	return &events.WakeAckRejected{Header: hdr(at), WakeID: id, Attempt: attempt, Reason: r}
+}
+
+// in moves an event to another session.
+func in[E events.Event](session string, e E) E {
+	e.Head().SessionID = session
+	return e
+}
+
+// with changes an event with fn and returns it.
+func with[E events.Event](e E, fn func(E)) E {
+	fn(e)
+	return e
+}
+
+// number gives evs the sequence numbers 1, 2, ... in order.
+func number(evs []events.Event) []events.Event {
+	for i, ev := range evs {
+		ev.Head().Seq = uint64(i + 1)
+	}
+	return evs
+}
+
+// fold applies evs, which must all be accepted, to a new state.
+func fold(t testing.TB, evs []events.Event) *Mem {
+	t.Helper()
+	m := NewMem()
+	for _, ev := range evs {
+		if err := Apply(m, ev); err != nil {
+			t.Fatalf("fold: %v", err)
+		}
+	}
+	return m
+}
+
+func task(t testing.TB, r Reader, id string) *Task {
+	t.Helper()
+	x, err := r.Task(id)
+	if err != nil || x == nil {
+		t.Fatalf("task %s: %v, %v", id, x, err)
+	}
+	return x
+}
+
+func wakeRec(t testing.TB, r Reader, id string) *Wake {
+	t.Helper()
+	x, err := r.Wake(id)
+	if err != nil || x == nil {
+		t.Fatalf("wake %s: %v, %v", id, x, err)
+	}
+	return x
+}
+
+func scan(t testing.TB, fn func(int64, func(IndexEntry) bool) error, maxAt int64) []IndexEntry {
+	t.Helper()
+	var out []IndexEntry
+	if err := fn(maxAt, func(e IndexEntry) bool { out = append(out, e); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func dueOf(t testing.TB, m *Mem) []IndexEntry   { return scan(t, m.ScanDue, math.MaxInt64) }
+func wakesOf(t testing.TB, m *Mem) []IndexEntry { return scan(t, m.ScanWakes, math.MaxInt64) }
+
+// checkInvariants checks what the fold promises of every state it produces: each index holds
+// exactly the records that are in it, under the right key; every key names a record of its
+// session; each completion wake points back at its task.
+func checkInvariants(t testing.TB, m *Mem) {
+	t.Helper()
+	var due []IndexEntry
+	for _, x := range m.Tasks() {
+		if at, ok := x.EligibleAt(); ok {
+			due = append(due, IndexEntry{At: at, Seq: x.SubmitSeq, ID: x.ID})
+		}
+		if x.IdempotencyKey != "" {
+			if id, _ := m.TaskKey(x.SessionID, x.IdempotencyKey); id != x.ID {
+				t.Errorf("task key (%s, %s) names %q, want %s", x.SessionID, x.IdempotencyKey, id, x.ID)
+			}
+		}
+		if x.CompletionWakeID != "" {
+			w, _ := m.Wake(x.CompletionWakeID)
+			if w == nil || w.TaskID != x.ID || w.Reason != events.WakeTaskFinished || w.Outcome.State != x.State {
+				t.Errorf("task %s: completion wake %s is %+v", x.ID, x.CompletionWakeID, w)
+			}
+			if !x.WakeOnCompletion || !x.State.Terminal() {
+				t.Errorf("task %s has a completion wake but policy %v, state %s", x.ID, x.WakeOnCompletion, x.State)
+			}
+		}
+		if x.Claimed() != (x.LeaseToken != "") {
+			t.Errorf("task %s: state %s with lease token %q", x.ID, x.State, x.LeaseToken)
+		}
+	}
+	slices.SortFunc(due, cmpEntry)
+	if got := dueOf(t, m); !slices.Equal(got, due) {
+		t.Errorf("due index\n got  %v\n want %v", got, due)
+	}
+	var avail []IndexEntry
+	for _, x := range m.Wakes() {
+		if at, ok := x.AvailableAt(); ok {
+			avail = append(avail, IndexEntry{At: at, Seq: x.RecordSeq, ID: x.ID})
+		}
+		if x.Reason == events.WakeRequested && x.IdempotencyKey != "" {
+			if id, _ := m.WakeKey(x.SessionID, x.IdempotencyKey); id != x.ID {
+				t.Errorf("wake key (%s, %s) names %q, want %s", x.SessionID, x.IdempotencyKey, id, x.ID)
+			}
+		}
+	}
+	slices.SortFunc(avail, cmpEntry)
+	if got := wakesOf(t, m); !slices.Equal(got, avail) {
+		t.Errorf("wake index\n got  %v\n want %v", got, avail)
+	}
+	for k, id := range m.taskKeys {
+		if x := m.tasks[id]; x == nil || x.SessionID != k.session || x.IdempotencyKey != k.key {
+			t.Errorf("task key %v names %s: %+v", k, id, x)
+		}
+	}
+	for k, id := range m.wakeKeys {
+		if x := m.wakes[id]; x == nil || x.SessionID != k.session || x.IdempotencyKey != k.key {
+			t.Errorf("wake key %v names %s: %+v", k, id, x)
+		}
+	}
+}
+
+func cmpEntry(a, b IndexEntry) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
+}
+
+// spy counts the writes Apply makes through it.
+type spy struct {
+	*Mem
+	writes int
+}
+
+func (s *spy) PutTask(t *Task) error { s.writes++; return s.Mem.PutTask(t) }
+func (s *spy) PutWake(w *Wake) error { s.writes++; return s.Mem.PutWake(w) }
+func (s *spy) PutTaskKey(sess, key, id string) error {
+	s.writes++
+	return s.Mem.PutTaskKey(sess, key, id)
+}
+func (s *spy) PutWakeKey(sess, key, id string) error {
+	s.writes++
+	return s.Mem.PutWakeKey(sess, key, id)
+}
+func (s *spy) PutDue(e IndexEntry) error          { s.writes++; return s.Mem.PutDue(e) }
+func (s *spy) DeleteDue(e IndexEntry) error       { s.writes++; return s.Mem.DeleteDue(e) }
+func (s *spy) PutWakeIndex(e IndexEntry) error    { s.writes++; return s.Mem.PutWakeIndex(e) }
+func (s *spy) DeleteWakeIndex(e IndexEntry) error { s.writes++; return s.Mem.DeleteWakeIndex(e) }
+func (s *spy) SetLastSeq(seq uint64) error        { s.writes++; return s.Mem.SetLastSeq(seq) }

@@ -1,0 +1,336 @@
+package projection
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/worklog/worklog/events"
+)
+
+// sim draws a random valid history the way the work layer would: each step reads the state,
+// picks a command and appends the events it causes. Every event must be accepted.
+type sim struct {
+	t      testing.TB
+	r      *rand.Rand
+	m      *Mem
+	evs    []events.Event
+	now    int64
+	n      int
+	check  bool // check the invariants after every tenth event
+	counts map[events.Type]int
+}
+
+var sessions = []string{"s1", "s2", "s3"}
+
+func newSim(t testing.TB, seed uint64) *sim {
+	return &sim{t: t, r: rand.New(rand.NewPCG(seed, seed^0x5eed)), m: NewMem(), counts: map[events.Type]int{}}
+}
+
+func (s *sim) apply(ev events.Event) {
+	s.t.Helper()
+	ev.Head().Seq = uint64(len(s.evs) + 1)
+	if err := Apply(s.m, ev); err != nil {
+		s.t.Fatalf("sim: event %d rejected: %v", len(s.evs)+1, err)
+	}
+	s.evs = append(s.evs, ev)
+	s.counts[ev.Type()]++
+	if s.check && len(s.evs)%10 == 0 {
+		checkInvariants(s.t, s.m)
+	}
+}
+
+func (s *sim) id(prefix string) string { s.n++; return fmt.Sprintf("%s%05d", prefix, s.n) }
+func (s *sim) token() string           { return fmt.Sprintf("tok%08x", s.r.Uint32()) }
+func (s *sim) h(session string) events.Header {
+	return events.Header{SessionID: session, At: s.now}
+}
+
+// pick returns a random element of xs that satisfies ok, if there is one.
+func pick[T any](r *rand.Rand, xs []T, ok func(*T) bool) (*T, bool) {
+	var cands []*T
+	for i := range xs {
+		if ok(&xs[i]) {
+			cands = append(cands, &xs[i])
+		}
+	}
+	if len(cands) == 0 {
+		return nil, false
+	}
+	return cands[r.IntN(len(cands))], true
+}
+
+func (s *sim) completionWake(id string) {
+	x := task(s.t, s.m, id)
+	if x.WakeOnCompletion && x.State.Terminal() {
+		s.apply(&events.WakeRecorded{Header: s.h(x.SessionID), WakeID: s.id("w"), Reason: events.WakeTaskFinished,
+			TaskID: x.ID, Outcome: x.Outcome})
+	}
+}
+
+func (s *sim) step() {
+	s.now += int64(s.r.IntN(8))
+	r := s.r
+	switch k := r.IntN(100); {
+	case k < 25: // submit
+		sess := sessions[r.IntN(len(sessions))]
+		e := &events.TaskSubmitted{Header: s.h(sess), TaskID: s.id("t"), Kind: "k", Input: []byte(`{}`),
+			WakeOnCompletion: r.IntN(2) == 0}
+		if r.IntN(3) == 0 {
+			e.HasRunAt, e.RunAt = true, s.now+int64(r.IntN(60))-10
+		}
+		if r.IntN(3) == 0 {
+			key := fmt.Sprintf("key%d", r.IntN(30))
+			if id, _ := s.m.TaskKey(sess, key); id == "" {
+				e.IdempotencyKey = key
+			}
+		}
+		s.apply(e)
+	case k < 45: // claim due tasks
+		var ids []string
+		_ = s.m.ScanDue(s.now, func(e IndexEntry) bool { ids = append(ids, e.ID); return len(ids) < 1+r.IntN(4) })
+		for _, id := range ids {
+			x := task(s.t, s.m, id)
+			s.apply(&events.TaskClaimed{Header: s.h(x.SessionID), TaskID: id, Attempt: x.Attempts + 1,
+				LeaseToken: s.token(), LeaseExpiresAt: s.now + 1 + int64(r.IntN(40))})
+		}
+	case k < 60: // settle a running task by its owner
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return x.State == events.StateRunning })
+		if !ok {
+			return
+		}
+		o := events.Outcome{State: events.StateSucceeded + events.TaskState(r.IntN(3)), Summary: "s", Output: []byte(`1`)}
+		s.apply(&events.TaskSettled{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts, LeaseToken: x.LeaseToken, Outcome: o})
+		s.completionWake(x.ID)
+	case k < 65: // a stale settlement, recorded
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return x.Attempts > x.RejectedAttempt })
+		if !ok {
+			return
+		}
+		a := x.RejectedAttempt + 1 + uint32(r.IntN(int(x.Attempts-x.RejectedAttempt)))
+		s.apply(&events.TaskSettleRejected{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: a, Reason: events.RejectSuperseded})
+	case k < 72: // cancel
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return !x.State.Terminal() })
+		if !ok {
+			return
+		}
+		s.apply(&events.TaskCancelRequested{Header: s.h(x.SessionID), TaskID: x.ID})
+		s.completionWake(x.ID)
+	case k < 80: // a direct wake
+		sess := sessions[r.IntN(len(sessions))]
+		e := &events.WakeRecorded{Header: s.h(sess), WakeID: s.id("w"), Reason: events.WakeRequested, Payload: []byte(`"p"`)}
+		if r.IntN(3) == 0 {
+			key := fmt.Sprintf("key%d", r.IntN(30))
+			if id, _ := s.m.WakeKey(sess, key); id == "" {
+				e.IdempotencyKey = key
+			}
+		}
+		s.apply(e)
+	case k < 88: // claim available wakes
+		var ids []string
+		_ = s.m.ScanWakes(s.now, func(e IndexEntry) bool { ids = append(ids, e.ID); return len(ids) < 1+r.IntN(4) })
+		for _, id := range ids {
+			w := wakeRec(s.t, s.m, id)
+			s.apply(&events.WakeClaimed{Header: s.h(w.SessionID), WakeID: id, Attempt: w.Attempts + 1,
+				LeaseToken: s.token(), LeaseExpiresAt: s.now + 1 + int64(r.IntN(40))})
+		}
+	case k < 96: // ack by the owner
+		w, ok := pick(r, s.m.Wakes(), func(w *Wake) bool { return !w.Acked && w.Claimed() })
+		if !ok {
+			return
+		}
+		s.apply(&events.WakeAcked{Header: s.h(w.SessionID), WakeID: w.ID, Attempt: w.Attempts, LeaseToken: w.LeaseToken})
+	default: // a stale ack, recorded
+		w, ok := pick(r, s.m.Wakes(), func(w *Wake) bool { return w.Attempts > w.RejectedAttempt })
+		if !ok {
+			return
+		}
+		s.apply(&events.WakeAckRejected{Header: s.h(w.SessionID), WakeID: w.ID, Attempt: w.RejectedAttempt + 1,
+			Reason: events.RejectTokenMismatch})
+	}
+}
+
+func history(t testing.TB, seed uint64, n int, check bool) *sim {
+	s := newSim(t, seed)
+	s.check = check
+	for len(s.evs) < n {
+		s.step()
+	}
+	return s
+}
+
+// TestFoldDeterministic: folding the same history twice, directly or through the wire
+// encoding, gives equal states, equal to the one built live.
+func TestFoldDeterministic(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		s := history(t, seed, 1500, seed == 1)
+		t.Logf("seed %d: %v", seed, s.counts)
+		for _, typ := range events.AllTypes() {
+			if s.counts[typ] == 0 {
+				t.Errorf("seed %d: the history has no %s", seed, typ)
+			}
+		}
+		a, b := fold(t, s.evs), fold(t, s.evs)
+		if d := a.Diff(b); len(d) > 0 {
+			t.Fatalf("seed %d: two folds differ:\n%q", seed, d)
+		}
+		if d := a.Diff(s.m); len(d) > 0 {
+			t.Fatalf("seed %d: the fold differs from the live state:\n%q", seed, d)
+		}
+		c := NewMem()
+		var buf []byte
+		for i, ev := range s.evs {
+			var err error
+			if buf, err = events.Append(buf[:0], ev); err != nil {
+				t.Fatal(err)
+			}
+			dec, err := events.Decode(buf, uint64(i+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Apply(c, dec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !c.Equal(a) {
+			t.Fatalf("seed %d: the fold of the decoded events differs:\n%q", seed, c.Diff(a))
+		}
+		checkInvariants(t, c)
+	}
+}
+
+// TestRejectionsWriteNothing: along a random valid history, variants of the next event that
+// break one rule are rejected without a single write, and the state stays equal to the
+// prefix's.
+func TestRejectionsWriteNothing(t *testing.T) {
+	s := history(t, 99, 1200, false)
+	m := NewMem()
+	rejected, accepted := 0, 0
+	r := rand.New(rand.NewPCG(5, 6))
+	for i, ev := range s.evs {
+		for _, bad := range mutants(r, ev) {
+			sp := &spy{Mem: m}
+			if err := Apply(sp, bad); err == nil {
+				// Some variants are valid events too (a later time, another token for a
+				// claim): undo by refolding.
+				accepted++
+				m = fold(t, s.evs[:i])
+				continue
+			} else if !isInconsistent(err) {
+				t.Fatalf("seq %d variant %#v: %v", i+1, bad, err)
+			}
+			rejected++
+			if sp.writes != 0 {
+				t.Fatalf("seq %d: rejected variant %#v made %d writes", i+1, bad, sp.writes)
+			}
+		}
+		if err := Apply(m, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := m.Diff(s.m); len(d) > 0 {
+		t.Fatalf("after the rejections the state differs:\n%q", d)
+	}
+	t.Logf("%d variants rejected, %d accepted, over %d events", rejected, accepted, len(s.evs))
+	if rejected < 5*len(s.evs) {
+		t.Errorf("only %d variants rejected (%d accepted)", rejected, accepted)
+	}
+}
+
+func isInconsistent(err error) bool {
+	var ae *ApplyError
+	return errors.As(err, &ae) && errors.Is(err, ErrInconsistent)
+}
+
+// mutants returns variants of ev that each break, or may break, one rule.
+func mutants(r *rand.Rand, ev events.Event) []events.Event {
+	var out []events.Event
+	clone := func(fn func(e events.Event)) {
+		c := cloneEvent(ev)
+		fn(c)
+		out = append(out, c)
+	}
+	clone(func(e events.Event) { e.Head().Seq++ })
+	clone(func(e events.Event) { e.Head().Seq-- })
+	clone(func(e events.Event) { e.Head().Seq = 0 })
+	if w, ok := ev.(*events.WakeRecorded); !ok && ev.Type() != events.TypeTaskSubmitted || ok && w.Reason == events.WakeTaskFinished {
+		clone(func(e events.Event) { e.Head().SessionID = "other" }) // not the subject's session
+	}
+	if ev.Type() == events.TypeTaskClaimed || ev.Type() == events.TypeWakeClaimed {
+		clone(func(e events.Event) { e.Head().At = math.MinInt64 }) // before it is eligible
+	}
+	switch e := ev.(type) {
+	case *events.TaskSubmitted:
+		clone(func(c events.Event) { c.(*events.TaskSubmitted).TaskID = "t00001" })
+		clone(func(c events.Event) { c.(*events.TaskSubmitted).Kind = "" })
+	case *events.TaskClaimed:
+		clone(func(c events.Event) { c.(*events.TaskClaimed).Attempt++ })
+		clone(func(c events.Event) { c.(*events.TaskClaimed).Attempt-- })
+		clone(func(c events.Event) { c.(*events.TaskClaimed).LeaseToken = "" })
+		clone(func(c events.Event) { c.(*events.TaskClaimed).LeaseExpiresAt = e.At })
+		clone(func(c events.Event) { c.(*events.TaskClaimed).TaskID += "x" })
+	case *events.TaskSettled:
+		clone(func(c events.Event) { c.(*events.TaskSettled).Attempt += 1 + uint32(r.IntN(2)) })
+		clone(func(c events.Event) { c.(*events.TaskSettled).Attempt-- })
+		clone(func(c events.Event) { c.(*events.TaskSettled).LeaseToken += "x" })
+	case *events.TaskCancelRequested:
+		clone(func(c events.Event) { c.(*events.TaskCancelRequested).TaskID = "nope" })
+	case *events.TaskSettleRejected:
+		clone(func(c events.Event) { c.(*events.TaskSettleRejected).Attempt = 0 })
+		clone(func(c events.Event) { c.(*events.TaskSettleRejected).Attempt += 1 << 20 })
+	case *events.WakeRecorded:
+		clone(func(c events.Event) { c.(*events.WakeRecorded).WakeID = "" })
+		clone(func(c events.Event) { c.(*events.WakeRecorded).Reason = 9 })
+		if e.Reason == events.WakeTaskFinished {
+			clone(func(c events.Event) { c.(*events.WakeRecorded).Outcome.State = events.StatePending })
+			clone(func(c events.Event) { c.(*events.WakeRecorded).TaskID = "nope" })
+		}
+	case *events.WakeClaimed:
+		clone(func(c events.Event) { c.(*events.WakeClaimed).Attempt++ })
+		clone(func(c events.Event) { c.(*events.WakeClaimed).LeaseToken = "" })
+		clone(func(c events.Event) { c.(*events.WakeClaimed).LeaseExpiresAt = e.At - 1 })
+	case *events.WakeAcked:
+		clone(func(c events.Event) { c.(*events.WakeAcked).Attempt++ })
+		clone(func(c events.Event) { c.(*events.WakeAcked).LeaseToken = "" })
+		clone(func(c events.Event) { c.(*events.WakeAcked).Attempt, c.(*events.WakeAcked).LeaseToken = 0, "" })
+	case *events.WakeAckRejected:
+		clone(func(c events.Event) { c.(*events.WakeAckRejected).Attempt = 0 })
+		clone(func(c events.Event) { c.(*events.WakeAckRejected).Attempt += 1 << 20 })
+	}
+	return out
+}
+
+func cloneEvent(ev events.Event) events.Event {
+	switch e := ev.(type) {
+	case *events.TaskSubmitted:
+		c := *e
+		return &c
+	case *events.TaskClaimed:
+		c := *e
+		return &c
+	case *events.TaskSettled:
+		c := *e
+		return &c
+	case *events.TaskCancelRequested:
+		c := *e
+		return &c
+	case *events.WakeRecorded:
+		c := *e
+		return &c
+	case *events.WakeClaimed:
+		c := *e
+		return &c
+	case *events.WakeAcked:
+		c := *e
+		return &c
+	case *events.TaskSettleRejected:
+		c := *e
+		return &c
+	case *events.WakeAckRejected:
+		c := *e
+		return &c
+	}
+	panic(fmt.Sprintf("cloneEvent: %T", ev))
+}
