@@ -116,21 +116,31 @@ func Open(dir string, o Options) (*Store, error) {
 		if o.ReadOnly {
 			return nil, openErr(ErrNotAStore, "directory does not exist")
 		}
-		if err := fs.MkdirAll(dir, 0o755); err != nil {
+		if err := mkdirAllSynced(fs, dir); err != nil {
 			return nil, fmt.Errorf("pebblelog: creating %s: %w", dir, err)
 		}
 		names = nil
 	case err != nil:
+		if fi, serr := fs.Stat(dir); serr == nil && !fi.IsDir() {
+			return nil, openErr(ErrNotAStore, "not a directory")
+		}
 		return nil, fmt.Errorf("pebblelog: reading %s: %w", dir, err)
 	}
 	hasMarker := false
+	var foreign []string
 	for _, n := range names {
-		if n == MarkerFile {
+		switch n {
+		case MarkerFile:
 			hasMarker = true
+		case lockFile, MarkerFile + ".tmp":
+			// Our own files, created before the marker: a crash while a new store was being
+			// created leaves them alone in the directory, which is still ours to create.
+		default:
+			foreign = append(foreign, n)
 		}
 	}
-	if !hasMarker && len(names) > 0 {
-		return nil, openErr(ErrNotAStore, "the directory is not empty and has no %s file (found %s)", MarkerFile, firstNames(names))
+	if !hasMarker && len(foreign) > 0 {
+		return nil, openErr(ErrNotAStore, "the directory is not empty and has no %s file (found %s)", MarkerFile, firstNames(foreign))
 	}
 	if !hasMarker && o.ReadOnly {
 		return nil, openErr(ErrNotAStore, "the directory is empty")
@@ -198,6 +208,42 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 		go s.writeLoop()
 	}
 	return s, nil
+}
+
+// mkdirAllSynced creates dir and its missing parents, then syncs the parent of every directory
+// it created, so that a machine crash cannot lose the new directories and the store in them.
+// (Pebble does the same for a directory it creates itself; here the directory exists before
+// Pebble is opened, so Pebble syncs only its immediate parent.)
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	var parents []string // from dir's parent up to the closest existing ancestor
+	for p := fs.PathDir(dir); ; p = fs.PathDir(p) {
+		parents = append(parents, p)
+		if fs.PathDir(p) == p {
+			break
+		}
+		if _, err := fs.Stat(p); err == nil {
+			break
+		} else if !oserrNotExist(err) {
+			return err
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range parents {
+		d, err := fs.OpenDir(p)
+		if err != nil {
+			return err
+		}
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func firstNames(names []string) string {

@@ -3,6 +3,7 @@ package projection
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/worklog/worklog/events"
 )
@@ -74,6 +75,9 @@ func applyEvent(s State, ev events.Event, h *events.Header, fail func(string, ..
 			if !ok || at > h.At {
 				return fail("claim of a task that is not eligible (state %s)", t.State)
 			}
+			if t.Attempts == math.MaxUint32 {
+				return fail("the task has been claimed %d times; attempts cannot grow", t.Attempts)
+			}
 			if e.Attempt != t.Attempts+1 {
 				return fail("claim attempt %d, want %d", e.Attempt, t.Attempts+1)
 			}
@@ -135,6 +139,9 @@ func applyEvent(s State, ev events.Event, h *events.Header, fail func(string, ..
 		at, ok := w.AvailableAt()
 		if !ok || at > h.At {
 			return fail("claim of a wake that is not available")
+		}
+		if w.Attempts == math.MaxUint32 {
+			return fail("the wake has been claimed %d times; attempts cannot grow", w.Attempts)
 		}
 		if e.Attempt != w.Attempts+1 {
 			return fail("claim attempt %d, want %d", e.Attempt, w.Attempts+1)
