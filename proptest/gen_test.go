@@ -1,0 +1,317 @@
+package proptest
+
+import (
+	"math/rand"
+	"time"
+)
+
+// genOp picks a random op that is valid in m. It draws only from r (gopter's seeded source),
+// so a seed reproduces the same histories. The weights favour collisions: reused keys with
+// the same and with a changed intent, deliveries that are current, stale or forged, clock
+// steps that land exactly on and next to lease expiries and schedules.
+func genOp(r *rand.Rand, m *model) op {
+	type choice struct {
+		w int
+		f func() op
+	}
+	claimedTasks := m.claimedTasks()
+	claimedWakes := m.claimedWakes()
+	choices := []choice{
+		{16, func() op { return genSubmit(r, m) }},
+		{5, func() op { return genRead(r, m) }},
+		{6, func() op { return genCancel(r, m) }},
+		{12, func() op { return ClaimOp{Lease: genLease(r), Limit: genLimit(r)} }},
+		{7, func() op { return genWake(r, m) }},
+		{9, func() op { return ClaimWakesOp{Lease: genLease(r), Limit: genLimit(r)} }},
+		{12, func() op { return genAdvance(r, m) }},
+		{2, func() op { return InvalidOp{Case: r.Intn(len(invalidCases))} }},
+	}
+	if len(claimedTasks) > 0 {
+		choices = append(choices, choice{16, func() op { return genFinish(r, m, claimedTasks) }})
+	} else {
+		choices = append(choices, choice{1, func() op { return FinishOp{T: -1, Outcome: r.Intn(len(outcomePool))} }})
+	}
+	if len(claimedWakes) > 0 {
+		choices = append(choices, choice{9, func() op { return genAck(r, m, claimedWakes) }})
+	} else {
+		choices = append(choices, choice{1, func() op { return AckOp{W: -1} }})
+	}
+	if m.restartable {
+		choices = append(choices, choice{1, func() op { return ReopenOp{} }}, choice{1, func() op { return CrashOp{} }})
+	}
+	total := 0
+	for _, c := range choices {
+		total += c.w
+	}
+	n := r.Intn(total)
+	for _, c := range choices {
+		if n < c.w {
+			return c.f()
+		}
+		n -= c.w
+	}
+	panic("unreachable")
+}
+
+func (m *model) claimedTasks() []int {
+	var out []int
+	for h, t := range m.tasks {
+		if t.attempts > 0 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func (m *model) claimedWakes() []int {
+	var out []int
+	for h, w := range m.wakes {
+		if w.attempts > 0 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.Intn(len(xs))] }
+
+func genLease(r *rand.Rand) time.Duration {
+	return pick(r, 500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second)
+}
+
+func genLimit(r *rand.Rand) int { return pick(r, 1, 2, 3, 100, 100, 100) }
+
+// sameClass returns a spelling of the same JSON value as i (maybe i itself).
+func sameClass(r *rand.Rand, i int) int {
+	var c []int
+	for j := range jsonPool {
+		if sameJSONClass(i, j) {
+			c = append(c, j)
+		}
+	}
+	return pick(r, c...)
+}
+
+// otherClass returns a spelling of a different JSON value.
+func otherClass(r *rand.Rand, i int) int {
+	var c []int
+	for j := range jsonPool {
+		if !sameJSONClass(i, j) {
+			c = append(c, j)
+		}
+	}
+	return pick(r, c...)
+}
+
+// genJSON favours the non-null spellings.
+func genJSON(r *rand.Rand) int {
+	if r.Intn(6) == 0 {
+		return pick(r, 4, 5)
+	}
+	return r.Intn(4)
+}
+
+func genRunAt(r *rand.Rand, m *model) (bool, int64) {
+	if r.Intn(5) < 3 {
+		return false, 0
+	}
+	d := pick(r, -time.Second, 0, time.Nanosecond, 500*time.Millisecond, time.Second, 2*time.Second, 4*time.Second)
+	return true, m.now + int64(d)
+}
+
+func genSubmit(r *rand.Rand, m *model) op {
+	var keyed []int
+	for h, t := range m.tasks {
+		if t.key >= 0 {
+			keyed = append(keyed, h)
+		}
+	}
+	if len(keyed) > 0 && r.Intn(5) < 2 {
+		t := m.tasks[pick(r, keyed...)]
+		o := SubmitOp{S: t.sess, Kind: t.kind, Input: sameClass(r, t.input), Key: t.key,
+			HasRunAt: t.hasRunAt, RunAt: t.runAt, Wake: t.wake}
+		if r.Intn(2) == 0 {
+			return o // the same intent, maybe spelled differently
+		}
+		switch r.Intn(6) {
+		case 0:
+			o.Kind = 1 - o.Kind
+		case 1:
+			o.Input = otherClass(r, o.Input)
+		case 2:
+			if o.HasRunAt {
+				o.HasRunAt, o.RunAt = r.Intn(2) == 0, o.RunAt+int64(time.Nanosecond)
+			} else {
+				o.HasRunAt, o.RunAt = true, t.created // explicit time equal to the immediate one
+			}
+		case 3:
+			o.Wake = !o.Wake
+		default:
+			o.S = (o.S + 1 + r.Intn(m.nSess-1)) % m.nSess // the same key in another session
+		}
+		return o
+	}
+	o := SubmitOp{S: r.Intn(m.nSess), Kind: r.Intn(len(kindNames)), Input: genJSON(r), Key: -1, Wake: r.Intn(2) == 0}
+	if r.Intn(10) < 7 {
+		o.Key = r.Intn(len(keyNames))
+	}
+	o.HasRunAt, o.RunAt = genRunAt(r, m)
+	return o
+}
+
+// genTarget picks a task handle, or -1 (an unknown id) now and then.
+func genTarget(r *rand.Rand, m *model) int {
+	if len(m.tasks) == 0 || r.Intn(12) == 0 {
+		return -1
+	}
+	return r.Intn(len(m.tasks))
+}
+
+func genRead(r *rand.Rand, m *model) op {
+	h := genTarget(r, m)
+	s := r.Intn(m.nSess)
+	if h >= 0 && r.Intn(10) < 6 {
+		s = m.tasks[h].sess
+	}
+	return ReadOp{S: s, T: h}
+}
+
+func genCancel(r *rand.Rand, m *model) op {
+	h := genTarget(r, m)
+	s := r.Intn(m.nSess)
+	if h >= 0 && r.Intn(10) < 7 {
+		s = m.tasks[h].sess
+	}
+	return CancelOp{S: s, T: h}
+}
+
+func genFinish(r *rand.Rand, m *model, claimed []int) op {
+	if r.Intn(30) == 0 {
+		return FinishOp{T: -1, Outcome: r.Intn(len(outcomePool))}
+	}
+	var running []int
+	for _, h := range claimed {
+		if m.tasks[h].state == mRunning {
+			running = append(running, h)
+		}
+	}
+	var redelivered []int
+	for _, h := range claimed {
+		if m.tasks[h].attempts > 1 {
+			redelivered = append(redelivered, h)
+		}
+	}
+	h := pick(r, claimed...)
+	if len(running) > 0 && r.Intn(10) < 7 {
+		h = pick(r, running...)
+	}
+	t := m.tasks[h]
+	a := t.attempts
+	switch {
+	case len(redelivered) > 0 && r.Intn(10) < 3: // an older, superseded delivery
+		h = pick(r, redelivered...)
+		t = m.tasks[h]
+		a = uint32(1 + r.Intn(int(t.attempts)-1))
+	case r.Intn(6) == 0:
+		a = uint32(1 + r.Intn(int(t.attempts)))
+	}
+	o := FinishOp{T: h, Attempt: a, Outcome: r.Intn(len(outcomePool)), Forged: r.Intn(14) == 0}
+	switch {
+	case t.settledBy == a && r.Intn(2) == 0:
+		var same []int
+		for i := range outcomePool {
+			if sameOutcome(i, t.outcome) {
+				same = append(same, i)
+			}
+		}
+		o.Outcome = pick(r, same...)
+	case t.cancelReq && r.Intn(2) == 0:
+		o.Outcome = cancelOutcome
+	}
+	return o
+}
+
+func genWake(r *rand.Rand, m *model) op {
+	var keyed []int
+	for h, w := range m.wakes {
+		if w.direct && w.key >= 0 {
+			keyed = append(keyed, h)
+		}
+	}
+	if len(keyed) > 0 && r.Intn(5) < 2 {
+		w := m.wakes[pick(r, keyed...)]
+		o := WakeOp{S: w.sess, Key: w.key, Payload: sameClass(r, w.payload)}
+		switch r.Intn(4) {
+		case 0:
+			o.Payload = otherClass(r, w.payload)
+		case 1:
+			o.S = (o.S + 1 + r.Intn(m.nSess-1)) % m.nSess
+		}
+		return o
+	}
+	o := WakeOp{S: r.Intn(m.nSess), Key: -1, Payload: genJSON(r)}
+	if r.Intn(10) < 6 {
+		o.Key = r.Intn(len(keyNames))
+	}
+	return o
+}
+
+func genAck(r *rand.Rand, m *model, claimed []int) op {
+	if r.Intn(30) == 0 {
+		return AckOp{W: -1}
+	}
+	var open []int
+	for _, h := range claimed {
+		if !m.wakes[h].acked {
+			open = append(open, h)
+		}
+	}
+	var redelivered []int
+	for _, h := range claimed {
+		if m.wakes[h].attempts > 1 {
+			redelivered = append(redelivered, h)
+		}
+	}
+	h := pick(r, claimed...)
+	if len(open) > 0 && r.Intn(10) < 7 {
+		h = pick(r, open...)
+	}
+	w := m.wakes[h]
+	a := w.attempts
+	switch {
+	case len(redelivered) > 0 && r.Intn(10) < 3: // an older, superseded delivery
+		h = pick(r, redelivered...)
+		w = m.wakes[h]
+		a = uint32(1 + r.Intn(int(w.attempts)-1))
+	case r.Intn(6) == 0:
+		a = uint32(1 + r.Intn(int(w.attempts)))
+	}
+	return AckOp{W: h, Attempt: a, Forged: r.Intn(14) == 0}
+}
+
+// genAdvance moves the clock a little, or to exactly (or one nanosecond around) the next
+// lease expiry or schedule.
+func genAdvance(r *rand.Rand, m *model) op {
+	var marks []int64
+	for _, t := range m.tasks {
+		switch {
+		case t.state == mRunning && t.leaseExp > m.now:
+			marks = append(marks, t.leaseExp)
+		case t.state == mPending && t.scheduled > m.now:
+			marks = append(marks, t.scheduled)
+		}
+	}
+	for _, w := range m.wakes {
+		if w.claimed && !w.acked && w.leaseExp > m.now {
+			marks = append(marks, w.leaseExp)
+		}
+	}
+	if len(marks) > 0 && r.Intn(10) < 6 {
+		d := pick(r, marks...) - m.now + pick(r, int64(-1), 0, 0, 1)
+		if d <= 0 {
+			d = 1
+		}
+		return AdvanceOp{D: time.Duration(d)}
+	}
+	return AdvanceOp{D: pick(r, time.Nanosecond, time.Millisecond, 250*time.Millisecond, 500*time.Millisecond, time.Second, 2*time.Second)}
+}

@@ -1,0 +1,485 @@
+package proptest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// This file is the reference model: a deliberately small, independent re-statement of the
+// rules of ../../shared/spec/work-api.md and the seed, in terms of pool indexes and integer
+// times. It does not import package work and shares no code with it: JSON equality is a
+// lookup in a hand-written class table, claim order is a sort of the model's own records.
+
+// --- pools -------------------------------------------------------------------------------
+
+// Small pools make collisions (same key, same session, same payload) frequent.
+var (
+	sessionNames = []string{"s1", "s2", "s3"}
+	kindNames    = []string{"thumb", "index"}
+	keyNames     = []string{"k1", "k2", "k3"}
+)
+
+// jsonSpelling is one way to write a JSON value. Spellings with the same class are the same
+// JSON value (object key order and whitespace do not matter); different classes differ (1 and
+// 1.0 differ by the spec: numbers compare by their literal text).
+type jsonSpelling struct {
+	text  string // "" with isNil: a nil json.RawMessage, stored and returned as null
+	isNil bool
+	class int
+}
+
+var jsonPool = []jsonSpelling{
+	{text: `{"a":1,"b":2}`, class: 0},
+	{text: `{ "b": 2, "a": 1 }`, class: 0},
+	{text: `1`, class: 1},
+	{text: `1.0`, class: 2},
+	{isNil: true, class: 3},
+	{text: `null`, class: 3},
+}
+
+// raw is what the test passes to the API.
+func raw(i int) json.RawMessage {
+	if jsonPool[i].isNil {
+		return nil
+	}
+	return json.RawMessage(jsonPool[i].text)
+}
+
+// stored is what the API must return for a value first given as spelling i: the bytes as
+// given, null for nil.
+func stored(i int) string {
+	if jsonPool[i].isNil {
+		return "null"
+	}
+	return jsonPool[i].text
+}
+
+func sameJSONClass(a, b int) bool { return jsonPool[a].class == jsonPool[b].class }
+
+func showJSON(i int) string {
+	if jsonPool[i].isNil {
+		return "nil"
+	}
+	return jsonPool[i].text
+}
+
+// mState is the model's task state.
+type mState uint8
+
+const (
+	mPending mState = iota
+	mRunning
+	mSucceeded
+	mFailed
+	mCanceled
+)
+
+func (s mState) terminal() bool { return s >= mSucceeded }
+
+func (s mState) String() string {
+	return [...]string{"pending", "running", "succeeded", "failed", "canceled"}[s]
+}
+
+// outcomeSpec is one outcome a worker can report.
+type outcomeSpec struct {
+	state   mState
+	summary string
+	output  int // jsonPool index for a success, -1 otherwise
+	errMsg  string
+}
+
+var outcomePool = []outcomeSpec{
+	{state: mSucceeded, output: 0},
+	{state: mSucceeded, output: 1}, // same value as 0, other spelling
+	{state: mSucceeded, output: 2},
+	{state: mSucceeded, output: 3},
+	{state: mSucceeded, output: 4},
+	{state: mSucceeded, summary: "done", output: 2},
+	{state: mFailed, output: -1, errMsg: "boom"},
+	{state: mFailed, output: -1, errMsg: "oops"},
+	{state: mCanceled, output: -1},
+}
+
+// cancelOutcome is the outcome of a task canceled while pending.
+const cancelOutcome = 8
+
+func sameOutcome(a, b int) bool {
+	x, y := outcomePool[a], outcomePool[b]
+	return x.state == y.state && x.summary == y.summary && x.errMsg == y.errMsg &&
+		(x.state != mSucceeded || sameJSONClass(x.output, y.output))
+}
+
+func showOutcome(i int) string {
+	o := outcomePool[i]
+	switch o.state {
+	case mSucceeded:
+		if o.summary != "" {
+			return fmt.Sprintf("success(summary=%q, %s)", o.summary, showJSON(o.output))
+		}
+		return fmt.Sprintf("success(%s)", showJSON(o.output))
+	case mFailed:
+		return fmt.Sprintf("failure(%q)", o.errMsg)
+	}
+	return "cancellation"
+}
+
+// --- time ----------------------------------------------------------------------------------
+
+// t0 is the model's time origin; model times are nanoseconds after it.
+var t0 = time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
+
+func at(off int64) time.Time { return t0.Add(time.Duration(off)) }
+
+func showTime(off int64) string {
+	if off < 0 {
+		return "-" + time.Duration(-off).String()
+	}
+	return "+" + time.Duration(off).String()
+}
+
+// --- records ---------------------------------------------------------------------------------
+
+type mTask struct {
+	sess, kind, input, key int // key -1: no idempotency key
+	hasRunAt               bool
+	runAt                  int64
+	wake                   bool // WakeOnCompletion
+	created, scheduled     int64
+
+	state     mState
+	cancelReq bool
+	cancelAt  int64
+	attempts  uint32 // claims so far; deliveries (handle, 1..attempts) exist
+	leaseExp  int64  // while running
+	finished  int64
+	outcome   int    // outcomePool index once terminal, else -1
+	settledBy uint32 // the attempt whose delivery settled it; 0: none (or canceled pending)
+	cwake     int    // completion wake handle, -1 if none
+}
+
+// eligible reports whether a claim at now may deliver the task, and since when it is eligible.
+func (t *mTask) eligible(now int64) (int64, bool) {
+	switch t.state {
+	case mPending:
+		return t.scheduled, t.scheduled <= now
+	case mRunning:
+		return t.leaseExp, t.leaseExp <= now
+	}
+	return 0, false
+}
+
+type mWake struct {
+	sess     int
+	direct   bool
+	key      int // direct only; -1 none
+	payload  int // direct only
+	task     int // completion only: task handle
+	outcome  int // completion only
+	created  int64
+	attempts uint32
+	claimed  bool // held by a claim (live or expired) that was not acknowledged
+	leaseExp int64
+	acked    bool
+	ackedBy  uint32
+}
+
+func (w *mWake) available(now int64) (int64, bool) {
+	switch {
+	case w.acked:
+		return 0, false
+	case w.claimed:
+		return w.leaseExp, w.leaseExp <= now
+	}
+	return w.created, w.created <= now
+}
+
+// --- expectations ------------------------------------------------------------------------------
+
+// errKind is the model's name for the error kinds of the API.
+type errKind uint8
+
+const (
+	errNone errKind = iota
+	errInvalid
+	errNotFound
+	errConflict
+	errStale
+	errTransition
+)
+
+func (k errKind) String() string {
+	return [...]string{"ok", "ErrInvalidRequest", "ErrTaskNotFound", "ErrIdempotencyConflict",
+		"ErrStaleDelivery", "ErrInvalidTransition"}[k]
+}
+
+type claimed struct {
+	h       int
+	attempt uint32
+	since   int64 // when it became eligible
+	expired bool  // redelivery after lease expiry
+}
+
+// expect is what the model predicts for the command it just applied; PostCondition reads it
+// from the next state.
+type expect struct {
+	err    errKind
+	field  string // errInvalid
+	key    string // errConflict
+	task   int    // handle the call returns or names; -1 unknown id
+	wake   int
+	newRec bool // submit/wake created a new record
+	found  bool // read
+	claims []claimed
+	// newCW lists completion wakes this command records, in order.
+	newCW []int
+	// events is the number of state-changing events the command appends to the log.
+	events int
+	// audit: a rejected stale settlement or acknowledgment, which may append one audit event.
+	audit bool
+	// why explains a rejection in property terms, for messages.
+	why string
+}
+
+// --- the model -----------------------------------------------------------------------------------
+
+type model struct {
+	nSess       int
+	restartable bool // the backend can Reopen and Crash
+	now         int64
+	tasks       []mTask
+	wakes       []mWake
+	exp         expect
+}
+
+func newModel(nSess int, restartable bool) *model {
+	return &model{nSess: nSess, restartable: restartable}
+}
+
+func (m *model) clone() *model {
+	c := *m
+	c.tasks = append([]mTask(nil), m.tasks...)
+	c.wakes = append([]mWake(nil), m.wakes...)
+	c.exp = expect{task: -1, wake: -1}
+	return &c
+}
+
+func (m *model) String() string {
+	return fmt.Sprintf("model{sessions=%d, restartable=%v}", m.nSess, m.restartable)
+}
+
+func (m *model) taskByKey(sess, key int) int {
+	for h, t := range m.tasks {
+		if t.sess == sess && t.key == key && key >= 0 {
+			return h
+		}
+	}
+	return -1
+}
+
+func (m *model) wakeByKey(sess, key int) int {
+	for h, w := range m.wakes {
+		if w.direct && w.sess == sess && w.key == key && key >= 0 {
+			return h
+		}
+	}
+	return -1
+}
+
+// complete records the single completion wake of a task that just became terminal.
+func (m *model) complete(h int) {
+	t := &m.tasks[h]
+	if !t.wake {
+		return
+	}
+	w := len(m.wakes)
+	m.wakes = append(m.wakes, mWake{sess: t.sess, key: -1, task: h, outcome: t.outcome, created: m.now})
+	t.cwake = w
+	m.exp.newCW = append(m.exp.newCW, w)
+	m.exp.events++
+}
+
+func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, wake bool) {
+	if h := m.taskByKey(sess, key); h >= 0 {
+		t := m.tasks[h]
+		if t.kind == kind && sameJSONClass(t.input, input) && t.hasRunAt == hasRunAt &&
+			(!hasRunAt || t.runAt == runAt) && t.wake == wake {
+			m.exp.task = h
+			return
+		}
+		m.exp.err, m.exp.key, m.exp.task = errConflict, keyNames[key], h
+		return
+	}
+	sched := m.now
+	if hasRunAt {
+		sched = runAt
+	}
+	m.exp.task, m.exp.newRec, m.exp.events = len(m.tasks), true, 1
+	m.tasks = append(m.tasks, mTask{
+		sess: sess, kind: kind, input: input, key: key, hasRunAt: hasRunAt, runAt: runAt,
+		wake: wake, created: m.now, scheduled: sched, outcome: -1, cwake: -1,
+	})
+}
+
+func (m *model) read(sess, h int) {
+	m.exp.task = h
+	m.exp.found = h >= 0 && m.tasks[h].sess == sess
+}
+
+func (m *model) cancel(sess, h int) {
+	m.exp.task = h
+	if h < 0 || m.tasks[h].sess != sess {
+		m.exp.err = errNotFound
+		return
+	}
+	t := &m.tasks[h]
+	switch t.state {
+	case mPending:
+		t.cancelReq, t.cancelAt = true, m.now
+		t.state, t.finished, t.outcome = mCanceled, m.now, cancelOutcome
+		m.exp.events = 1
+		m.complete(h)
+	case mRunning:
+		if !t.cancelReq {
+			t.cancelReq, t.cancelAt = true, m.now
+			m.exp.events = 1
+		}
+	}
+}
+
+// eligibleTasks lists the tasks a claim at now may deliver, in claim order: by the time they
+// became eligible, ties by submission order.
+func (m *model) eligibleTasks() []claimed {
+	var out []claimed
+	for h := range m.tasks {
+		if since, ok := m.tasks[h].eligible(m.now); ok {
+			out = append(out, claimed{h: h, since: since, expired: m.tasks[h].state == mRunning})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].since < out[j].since })
+	return out
+}
+
+func (m *model) claim(lease int64, limit int) {
+	el := m.eligibleTasks()
+	if len(el) > limit {
+		el = el[:limit]
+	}
+	for i := range el {
+		t := &m.tasks[el[i].h]
+		t.state = mRunning
+		t.attempts++
+		t.leaseExp = m.now + lease
+		el[i].attempt = t.attempts
+	}
+	m.exp.claims, m.exp.events = el, len(el)
+}
+
+func (m *model) finish(h int, attempt uint32, outcome int, forged bool) {
+	m.exp.task = h
+	if h < 0 {
+		m.exp.err = errNotFound
+		return
+	}
+	t := &m.tasks[h]
+	switch {
+	case !forged && t.settledBy == attempt:
+		if !sameOutcome(t.outcome, outcome) {
+			m.exp.err, m.exp.why = errTransition, "repeated with a different outcome"
+		}
+	case !forged && t.state == mRunning && t.attempts == attempt:
+		t.state, t.finished, t.outcome, t.settledBy = outcomePool[outcome].state, m.now, outcome, attempt
+		m.exp.events = 1
+		m.complete(h)
+	default:
+		m.exp.err, m.exp.audit = errStale, true
+		switch {
+		case forged:
+			m.exp.why = "forged token"
+		case t.state.terminal():
+			m.exp.why = "the task is already " + t.state.String()
+		default:
+			m.exp.why = fmt.Sprintf("superseded by attempt %d", t.attempts)
+		}
+	}
+}
+
+func (m *model) wake(sess, key, payload int) {
+	if w := m.wakeByKey(sess, key); w >= 0 {
+		m.exp.wake = w
+		if !sameJSONClass(m.wakes[w].payload, payload) {
+			m.exp.err, m.exp.key = errConflict, keyNames[key]
+		}
+		return
+	}
+	m.exp.wake, m.exp.newRec, m.exp.events = len(m.wakes), true, 1
+	m.wakes = append(m.wakes, mWake{sess: sess, direct: true, key: key, payload: payload, task: -1, outcome: -1, created: m.now})
+}
+
+func (m *model) availableWakes() []claimed {
+	var out []claimed
+	for h := range m.wakes {
+		if since, ok := m.wakes[h].available(m.now); ok {
+			out = append(out, claimed{h: h, since: since, expired: m.wakes[h].claimed})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].since < out[j].since })
+	return out
+}
+
+func (m *model) claimWakes(lease int64, limit int) {
+	el := m.availableWakes()
+	if len(el) > limit {
+		el = el[:limit]
+	}
+	for i := range el {
+		w := &m.wakes[el[i].h]
+		w.attempts++
+		w.claimed, w.leaseExp = true, m.now+lease
+		el[i].attempt = w.attempts
+	}
+	m.exp.claims, m.exp.events = el, len(el)
+}
+
+func (m *model) ack(h int, attempt uint32, forged bool) {
+	m.exp.wake = h
+	if h < 0 {
+		m.exp.err, m.exp.why = errStale, "unknown wake"
+		return
+	}
+	w := &m.wakes[h]
+	switch {
+	case !forged && w.acked && w.ackedBy == attempt:
+		// a repeated acknowledgment is fine and changes nothing
+	case !forged && !w.acked && w.attempts == attempt:
+		w.acked, w.ackedBy, w.claimed = true, attempt, false
+		m.exp.events = 1
+	default:
+		m.exp.err, m.exp.audit = errStale, true
+		switch {
+		case forged:
+			m.exp.why = "forged token"
+		case w.acked:
+			m.exp.why = fmt.Sprintf("already acknowledged by attempt %d", w.ackedBy)
+		default:
+			m.exp.why = fmt.Sprintf("superseded by attempt %d", w.attempts)
+		}
+	}
+}
+
+// describe renders the model's view of a task for messages.
+func (m *model) describeTask(h int) string {
+	t := m.tasks[h]
+	var b strings.Builder
+	fmt.Fprintf(&b, "T%d(%s %s", h, sessionNames[t.sess], t.state)
+	switch t.state {
+	case mPending:
+		fmt.Fprintf(&b, ", due %s", showTime(t.scheduled))
+	case mRunning:
+		fmt.Fprintf(&b, ", attempt %d leased until %s", t.attempts, showTime(t.leaseExp))
+	}
+	b.WriteString(")")
+	return b.String()
+}
