@@ -56,8 +56,8 @@ type Options struct {
 	// NoSync commits batches without an fsync: see work.SyncNever for what a crash loses.
 	// Default false: every acknowledged batch is synced.
 	NoSync bool
-	// ReadOnly opens an existing store without writing anything to it; Update fails.
-	// Default false.
+	// ReadOnly opens an existing store without changing its contents; Update fails. The
+	// lock files (WORKLOG.lock, Pebble's LOCK) are still created if missing. Default false.
 	ReadOnly bool
 	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
 	CacheSize int64
@@ -522,6 +522,8 @@ func (s *Store) Event(seq uint64) (events.Event, error) {
 
 // Checkpoint writes a consistent copy of the store into dir, which must not exist, while the
 // store keeps running. Files are hard-linked where possible. The copy opens like any store.
+// The marker is written last: a crash in between leaves a directory Open refuses as not a
+// store; delete it and take the checkpoint again.
 func (s *Store) Checkpoint(dir string) error {
 	if err := s.enter(); err != nil {
 		return err

@@ -37,7 +37,11 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) ([]string, error) 
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 
-	scratchFS, scratchDir, cleanup, err := s.scratch()
+	lastForScratch, err := reader{snap}.LastSeq()
+	if err != nil {
+		lastForScratch = 0
+	}
+	scratchFS, scratchDir, cleanup, err := s.scratch(lastForScratch)
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +79,15 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) ([]string, error) 
 	return problems, nil
 }
 
-// scratch returns where Verify rebuilds: a temporary directory on the OS, or an in-memory
-// filesystem when the store itself is not on the OS filesystem (tests, crash tests).
-func (s *Store) scratch() (vfs.FS, string, func(), error) {
-	if s.fs != vfs.Default {
+// inMemoryVerifyEvents is the log length up to which Verify rebuilds in memory: small
+// rebuilds then cost no fsyncs, and a rebuild of this many events needs some tens of MiB.
+const inMemoryVerifyEvents = 100_000
+
+// scratch returns where Verify rebuilds: in memory for small logs or when the store itself
+// is not on the OS filesystem (tests, crash tests); else a temporary directory, so memory
+// stays bounded on any log size.
+func (s *Store) scratch(last uint64) (vfs.FS, string, func(), error) {
+	if s.fs != vfs.Default || last <= inMemoryVerifyEvents {
 		return vfs.NewMem(), "verify", func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", "worklog-verify-")

@@ -174,9 +174,11 @@ func (s *Store) runAlone(group []*request) {
 	}
 }
 
-// commit writes the batch with the configured durability. A failed commit (a failed fsync
-// above all) leaves the store's state on disk unknown to us: the store stops taking writes
-// until it is reopened and recovered from what Pebble made durable.
+// commit writes the batch with the configured durability. Pebble treats a failed WAL write
+// or fsync as fatal: it calls Logger.Fatalf, which panics, and the process ends without
+// answering anyone (fail-stop); a restart recovers what Pebble made durable, which may
+// include the unanswered batch. After any other commit error the store stops taking writes
+// until it is reopened (ErrStoreFailed).
 func (s *Store) commit(b *pebble.Batch) error {
 	defer b.Close()
 	if b.Empty() {

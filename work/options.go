@@ -17,9 +17,10 @@ const (
 	// every waiting command into one synced batch.
 	SyncAlways SyncMode = iota
 	// SyncNever returns once the batch is in Pebble's write-ahead log buffer, without an
-	// fsync. A crash of the process or the machine can lose every call acknowledged since the
-	// last fsync (up to a WAL block of 32 KiB, or a memtable's worth at rotation): such calls
-	// vanish whole, never half-applied, and the store stays consistent. Close syncs.
+	// fsync. A crash of the process loses at most the calls in the unwritten WAL buffer (up
+	// to 32 KiB of events); a crash of the machine loses every call acknowledged since the
+	// last fsync, up to a memtable's worth (MemTableSize). Lost calls vanish whole, never
+	// half-applied, and the store stays consistent. Close syncs.
 	SyncNever
 )
 
