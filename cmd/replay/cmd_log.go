@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/projection"
+)
+
+// errStop ends a walk early; it is not an error.
+var errStop = errors.New("stop")
+
+type logOptions struct {
+	session   string
+	task      string
+	wake      string
+	types     []string
+	taskKinds []string
+	from, to  uint64
+	since     string
+	until     string
+	json      bool
+	limit     int
+}
+
+const logLong = `Print the events of a store in log order, one line each: sequence, time (UTC), session,
+event type, then what the event says: task or wake id, attempt, lease expiry, outcome, reason.
+
+Filters combine (all must hold):
+  --session S        events of session S (read through the per-session index: no full scan)
+  --task ID          events of task ID, including the completion wake recorded for it
+  --wake ID          events of wake ID
+  --kind TYPE        event type by its stable name, e.g. task_claimed; repeat or comma-separate
+  --task-kind KIND   events of tasks of kind KIND (and of their completion wakes)
+  --from N, --to N   sequence range, both INCLUSIVE
+  --since T, --until T  event time range (RFC 3339), both INCLUSIVE
+
+Event types: ` + "task_submitted, task_claimed, task_settled, task_cancel_requested, wake_recorded, wake_claimed, wake_acked, task_settle_rejected, wake_ack_rejected" + `
+
+--json prints one JSON object per line instead, the schema of docs/replay-json.md (the same as
+export). Lease tokens are [redacted] unless --show-tokens.`
+
+func (a *app) logCommand() *cobra.Command {
+	o := &logOptions{}
+	c := &cobra.Command{
+		Use:   "log DIR",
+		Short: "Print the events in order, one line each, with filters",
+		Long:  logLong,
+		Example: `  replay log ./store
+  replay log ./store --session checkout-4821 --kind task_claimed,task_settled
+  replay log ./store --from 100 --to 200 --json
+  replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z`,
+		Args: storeArgs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.runLog(c, args[0], o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.session, "session", "", "only events of this session")
+	f.StringVar(&o.task, "task", "", "only events of this task (and the completion wake recorded for it)")
+	f.StringVar(&o.wake, "wake", "", "only events of this wake")
+	f.StringSliceVar(&o.types, "kind", nil, "only these event types, e.g. task_claimed (repeat or comma-separate)")
+	f.StringSliceVar(&o.taskKinds, "task-kind", nil, "only events of tasks of these kinds (repeat or comma-separate)")
+	f.Uint64Var(&o.from, "from", 0, "first sequence to print (inclusive)")
+	f.Uint64Var(&o.to, "to", 0, "last sequence to print (inclusive; default the end of the log)")
+	f.StringVar(&o.since, "since", "", "only events at or after this RFC 3339 time (inclusive)")
+	f.StringVar(&o.until, "until", "", "only events at or before this RFC 3339 time (inclusive)")
+	f.BoolVar(&o.json, "json", false, "print JSON lines (docs/replay-json.md)")
+	f.IntVar(&o.limit, "limit", 0, "stop after this many events (0: no limit)")
+	return c
+}
+
+// eventFilter is the parsed form of the filter flags.
+type eventFilter struct {
+	types      [256]bool
+	anyType    bool
+	task, wake string
+	since      int64
+	until      int64
+	hasSince   bool
+	hasUntil   bool
+	taskKinds  map[string]bool
+	kindOf     func(ev events.Event) (string, error)
+}
+
+func parseTypes(c *cobra.Command, names []string, f *eventFilter) error {
+	f.anyType = len(names) == 0
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		t, ok := events.TypeByName(n)
+		if !ok {
+			var all []string
+			for _, t := range events.AllTypes() {
+				all = append(all, t.String())
+			}
+			return usagef(c, "--kind %q is not an event type; the types are %s (for a task's kind use --task-kind)",
+				n, strings.Join(all, ", "))
+		}
+		f.types[t] = true
+	}
+	return nil
+}
+
+func (f *eventFilter) match(ev events.Event) (bool, error) {
+	if !f.anyType && !f.types[ev.Type()] {
+		return false, nil
+	}
+	h := ev.Head()
+	if f.hasSince && h.At < f.since || f.hasUntil && h.At > f.until {
+		return false, nil
+	}
+	taskID, wakeID := ev.Subject()
+	if f.task != "" && taskID != f.task {
+		if wr, ok := ev.(*events.WakeRecorded); !ok || wr.TaskID != f.task {
+			return false, nil
+		}
+	}
+	if f.wake != "" && wakeID != f.wake {
+		return false, nil
+	}
+	if f.taskKinds != nil {
+		k, err := f.kindOf(ev)
+		if err != nil || !f.taskKinds[k] {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// kindLookup finds the kind of the task an event is about, from the stored projection (a
+// task's kind never changes), remembering a bounded number of answers.
+func kindLookup(st *pebblelog.Store) func(ev events.Event) (string, error) {
+	kinds := map[string]string{}    // task id -> kind
+	wakeTask := map[string]string{} // wake id -> task id ("" for a direct wake)
+	taskKind := func(id string) (string, error) {
+		if k, ok := kinds[id]; ok {
+			return k, nil
+		}
+		var kind string
+		err := st.View(func(r projection.Reader) error {
+			t, err := r.Task(id)
+			if t != nil {
+				kind = t.Kind
+			}
+			return err
+		})
+		if len(kinds) > 100_000 {
+			clear(kinds)
+		}
+		kinds[id] = kind
+		return kind, err
+	}
+	return func(ev events.Event) (string, error) {
+		switch e := ev.(type) {
+		case *events.TaskSubmitted:
+			return e.Kind, nil
+		case *events.WakeRecorded:
+			if e.Reason != events.WakeTaskFinished {
+				return "", nil
+			}
+			return taskKind(e.TaskID)
+		}
+		taskID, wakeID := ev.Subject()
+		if taskID != "" {
+			return taskKind(taskID)
+		}
+		tid, ok := wakeTask[wakeID]
+		if !ok {
+			err := st.View(func(r projection.Reader) error {
+				w, err := r.Wake(wakeID)
+				if w != nil {
+					tid = w.TaskID
+				}
+				return err
+			})
+			if err != nil {
+				return "", err
+			}
+			if len(wakeTask) > 100_000 {
+				clear(wakeTask)
+			}
+			wakeTask[wakeID] = tid
+		}
+		if tid == "" {
+			return "", nil
+		}
+		return taskKind(tid)
+	}
+}
+
+func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
+	f := &eventFilter{task: o.task, wake: o.wake}
+	if err := parseTypes(c, o.types, f); err != nil {
+		return err
+	}
+	var err error
+	if o.since != "" {
+		if f.since, err = parseTime("since", o.since); err != nil {
+			return usagef(c, "%v", err)
+		}
+		f.hasSince = true
+	}
+	if o.until != "" {
+		if f.until, err = parseTime("until", o.until); err != nil {
+			return usagef(c, "%v", err)
+		}
+		f.hasUntil = true
+	}
+	hasTo := c.Flags().Changed("to")
+	if hasTo && o.to < o.from {
+		return usagef(c, "--to %d is before --from %d", o.to, o.from)
+	}
+	if o.limit < 0 {
+		return usagef(c, "--limit must not be negative")
+	}
+	if len(o.taskKinds) > 0 {
+		f.taskKinds = map[string]bool{}
+		for _, k := range o.taskKinds {
+			f.taskKinds[strings.TrimSpace(k)] = true
+		}
+	}
+
+	st, err := openStore(dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	f.kindOf = kindLookup(st)
+	last, err := st.LastSeq()
+	if err != nil {
+		return readError(dir, err)
+	}
+	to := last
+	if hasTo && o.to < last {
+		to = o.to
+	}
+	w := &eventWriter{a: a, json: o.json, seqWidth: digits(last), sessionWidth: sessionWidth(c.Context(), st, o.session), limit: o.limit}
+	emit := func(ev events.Event) error {
+		ok, err := f.match(ev)
+		if err != nil || !ok {
+			return err
+		}
+		return w.write(ev)
+	}
+	err = a.walkEvents(c.Context(), st, walkScope{session: o.session, task: o.task, wake: o.wake, from: o.from, to: to, last: last}, emit)
+	if err != nil {
+		return readError(dir, err)
+	}
+	return nil
+}
+
+// eventWriter prints events as text lines or JSON lines, up to a limit.
+type eventWriter struct {
+	a            *app
+	json         bool
+	seqWidth     int
+	sessionWidth int
+	limit        int
+	n            int
+}
+
+// sessionWidth is the width of the session column: the longest of the first thousand
+// session ids (one seek each), between 8 and 32.
+func sessionWidth(ctx context.Context, st *pebblelog.Store, session string) int {
+	w := len(session)
+	if session == "" {
+		n := 0
+		_ = st.Sessions(ctx, func(s string) error {
+			w = max(w, len(s))
+			if n++; n == 1000 {
+				return errStop
+			}
+			return nil
+		})
+	}
+	return min(max(w, 8), 32)
+}
+
+func (w *eventWriter) write(ev events.Event) error {
+	if w.limit > 0 && w.n >= w.limit {
+		return errStop
+	}
+	w.n++
+	if w.json {
+		return writeJSONLine(w.a.out, w.a.eventJSON(ev))
+	}
+	_, err := fmt.Fprintln(w.a.out, w.a.eventLine(ev, w.seqWidth, w.sessionWidth))
+	return err
+}
+
+// walkScope says which events a walk visits: a session's (through its index), a task's or a
+// wake's (through the index of the session that owns it), or the whole log; from and to are
+// inclusive sequence bounds.
+type walkScope struct {
+	session, task, wake string
+	from, to, last      uint64
+}
+
+// walkEvents calls fn for the events in scope, in log order, until fn returns an error;
+// errStop ends the walk without one. It reads the per-session index whenever the scope
+// allows, so a session's events cost one point read each however long the log is; otherwise
+// it streams the log range.
+func (a *app) walkEvents(ctx context.Context, st *pebblelog.Store, s walkScope, fn func(events.Event) error) error {
+	err := a.walk(ctx, st, s, fn)
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+func (a *app) walk(ctx context.Context, st *pebblelog.Store, s walkScope, fn func(events.Event) error) error {
+	if s.to < s.from {
+		return nil
+	}
+	session, from := s.session, s.from
+	if session == "" && (s.task != "" || s.wake != "") {
+		// Find the owning session and the first event in the stored projection; without a
+		// record (an unknown id, or a damaged projection), fall back to the full log.
+		err := st.View(func(r projection.Reader) error {
+			if s.task != "" {
+				t, err := r.Task(s.task)
+				if t != nil {
+					session, from = t.SessionID, max(from, t.SubmitSeq)
+				}
+				return err
+			}
+			w, err := r.Wake(s.wake)
+			if w != nil {
+				session, from = w.SessionID, max(from, w.RecordSeq)
+			}
+			return err
+		})
+		if err != nil {
+			session = ""
+		}
+	}
+	if session != "" {
+		return st.SessionSeqs(ctx, session, from, func(seq uint64) error {
+			if seq > s.to {
+				return errStop
+			}
+			ev, err := st.Event(seq)
+			if err != nil {
+				return err
+			}
+			return fn(ev)
+		})
+	}
+	p := a.newProgress("reading the log", true)
+	defer p.finish()
+	return st.ReadRange(ctx, from, s.to, func(ev events.Event) error {
+		p.update(ev.Head().Seq, s.last)
+		return fn(ev)
+	})
+}
+
+const exportLong = `Print the whole log as JSON lines, one event per line in sequence order, for other tools.
+The schema is the one of log --json, documented in docs/replay-json.md: fields are only ever
+added, so consumers should ignore fields they do not know. --from and --to (INCLUSIVE) export
+a part, e.g. the events since the last export. Lease tokens are [redacted] unless --show-tokens.
+Memory stays bounded on any log size: events are streamed.`
+
+func (a *app) exportCommand() *cobra.Command {
+	var from, to uint64
+	c := &cobra.Command{
+		Use:   "export DIR",
+		Short: "Print the whole log as JSON lines (the schema of log --json)",
+		Long:  exportLong,
+		Example: `  replay export ./store > events.jsonl
+  replay export ./store --from 1001      # only what came after seq 1000`,
+		Args: storeArgs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			dir := args[0]
+			if c.Flags().Changed("to") && to < from {
+				return usagef(c, "--to %d is before --from %d", to, from)
+			}
+			st, err := openStore(dir)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			last, err := st.LastSeq()
+			if err != nil {
+				return readError(dir, err)
+			}
+			end := last
+			if c.Flags().Changed("to") && to < last {
+				end = to
+			}
+			w := &eventWriter{a: a, json: true}
+			err = a.walkEvents(c.Context(), st, walkScope{from: from, to: end, last: last}, w.write)
+			if err != nil {
+				return readError(dir, err)
+			}
+			return nil
+		},
+	}
+	c.Flags().Uint64Var(&from, "from", 0, "first sequence to export (inclusive)")
+	c.Flags().Uint64Var(&to, "to", 0, "last sequence to export (inclusive; default the end)")
+	return c
+}

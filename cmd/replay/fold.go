@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/projection"
+)
+
+// A point in the log to travel to: the prefix up to and including seq, or (byTime) the
+// longest prefix whose events are all stamped at or before at, that is, everything before
+// the first event stamped after it.
+type cut struct {
+	seq    uint64
+	byTime bool
+	at     int64
+}
+
+func (c cut) stops(h *events.Header) bool {
+	if c.byTime {
+		return h.At > c.at
+	}
+	return h.Seq > c.seq
+}
+
+// foldResult is the state at a cut and how it was computed.
+type foldResult struct {
+	mem      *projection.Mem
+	seq      uint64 // the last event folded (0: none)
+	at       int64  // its time
+	next     *events.Header
+	lastSeq  uint64 // the store's last sequence
+	cost     foldCost
+	sessions bool
+}
+
+// foldCost is what --cost prints: where the time went.
+type foldCost struct {
+	snapshotSeq     uint64
+	segmentsLoaded  int
+	recordsLoaded   int
+	recordsCurrent  int
+	loadTime        time.Duration
+	eventsFolded    uint64
+	foldTime        time.Duration
+	segmentsWritten int
+	note            string
+}
+
+func (c foldCost) String() string {
+	s := ""
+	if c.segmentsLoaded > 0 {
+		s = fmt.Sprintf("loaded %d cached snapshot segment(s) up to seq %d (%d records, %d current) in %v; ",
+			c.segmentsLoaded, c.snapshotSeq, c.recordsLoaded, c.recordsCurrent, c.loadTime.Round(time.Millisecond))
+	}
+	s += fmt.Sprintf("folded %d event(s) in %v", c.eventsFolded, c.foldTime.Round(time.Millisecond))
+	if c.segmentsWritten > 0 {
+		s += fmt.Sprintf("; wrote %d snapshot segment(s)", c.segmentsWritten)
+	}
+	if c.note != "" {
+		s += "; " + c.note
+	}
+	return s
+}
+
+// seqFree lets Apply fold one session's events, which are not contiguous in the global
+// sequence: it tells Apply that the event about to be applied follows the last one. Every
+// rule of the fold reads only the records of the event's own session (a completion wake
+// must be in its task's session), so a session's events fold into exactly that session's
+// part of the full state.
+type seqFree struct {
+	*projection.Mem
+	next uint64
+}
+
+func (s *seqFree) LastSeq() (uint64, error) { return s.next - 1, nil }
+
+// sessionFold folds the events of one session up to the cut, through the per-session index:
+// one point read per event of the session, no scan of the rest of the log.
+func sessionFold(ctx context.Context, st *pebblelog.Store, session string, c cut) (*foldResult, error) {
+	start := time.Now()
+	res := &foldResult{mem: projection.NewMem(), sessions: true}
+	s := &seqFree{Mem: res.mem}
+	err := st.SessionSeqs(ctx, session, 0, func(seq uint64) error {
+		if !c.byTime && seq > c.seq {
+			return errStop
+		}
+		ev, err := st.Event(seq)
+		if err != nil {
+			return err
+		}
+		h := ev.Head()
+		if c.stops(h) {
+			hc := *h
+			res.next = &hc
+			return errStop
+		}
+		s.next = seq
+		if err := projection.Apply(s, ev); err != nil {
+			return err
+		}
+		res.seq, res.at = seq, h.At
+		res.cost.eventsFolded++
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	res.cost.foldTime = time.Since(start)
+	return res, nil
+}
+
+// recorder remembers which records the fold wrote since the last snapshot boundary.
+type recorder struct {
+	projection.State
+	tasks map[string]struct{}
+	wakes map[string]struct{}
+}
+
+func (r *recorder) PutTask(t *projection.Task) error {
+	r.tasks[t.ID] = struct{}{}
+	return r.State.PutTask(t)
+}
+
+func (r *recorder) PutWake(w *projection.Wake) error {
+	r.wakes[w.ID] = struct{}{}
+	return r.State.PutWake(w)
+}
+
+// fullFold computes the whole store's state at a cut: it starts from the newest usable
+// cached snapshot at or before the cut (if any), folds the log from there, and on the way
+// writes a snapshot segment at every boundary it passes that the cache lacks.
+func (a *app) fullFold(ctx context.Context, st *pebblelog.Store, c cut, cache *segCache) (*foldResult, error) {
+	last, err := st.LastSeq()
+	if err != nil {
+		return nil, err
+	}
+	target := last
+	if !c.byTime && c.seq < last {
+		target = c.seq
+	}
+	res := &foldResult{mem: projection.NewMem(), lastSeq: last}
+	var start uint64
+	if cache != nil {
+		t0 := time.Now()
+		mem, seq, n, records, err := cache.load(st, target, c)
+		if err != nil {
+			return nil, err
+		}
+		if seq > 0 {
+			res.mem, start = mem, seq
+			res.cost.snapshotSeq, res.cost.segmentsLoaded, res.cost.recordsLoaded = seq, n, records
+			nt, nw := mem.Len()
+			res.cost.recordsCurrent = nt + nw
+			res.cost.loadTime = time.Since(t0)
+			ev, err := st.Event(seq)
+			if err != nil {
+				return nil, err
+			}
+			res.seq, res.at = seq, ev.Head().At
+		}
+		res.cost.note = cache.note
+	}
+	if target == 0 || start >= target {
+		return res, nil
+	}
+
+	t0 := time.Now()
+	rec := &recorder{State: res.mem, tasks: map[string]struct{}{}, wakes: map[string]struct{}{}}
+	window := newWindow()
+	p := a.newProgress("folding the log", false)
+	defer p.finish()
+	err = st.ReadRange(ctx, start+1, target, func(ev events.Event) error {
+		h := ev.Head()
+		if c.stops(h) {
+			hc := *h
+			res.next = &hc
+			return errStop
+		}
+		if err := projection.Apply(rec, ev); err != nil {
+			return err
+		}
+		res.seq, res.at = h.Seq, h.At
+		res.cost.eventsFolded++
+		window.see(h.At)
+		if cache != nil && h.Seq%cache.k == 0 {
+			if cache.write(st, res.mem, rec, h.Seq, window.maxAt) {
+				res.cost.segmentsWritten++
+			}
+			clear(rec.tasks)
+			clear(rec.wakes)
+			window = newWindow()
+		}
+		p.update(h.Seq, target)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	res.cost.foldTime = time.Since(t0)
+	if cache != nil && cache.note != "" {
+		res.cost.note = cache.note
+	}
+	return res, nil
+}
+
+type window struct{ maxAt int64 }
+
+func newWindow() *window { return &window{maxAt: -1 << 63} }
+
+func (w *window) see(at int64) { w.maxAt = max(w.maxAt, at) }

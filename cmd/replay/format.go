@@ -1,0 +1,386 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
+)
+
+// Times are printed in UTC: text with millisecond precision, JSON as RFC 3339 with every
+// nanosecond that is not zero.
+const textTime = "2006-01-02T15:04:05.000Z"
+
+func fmtTime(ns int64) string  { return time.Unix(0, ns).UTC().Format(textTime) }
+func jsonTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+
+// clock is the short form used inside a story: the date is in the header.
+func clock(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000") }
+
+func fmtDuration(d time.Duration) string {
+	if d%time.Second == 0 {
+		return d.String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// token shows a lease token, or events.Redacted.
+func (a *app) token(t string) string {
+	if t == "" || a.showTokens {
+		return t
+	}
+	return events.Redacted
+}
+
+// word prints s bare when it is a plain word, quoted otherwise.
+func word(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || r == '"' || r == '=' || r == '\\' || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// shortJSON is a JSON value on one line, cut to max bytes for text output.
+func shortJSON(b []byte, max int) string {
+	s := string(compactJSON(b))
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8Start(s[cut]) {
+			cut--
+		}
+		return s[:cut] + "…"
+	}
+	return s
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// compactJSON is the caller's JSON on one line. Bytes that are not JSON (a store written by
+// hand) come back as a JSON string of them, so the output always parses.
+func compactJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		q, _ := json.Marshal(string(b))
+		return q
+	}
+	return buf.Bytes()
+}
+
+// eventLine is the one-line text form of an event: sequence, time, session, event type,
+// then what the event says (ids, attempt, lease, outcome) as key=value pairs.
+func (a *app) eventLine(ev events.Event, seqWidth, sessionWidth int) string {
+	h := ev.Head()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%*d  %s  %-*s  %-21s", seqWidth, h.Seq, fmtTime(h.At), sessionWidth, h.SessionID, ev.Type())
+	for _, kv := range a.eventDetails(ev) {
+		b.WriteString("  ")
+		b.WriteString(kv)
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
+func (a *app) eventDetails(ev events.Event) []string {
+	var d []string
+	add := func(format string, args ...any) { d = append(d, fmt.Sprintf(format, args...)) }
+	outcome := func(o events.Outcome) {
+		add("outcome=%s", o.State)
+		if o.Summary != "" {
+			add("summary=%s", word(o.Summary))
+		}
+		if o.State == events.StateSucceeded && len(o.Output) > 0 {
+			add("output=%s", shortJSON(o.Output, 80))
+		}
+		if o.Error != "" {
+			add("error=%s", word(o.Error))
+		}
+	}
+	switch e := ev.(type) {
+	case *events.TaskSubmitted:
+		add("task=%s", e.TaskID)
+		add("kind=%s", word(e.Kind))
+		if e.HasRunAt {
+			add("run_at=%s", fmtTime(e.RunAt))
+		}
+		if e.IdempotencyKey != "" {
+			add("key=%s", word(e.IdempotencyKey))
+		}
+		if e.WakeOnCompletion {
+			add("wake=on_completion")
+		}
+		add("input=%s", shortJSON(e.Input, 80))
+	case *events.TaskClaimed:
+		add("task=%s", e.TaskID)
+		add("attempt=%d", e.Attempt)
+		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		add("token=%s", a.token(e.LeaseToken))
+	case *events.TaskSettled:
+		add("task=%s", e.TaskID)
+		add("attempt=%d", e.Attempt)
+		outcome(e.Outcome)
+		add("token=%s", a.token(e.LeaseToken))
+	case *events.TaskCancelRequested:
+		add("task=%s", e.TaskID)
+	case *events.WakeRecorded:
+		add("wake=%s", e.WakeID)
+		add("reason=%s", e.Reason)
+		if e.Reason == events.WakeTaskFinished {
+			add("task=%s", e.TaskID)
+			add("outcome=%s", e.Outcome.State)
+		} else {
+			if e.IdempotencyKey != "" {
+				add("key=%s", word(e.IdempotencyKey))
+			}
+			add("payload=%s", shortJSON(e.Payload, 80))
+		}
+	case *events.WakeClaimed:
+		add("wake=%s", e.WakeID)
+		add("attempt=%d", e.Attempt)
+		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		add("token=%s", a.token(e.LeaseToken))
+	case *events.WakeAcked:
+		add("wake=%s", e.WakeID)
+		add("attempt=%d", e.Attempt)
+		add("token=%s", a.token(e.LeaseToken))
+	case *events.TaskSettleRejected:
+		add("task=%s", e.TaskID)
+		add("attempt=%d", e.Attempt)
+		add("reason=%s", e.Reason)
+	case *events.WakeAckRejected:
+		add("wake=%s", e.WakeID)
+		add("attempt=%d", e.Attempt)
+		add("reason=%s", e.Reason)
+	}
+	return d
+}
+
+// --- JSON: the contract in docs/replay-json.md. Fields are only ever added. ---
+
+type outcomeJSON struct {
+	State   string          `json:"state"`
+	Summary string          `json:"summary,omitempty"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+func outcomeOf(o events.Outcome) *outcomeJSON {
+	out := &outcomeJSON{State: o.State.String(), Summary: o.Summary, Error: o.Error}
+	if o.State == events.StateSucceeded {
+		out.Output = compactJSON(o.Output)
+	}
+	return out
+}
+
+// eventJSON is one event of `log --json` and `export`.
+type eventJSON struct {
+	Seq              uint64          `json:"seq"`
+	At               string          `json:"at"`
+	Session          string          `json:"session"`
+	Event            string          `json:"event"`
+	TaskID           string          `json:"task_id,omitempty"`
+	WakeID           string          `json:"wake_id,omitempty"`
+	Attempt          uint32          `json:"attempt,omitempty"`
+	Kind             string          `json:"kind,omitempty"`
+	Input            json.RawMessage `json:"input,omitempty"`
+	RunAt            string          `json:"run_at,omitempty"`
+	ScheduledAt      string          `json:"scheduled_at,omitempty"`
+	IdempotencyKey   string          `json:"idempotency_key,omitempty"`
+	WakeOnCompletion *bool           `json:"wake_on_completion,omitempty"`
+	LeaseToken       string          `json:"lease_token,omitempty"`
+	LeaseExpiresAt   string          `json:"lease_expires_at,omitempty"`
+	Outcome          *outcomeJSON    `json:"outcome,omitempty"`
+	Reason           string          `json:"reason,omitempty"`
+	Payload          json.RawMessage `json:"payload,omitempty"`
+}
+
+func (a *app) eventJSON(ev events.Event) *eventJSON {
+	h := ev.Head()
+	j := &eventJSON{Seq: h.Seq, At: jsonTime(h.At), Session: h.SessionID, Event: ev.Type().String()}
+	switch e := ev.(type) {
+	case *events.TaskSubmitted:
+		j.TaskID, j.Kind, j.Input = e.TaskID, e.Kind, compactJSON(e.Input)
+		if e.HasRunAt {
+			j.RunAt = jsonTime(e.RunAt)
+		}
+		j.ScheduledAt = jsonTime(e.ScheduledAt())
+		j.IdempotencyKey = e.IdempotencyKey
+		w := e.WakeOnCompletion
+		j.WakeOnCompletion = &w
+	case *events.TaskClaimed:
+		j.TaskID, j.Attempt = e.TaskID, e.Attempt
+		j.LeaseToken, j.LeaseExpiresAt = a.token(e.LeaseToken), jsonTime(e.LeaseExpiresAt)
+	case *events.TaskSettled:
+		j.TaskID, j.Attempt, j.LeaseToken = e.TaskID, e.Attempt, a.token(e.LeaseToken)
+		j.Outcome = outcomeOf(e.Outcome)
+	case *events.TaskCancelRequested:
+		j.TaskID = e.TaskID
+	case *events.WakeRecorded:
+		j.WakeID, j.Reason = e.WakeID, e.Reason.String()
+		if e.Reason == events.WakeTaskFinished {
+			j.TaskID, j.Outcome = e.TaskID, outcomeOf(e.Outcome)
+		} else {
+			j.Payload, j.IdempotencyKey = compactJSON(e.Payload), e.IdempotencyKey
+		}
+	case *events.WakeClaimed:
+		j.WakeID, j.Attempt = e.WakeID, e.Attempt
+		j.LeaseToken, j.LeaseExpiresAt = a.token(e.LeaseToken), jsonTime(e.LeaseExpiresAt)
+	case *events.WakeAcked:
+		j.WakeID, j.Attempt, j.LeaseToken = e.WakeID, e.Attempt, a.token(e.LeaseToken)
+	case *events.TaskSettleRejected:
+		j.TaskID, j.Attempt, j.Reason = e.TaskID, e.Attempt, e.Reason.String()
+	case *events.WakeAckRejected:
+		j.WakeID, j.Attempt, j.Reason = e.WakeID, e.Attempt, e.Reason.String()
+	}
+	return j
+}
+
+// taskJSON is one task of `state --json` and `task --json`.
+type taskJSON struct {
+	ID                string          `json:"id"`
+	Session           string          `json:"session"`
+	Kind              string          `json:"kind"`
+	State             string          `json:"state"`
+	Attempts          uint32          `json:"attempts"`
+	Input             json.RawMessage `json:"input"`
+	IdempotencyKey    string          `json:"idempotency_key,omitempty"`
+	WakeOnCompletion  bool            `json:"wake_on_completion"`
+	CreatedAt         string          `json:"created_at"`
+	ScheduledAt       string          `json:"scheduled_at"`
+	RunAt             string          `json:"run_at,omitempty"`
+	CancelRequestedAt string          `json:"cancel_requested_at,omitempty"`
+	LeaseToken        string          `json:"lease_token,omitempty"`
+	LeaseExpiresAt    string          `json:"lease_expires_at,omitempty"`
+	FinishedAt        string          `json:"finished_at,omitempty"`
+	Outcome           *outcomeJSON    `json:"outcome,omitempty"`
+	CompletionWakeID  string          `json:"completion_wake_id,omitempty"`
+	RejectedAttempt   uint32          `json:"rejected_attempt,omitempty"`
+	SubmitSeq         uint64          `json:"submit_seq"`
+	UpdatedSeq        uint64          `json:"updated_seq"`
+}
+
+func (a *app) taskJSON(t *projection.Task) *taskJSON {
+	j := &taskJSON{
+		ID: t.ID, Session: t.SessionID, Kind: t.Kind, State: t.State.String(), Attempts: t.Attempts,
+		Input: compactJSON(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
+		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
+		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt,
+		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq,
+	}
+	if t.HasRunAt {
+		j.RunAt = jsonTime(t.RunAt)
+	}
+	if t.CancelRequested {
+		j.CancelRequestedAt = jsonTime(t.CancelRequestedAt)
+	}
+	if t.State == events.StateRunning {
+		j.LeaseToken, j.LeaseExpiresAt = a.token(t.LeaseToken), jsonTime(t.LeaseExpiresAt)
+	}
+	if t.State.Terminal() {
+		j.FinishedAt, j.Outcome = jsonTime(t.FinishedAt), outcomeOf(t.Outcome)
+	}
+	return j
+}
+
+// wakeJSON is one wake of `state --json` and `task --json`.
+type wakeJSON struct {
+	ID              string          `json:"id"`
+	Session         string          `json:"session"`
+	Reason          string          `json:"reason"`
+	State           string          `json:"state"`
+	Attempts        uint32          `json:"attempts"`
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	IdempotencyKey  string          `json:"idempotency_key,omitempty"`
+	TaskID          string          `json:"task_id,omitempty"`
+	Outcome         *outcomeJSON    `json:"outcome,omitempty"`
+	CreatedAt       string          `json:"created_at"`
+	LeaseToken      string          `json:"lease_token,omitempty"`
+	LeaseExpiresAt  string          `json:"lease_expires_at,omitempty"`
+	Acked           bool            `json:"acked"`
+	RejectedAttempt uint32          `json:"rejected_attempt,omitempty"`
+	RecordSeq       uint64          `json:"record_seq"`
+	UpdatedSeq      uint64          `json:"updated_seq"`
+}
+
+// wakeState names a wake's state: available (never claimed, or its lease expired and it
+// waits for a new claim), claimed (held by a lease) or acked.
+func wakeState(w *projection.Wake) string {
+	switch {
+	case w.Acked:
+		return "acked"
+	case w.Claimed():
+		return "claimed"
+	}
+	return "available"
+}
+
+func (a *app) wakeJSON(w *projection.Wake) *wakeJSON {
+	j := &wakeJSON{
+		ID: w.ID, Session: w.SessionID, Reason: w.Reason.String(), State: wakeState(w), Attempts: w.Attempts,
+		CreatedAt: jsonTime(w.CreatedAt), Acked: w.Acked, RejectedAttempt: w.RejectedAttempt,
+		RecordSeq: w.RecordSeq, UpdatedSeq: w.UpdatedSeq,
+	}
+	if w.Reason == events.WakeTaskFinished {
+		j.TaskID, j.Outcome = w.TaskID, outcomeOf(w.Outcome)
+	} else {
+		j.Payload, j.IdempotencyKey = compactJSON(w.Payload), w.IdempotencyKey
+	}
+	if w.Claimed() {
+		j.LeaseToken, j.LeaseExpiresAt = a.token(w.LeaseToken), jsonTime(w.LeaseExpiresAt)
+	}
+	return j
+}
+
+// writeJSONLine writes v as one line of JSON.
+func writeJSONLine(w interface{ Write([]byte) (int, error) }, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = w.Write(b)
+	return err
+}
+
+// parseTime reads an RFC 3339 time flag.
+func parseTime(flag, s string) (int64, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, fmt.Errorf("--%s %q is not an RFC 3339 time (for example 2026-03-02T09:00:00Z)", flag, s)
+	}
+	return t.UnixNano(), nil
+}
+
+func digits(n uint64) int { return len(strconv.FormatUint(n, 10)) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/projection"
+)
+
+// openStore opens dir read-only and turns every way that can fail into one clear sentence
+// that names the directory. Nothing is written into dir except the lock file WORKLOG.lock,
+// which the lock itself creates.
+func openStore(dir string) (*pebblelog.Store, error) {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: no such directory", dir)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %v", dir, unwrapPathError(err))
+	case !fi.IsDir():
+		return nil, fmt.Errorf("%s is a file, not a worklog store directory", dir)
+	}
+	st, err := pebblelog.Open(dir, pebblelog.Options{ReadOnly: true, CacheSize: 32 << 20})
+	switch {
+	case err == nil:
+		return st, nil
+	case errors.Is(err, pebblelog.ErrLocked) || isLockError(err):
+		return nil, lockedError(dir)
+	case errors.Is(err, pebblelog.ErrFormatTooNew):
+		return nil, fmt.Errorf("%s was written by a newer worklog: store %s: build replay from that worklog version or later",
+			dir, strings.TrimSuffix(detail(err, dir), "; use a newer worklog"))
+	case errors.Is(err, pebblelog.ErrNotAStore):
+		return nil, fmt.Errorf("%s is not a worklog store: %s", dir, detail(err, dir))
+	case errors.Is(err, fs.ErrPermission):
+		return nil, fmt.Errorf("%s: permission denied (replay needs to read the store and create its lock file %s)", dir, pebblelog.MarkerFile+".lock")
+	}
+	return nil, fmt.Errorf("cannot open the store in %s: %v", dir, err)
+}
+
+// detail is what pebblelog says after "<kind>: <dir>: ".
+func detail(err error, dir string) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, dir+": "); i >= 0 {
+		return msg[i+len(dir)+2:]
+	}
+	return msg
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// isLockError recognises Pebble's own lock failure, in case a process holds Pebble's LOCK
+// without worklog's lock file (an older build, or a raw Pebble open).
+func isLockError(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) ||
+		strings.Contains(err.Error(), "lock held by current process")
+}
+
+func lockedError(dir string) error {
+	return fmt.Errorf(`%s is open in a running process, and a worklog store cannot be opened twice: Pebble locks it, even for reading.
+To inspect a live store, take a checkpoint from inside that process and point replay at the copy:
+
+    // q is the process's *work.Queue; the destination must not exist yet.
+    if err := q.Checkpoint("/path/to/copy"); err != nil { ... }
+
+    replay verify /path/to/copy
+
+work.Queue.Checkpoint writes a consistent copy while the queue keeps running (files are hard-linked where possible).
+Or stop the process and run replay on %s itself`, dir, dir)
+}
+
+// readError explains a failure while reading the log: above all an event that does not
+// decode, named by its sequence.
+func readError(dir string, err error) error {
+	var de *events.DecodeError
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s: corrupt log: %v (replay verify %s lists every problem)", dir, de, dir)
+	}
+	if errors.Is(err, events.ErrCorrupt) || errors.Is(err, pebblelog.ErrCorruptRecord) {
+		return fmt.Errorf("%s: corrupt store: %v (replay verify %s lists every problem)", dir, err, dir)
+	}
+	var ae *projection.ApplyError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%s: the log is inconsistent at seq %d (%s %s): %s; replay verify %s lists every problem",
+			dir, ae.Seq, ae.Type, ae.ID, ae.Rule, dir)
+	}
+	return err
+}
+
+// progress writes a one-line, self-overwriting progress report to stderr, and only when
+// stderr is a terminal (or --progress always): pipes and files never see it.
+type progress struct {
+	w       *os.File
+	label   string
+	started time.Time
+	last    time.Time
+	shown   bool
+}
+
+// newProgress returns a progress reporter, or nil (which reports nothing) when progress is
+// not shown. A command that streams its output (log, export) shows no progress when that
+// output goes to the same terminal: the lines themselves show it, and a progress line would
+// garble them.
+func (a *app) newProgress(label string, streaming bool) *progress {
+	f, ok := a.stderr.(*os.File)
+	switch a.progress {
+	case "never":
+		return nil
+	case "auto":
+		if !ok || !term.IsTerminal(int(f.Fd())) {
+			return nil
+		}
+		if out, isFile := a.stdout.(*os.File); streaming && isFile && term.IsTerminal(int(out.Fd())) {
+			return nil
+		}
+	}
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	return &progress{w: f, label: label, started: now, last: now}
+}
+
+// update reports done of total (total 0: unknown), at most five times a second and never in
+// the first half second.
+func (p *progress) update(done, total uint64) {
+	if p == nil {
+		return
+	}
+	now := time.Now()
+	if now.Sub(p.last) < 200*time.Millisecond || now.Sub(p.started) < 500*time.Millisecond {
+		return
+	}
+	p.last = now
+	p.shown = true
+	if total > 0 {
+		fmt.Fprintf(p.w, "\r\033[Kreplay: %s: seq %d of %d (%d%%)", p.label, done, total, done*100/total)
+	} else {
+		fmt.Fprintf(p.w, "\r\033[Kreplay: %s: %d", p.label, done)
+	}
+}
+
+// finish clears the progress line.
+func (p *progress) finish() {
+	if p == nil || !p.shown {
+		return
+	}
+	fmt.Fprint(p.w, "\r\033[K")
+}

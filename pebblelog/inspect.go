@@ -1,0 +1,133 @@
+package pebblelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/worklog/worklog/projection"
+)
+
+// Read-only helpers for tools (cmd/replay): walks over the stored projection and the raw log
+// that the store's own API does not need. None of them writes.
+
+// ScanTasks calls fn with every stored task record, in id order, until fn returns an error.
+// A record that does not decode stops the walk with an ErrCorruptRecord error naming its key.
+func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) error {
+	return scanRecords(s, ctx, prefixTask, fn)
+}
+
+// ScanWakes is ScanTasks for wake records.
+func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error {
+	return scanRecords(s, ctx, prefixWake, fn)
+}
+
+func scanRecords[T any](s *Store, ctx context.Context, prefix byte, fn func(*T) error) (err error) {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.closeMu.RUnlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		rec := new(T)
+		if err := msgpack.Unmarshal(v, rec); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrCorruptRecord, describeKey(it.Key()), err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// RawLog calls fn with the stored bytes of every event with from <= seq <= to (to 0 means
+// the end of the log), in order, without decoding them. raw is only valid during the call.
+// A key of the wrong length stops the walk with an error.
+func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) (err error) {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.closeMu.RUnlock()
+	upper := []byte{prefixEvent + 1}
+	if to != 0 && to != 1<<64-1 {
+		upper = eventKey(to + 1)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := it.Key()
+		if len(k) != 9 {
+			return fmt.Errorf("pebblelog: event key %q has the wrong length", k)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if err := fn(beUint64(k[1:]), v); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// RawEvent returns a copy of the stored bytes of the event at seq, and whether there is one.
+func (s *Store) RawEvent(seq uint64) ([]byte, bool, error) {
+	if err := s.enter(); err != nil {
+		return nil, false, err
+	}
+	defer s.closeMu.RUnlock()
+	return reader{s.db}.get(eventKey(seq))
+}
+
+// Sessions calls fn with the id of every session that has events, in byte order of the
+// per-session index, until fn returns an error. It seeks past each session's entries, so it
+// costs one seek per session, not one step per event.
+func (s *Store) Sessions(ctx context.Context, fn func(session string) error) (err error) {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.closeMu.RUnlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixSession}, UpperBound: []byte{prefixSession + 1}})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	for ok := it.First(); ok; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		session, _, good := splitScoped(it.Key())
+		if !good {
+			return fmt.Errorf("%w: session index key %q", ErrCorruptRecord, it.Key())
+		}
+		if err := fn(session); err != nil {
+			return err
+		}
+		end := prefixEnd(sessionPrefix(session))
+		if end == nil {
+			break
+		}
+		ok = it.SeekGE(end)
+	}
+	return it.Error()
+}
