@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -14,6 +15,13 @@ import (
 func sameDecode(t testing.TB, b []byte, seq uint64) {
 	t.Helper()
 	got, gerr := Decode(b, seq)
+	var de *DecodeError
+	if errors.As(gerr, &de) && strings.Contains(de.Detail, "bytes left") {
+		// A length field claims more bytes than the input has. The reference (msgpack's
+		// Decoder) would first allocate that length (up to 4 GiB), which stalls the fuzzer;
+		// it then fails too, so there is nothing to compare.
+		return
+	}
 	want, werr := refDecode(b, seq)
 	if (gerr == nil) != (werr == nil) {
 		t.Fatalf("Decode(%x, %d) = %#v, %v; the reference gives %#v, %v", b, seq, got, gerr, want, werr)
