@@ -417,33 +417,14 @@ func (s *Store) ReadLog(ctx context.Context, from uint64, fn func(events.Event) 
 }
 
 // ReadRange is ReadLog bounded by to (inclusive; 0 means the end).
-func (s *Store) ReadRange(ctx context.Context, from, to uint64, fn func(events.Event) error) (err error) {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
-	upper := []byte{prefixEvent + 1}
-	if to != 0 {
-		upper = eventKey(to + 1)
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: upper})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, it.Close()) }()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		ev, err := decodeAt(it)
+func (s *Store) ReadRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error {
+	return s.RawLog(ctx, from, to, func(seq uint64, raw []byte) error {
+		ev, err := events.Decode(raw, seq) // copies what it keeps: raw is reused by the walk
 		if err != nil {
 			return err
 		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
-	return it.Error()
+		return fn(ev)
+	})
 }
 
 func decodeAt(it *pebble.Iterator) (events.Event, error) {
