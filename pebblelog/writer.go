@@ -89,6 +89,7 @@ func (s *Store) fail(err error) error {
 // commands run again one batch each.
 func (s *Store) writeLoop() {
 	defer close(s.done)
+	lows := &indexLows{} // the committed lows of the eligibility indexes (see indexLows)
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -104,11 +105,11 @@ func (s *Store) writeLoop() {
 				break drain
 			}
 		}
-		s.runGroup(group)
+		s.runGroup(lows, group)
 	}
 }
 
-func (s *Store) runGroup(group []*request) {
+func (s *Store) runGroup(lows *indexLows, group []*request) {
 	if err := s.failure(); err != nil {
 		for _, r := range group {
 			r.done <- err
@@ -116,7 +117,7 @@ func (s *Store) runGroup(group []*request) {
 		return
 	}
 	b := s.db.NewIndexedBatch()
-	w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq}
+	w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq, lows: new(*lows)}
 	txn := &Txn{w: w}
 	results := make([]error, len(group))
 	for i, r := range group {
@@ -132,7 +133,7 @@ func (s *Store) runGroup(group []*request) {
 			}
 			// Partial writes in the shared batch: start over, one command per batch.
 			b.Close()
-			s.runAlone(group)
+			s.runAlone(lows, group)
 			return
 		}
 	}
@@ -143,12 +144,13 @@ func (s *Store) runGroup(group []*request) {
 		return
 	}
 	s.lastSeq = w.lastSeq
+	*lows = *w.lows // only a committed batch's view may raise the committed lows
 	for i, r := range group {
 		r.done <- results[i]
 	}
 }
 
-func (s *Store) runAlone(group []*request) {
+func (s *Store) runAlone(lows *indexLows, group []*request) {
 	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
 			r.done <- err
@@ -159,7 +161,7 @@ func (s *Store) runAlone(group []*request) {
 			continue
 		}
 		b := s.db.NewIndexedBatch()
-		w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq}
+		w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq, lows: new(*lows)}
 		if err := r.fn(&Txn{w: w}); err != nil {
 			b.Close()
 			r.done <- err
@@ -170,6 +172,7 @@ func (s *Store) runAlone(group []*request) {
 			continue
 		}
 		s.lastSeq = w.lastSeq
+		*lows = *w.lows
 		r.done <- nil
 	}
 }
