@@ -226,9 +226,20 @@ func (w *writer) Wake(id string) (*projection.Wake, error) {
 
 func (w *writer) LastSeq() (uint64, error) { return w.lastSeq, nil }
 
+// SetLastSeq records the sequence in the writer; the key is written once per batch, by
+// finish, not once per event.
 func (w *writer) SetLastSeq(seq uint64) error {
 	w.lastSeq = seq
-	return w.b.Set(keyLastSeq, binary.BigEndian.AppendUint64(nil, seq), nil)
+	return nil
+}
+
+// finish writes the batch's last sequence, if it applied any event. Call it once, just
+// before the batch commits: the key then always moves with the events in the same batch.
+func (w *writer) finish(from uint64) error {
+	if w.lastSeq == from {
+		return nil
+	}
+	return w.b.Set(keyLastSeq, binary.BigEndian.AppendUint64(nil, w.lastSeq), nil)
 }
 
 func (w *writer) put(key []byte, rec any) error {

@@ -152,6 +152,9 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 			continue
 		}
 		if b.Count() >= chunk {
+			if err := w.finish(0); err != nil {
+				return err
+			}
 			if err := b.Commit(pebble.NoSync); err != nil {
 				return err
 			}
@@ -171,7 +174,9 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	}
 	if !folding {
 		add("rebuild stopped at the first bad event: projection differences after it are not listed")
-		return b.Commit(pebble.NoSync)
+	}
+	if err := w.finish(0); err != nil {
+		return err
 	}
 	return b.Commit(pebble.NoSync)
 }

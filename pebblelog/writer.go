@@ -137,6 +137,11 @@ func (s *Store) runGroup(lows *indexLows, group []*request) {
 			return
 		}
 	}
+	if err := w.finish(s.lastSeq); err != nil {
+		b.Close()
+		s.runAlone(lows, group)
+		return
+	}
 	if err := s.commit(b); err != nil {
 		for _, r := range group {
 			r.done <- err
@@ -163,6 +168,11 @@ func (s *Store) runAlone(lows *indexLows, group []*request) {
 		b := s.db.NewIndexedBatch()
 		w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq, lows: new(*lows)}
 		if err := r.fn(&Txn{w: w}); err != nil {
+			b.Close()
+			r.done <- err
+			continue
+		}
+		if err := w.finish(s.lastSeq); err != nil {
 			b.Close()
 			r.done <- err
 			continue
