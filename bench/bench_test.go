@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs every workload and the check on each embedded system with a few tasks, in
+// this process. River on PostgreSQL runs too when BENCH_PG_DSN names a server.
+func TestSmoke(t *testing.T) {
+	for _, s := range systems {
+		t.Run(s.name, func(t *testing.T) {
+			dsn := os.Getenv("BENCH_PG_DSN")
+			if s.needsPG && dsn == "" {
+				t.Skip("no BENCH_PG_DSN")
+			}
+			r := runChild(context.Background(), childConfig{
+				System: s.name, Dir: t.TempDir(), Run: 1,
+				N: 100, Workers: 4, PGDSN: dsn, WorklogPool: "dispatch",
+			})
+			if r.Error != "" {
+				t.Fatal(r.Error)
+			}
+			if r.Completed != r.Expected || r.W1One <= 0 || r.W1Many <= 0 {
+				t.Fatalf("result %+v", r)
+			}
+		})
+	}
+}
+
+// benchmarkWorklogW2 times W2 alone on a store of 2·n submitted tasks, for
+// go test -bench . -cpuprofile cpu.out (profiles every phase but the submissions).
+func benchmarkWorklogW2(b *testing.B, sys, pool string) {
+	const n = 2000
+	s, _ := systemByName(sys)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		q, err := s.open(ctx, b.TempDir(), childConfig{Workers: 16, WorklogPool: pool})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := closedLoop(ctx, 0, 2*n, 16, func(ctx context.Context, i int) error {
+			_, err := q.Enqueue(ctx, key(i), input(i))
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := q.Work(ctx, 2*n, 16); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(2*n)/time.Since(start).Seconds(), "tasks/s")
+		b.StopTimer()
+		q.Close()
+	}
+}
+
+func BenchmarkWorklogW2Dispatch(b *testing.B) { benchmarkWorklogW2(b, "worklog", "dispatch") }
+func BenchmarkWorklogW2Each(b *testing.B)     { benchmarkWorklogW2(b, "worklog", "each") }
+func BenchmarkWorklogNoSyncW2Dispatch(b *testing.B) {
+	benchmarkWorklogW2(b, "worklog-nosync", "dispatch")
+}
+func BenchmarkWorklogNoSyncW2Each(b *testing.B) { benchmarkWorklogW2(b, "worklog-nosync", "each") }

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/work"
+)
+
+const worklogSession = "bench-session"
+
+type worklogQueue struct {
+	dir  string
+	opts *work.Options
+	q    *work.Queue
+	s    *work.Session
+	pool string // "dispatch" or "each"
+}
+
+func openWorklog(mode work.SyncMode) func(context.Context, string, childConfig) (queue, error) {
+	return func(_ context.Context, dir string, cfg childConfig) (queue, error) {
+		var opts *work.Options // the default: work.Open(dir, nil), synced
+		if mode != work.SyncAlways {
+			opts = &work.Options{Sync: mode}
+		}
+		q, err := work.Open(dir, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &worklogQueue{dir: dir, opts: opts, q: q, s: q.Session(worklogSession), pool: cfg.WorklogPool}, nil
+	}
+}
+
+func (w *worklogQueue) request(key string, input []byte) work.TaskRequest {
+	return work.TaskRequest{Kind: "bench", Input: input, IdempotencyKey: key}
+}
+
+func (w *worklogQueue) Enqueue(ctx context.Context, key string, input []byte) (string, error) {
+	t, err := w.s.Submit(ctx, w.request(key, input))
+	return t.ID, err
+}
+
+func (w *worklogQueue) Keys() bool { return true }
+
+func (w *worklogQueue) Duplicate(ctx context.Context, key string, input []byte) (string, error) {
+	t, err := w.s.Submit(ctx, w.request(key, input))
+	if err == nil && t.State != work.TaskSucceeded {
+		return "", fmt.Errorf("duplicate returned task %s in state %s, want the completed task", t.ID, t.State)
+	}
+	return t.ID, err
+}
+
+// Work runs the W2 pool in the shape -worklog-pool chose.
+func (w *worklogQueue) Work(ctx context.Context, total, workers int) error {
+	if w.pool == "each" {
+		return w.workEach(ctx, total, workers)
+	}
+	return w.workDispatch(ctx, total, workers)
+}
+
+// workDispatch is a pool of workers fed by one dispatcher, the shape of River's producer: the
+// dispatcher claims as many due tasks as there are idle workers in one ClaimDue call and hands
+// them out; each worker settles its delivery with Finish, which returns once synced.
+func (w *worklogQueue) workDispatch(ctx context.Context, total, workers int) error {
+	const lease = 10 * time.Minute
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := make(chan struct{}, workers)
+	for range workers {
+		idle <- struct{}{}
+	}
+	deliveries := make(chan work.TaskDelivery, workers)
+	errs := make(chan error, workers+1)
+	var finished atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				if _, err := w.q.Finish(ctx, d, work.Success(nil)); err != nil {
+					errs <- fmt.Errorf("finish %s: %w", d.Task.ID, err)
+					cancel()
+					return
+				}
+				finished.Add(1)
+				idle <- struct{}{}
+			}
+		}()
+	}
+	func() {
+		defer close(deliveries)
+		for {
+			// Wait for one idle worker, then take every other idle one.
+			k := 0
+			select {
+			case <-idle:
+				k = 1
+			case <-ctx.Done():
+				return
+			}
+		more:
+			for k < workers {
+				select {
+				case <-idle:
+					k++
+				default:
+					break more
+				}
+			}
+			ds, err := w.q.ClaimDue(ctx, lease, k)
+			if err != nil {
+				errs <- fmt.Errorf("claim: %w", err)
+				cancel()
+				return
+			}
+			if len(ds) == 0 {
+				return // everything is claimed; no lease expires within the run
+			}
+			for range k - len(ds) {
+				idle <- struct{}{}
+			}
+			for _, d := range ds {
+				deliveries <- d // never blocks: at most `workers` deliveries are out
+			}
+		}
+	}()
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	if n := finished.Load(); n != int64(total) {
+		return fmt.Errorf("finished %d tasks, want %d", n, total)
+	}
+	return nil
+}
+
+// workEach is a pool of workers, each looping on ClaimDue(limit 1) and Finish: a worker holds a
+// lease only on the task it works on. The store's single writer folds the concurrent claims and
+// finishes into shared fsyncs.
+func (w *worklogQueue) workEach(ctx context.Context, total, workers int) error {
+	const lease = 10 * time.Minute
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var finished atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ds, err := w.q.ClaimDue(ctx, lease, 1)
+				if err != nil {
+					errs <- fmt.Errorf("claim: %w", err)
+					cancel()
+					return
+				}
+				if len(ds) == 0 {
+					return // everything is claimed; no lease expires within the run
+				}
+				for _, d := range ds {
+					if _, err := w.q.Finish(ctx, d, work.Success(nil)); err != nil {
+						errs <- fmt.Errorf("finish %s: %w", d.Task.ID, err)
+						cancel()
+						return
+					}
+					finished.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	if n := finished.Load(); n != int64(total) {
+		return fmt.Errorf("finished %d tasks, want %d", n, total)
+	}
+	return nil
+}
+
+func (w *worklogQueue) Close() error {
+	return w.q.Close()
+}
+
+// Completed reopens the store and reads every task of the session back through the public
+// API, counting those that succeeded. The ids come from the store's own log.
+func (w *worklogQueue) Completed(ctx context.Context) (int, error) {
+	q, err := work.Open(w.dir, w.opts)
+	if err != nil {
+		return 0, err
+	}
+	defer q.Close()
+	var ids []string
+	err = q.ReadLog(ctx, 0, func(ev events.Event) error {
+		if sub, ok := ev.(*events.TaskSubmitted); ok {
+			ids = append(ids, sub.TaskID)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s := q.Session(worklogSession)
+	n := 0
+	for _, id := range ids {
+		t, ok, err := s.Task(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if ok && t.State == work.TaskSucceeded {
+			n++
+		}
+	}
+	return n, nil
+}
