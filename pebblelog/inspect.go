@@ -25,57 +25,29 @@ func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) 
 	return scanRecords(s, ctx, prefixWake, fn)
 }
 
-func scanRecords[T any](s *Store, ctx context.Context, prefix byte, fn func(*T) error) (err error) {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, it.Close()) }()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+func scanRecords[T any](s *Store, ctx context.Context, prefix byte, fn func(*T) error) error {
+	return s.walk(ctx, []byte{prefix}, []byte{prefix + 1}, func(k []byte, it *pebble.Iterator) error {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return err
 		}
 		rec := new(T)
 		if err := msgpack.Unmarshal(v, rec); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrCorruptRecord, describeKey(it.Key()), err)
+			return fmt.Errorf("%w: %s: %v", ErrCorruptRecord, describeKey(k), err)
 		}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	return it.Error()
+		return fn(rec)
+	})
 }
 
 // RawLog calls fn with the stored bytes of every event with from <= seq <= to (to 0 means
 // the end of the log), in order, without decoding them. raw is only valid during the call.
 // A key of the wrong length stops the walk with an error.
-func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) (err error) {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
+func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) error {
 	upper := []byte{prefixEvent + 1}
 	if to != 0 && to != 1<<64-1 {
 		upper = eventKey(to + 1)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: upper})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, it.Close()) }()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		k := it.Key()
+	return s.walk(ctx, eventKey(from), upper, func(k []byte, it *pebble.Iterator) error {
 		if len(k) != 9 {
 			return fmt.Errorf("pebblelog: event key %q has the wrong length", k)
 		}
@@ -83,11 +55,8 @@ func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64,
 		if err != nil {
 			return err
 		}
-		if err := fn(beUint64(k[1:]), v); err != nil {
-			return err
-		}
-	}
-	return it.Error()
+		return fn(beUint64(k[1:]), v)
+	})
 }
 
 // RawEvent returns a copy of the stored bytes of the event at seq, and whether there is one.

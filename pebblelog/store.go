@@ -446,15 +446,16 @@ func beUint64(b []byte) uint64 {
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
-// SessionSeqs calls fn with the sequence of every event of one session with seq >= from,
-// in order, using the per-session index: no scan of other sessions' events.
-func (s *Store) SessionSeqs(ctx context.Context, session string, from uint64, fn func(seq uint64) error) (err error) {
+// walk runs fn at every key of [lower, upper) in order, until fn returns an error: the one
+// iteration loop of the store's read methods. It registers the call (so Close waits for it),
+// checks ctx at every step and always closes the iterator. The key and value fn sees are only
+// valid during the call.
+func (s *Store) walk(ctx context.Context, lower, upper []byte, fn func(key []byte, it *pebble.Iterator) error) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.closeMu.RUnlock()
-	p := sessionPrefix(session)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: sessionEventKey(session, from), UpperBound: prefixEnd(p)})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
@@ -463,15 +464,23 @@ func (s *Store) SessionSeqs(ctx context.Context, session string, from uint64, fn
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := it.Key()
-		if len(k) != len(p)+8 {
-			return fmt.Errorf("%w: session index key %q", ErrCorruptRecord, k)
-		}
-		if err := fn(beUint64(k[len(p):])); err != nil {
+		if err := fn(it.Key(), it); err != nil {
 			return err
 		}
 	}
 	return it.Error()
+}
+
+// SessionSeqs calls fn with the sequence of every event of one session with seq >= from,
+// in order, using the per-session index: no scan of other sessions' events.
+func (s *Store) SessionSeqs(ctx context.Context, session string, from uint64, fn func(seq uint64) error) error {
+	p := sessionPrefix(session)
+	return s.walk(ctx, sessionEventKey(session, from), prefixEnd(p), func(k []byte, _ *pebble.Iterator) error {
+		if len(k) != len(p)+8 {
+			return fmt.Errorf("%w: session index key %q", ErrCorruptRecord, k)
+		}
+		return fn(beUint64(k[len(p):]))
+	})
 }
 
 // SessionLog calls fn for each event of one session with seq >= from, in order.

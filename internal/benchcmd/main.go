@@ -231,12 +231,11 @@ func median(v []float64) float64 {
 }
 
 type ratioRow struct {
-	what       string
-	num, den   string // benchmark name, or "=value" for a constant
-	unit       string
-	denUnit    string // "" means unit
-	target     string // ">=0.8", "<=1.5" or ""
-	lowerIsBad bool
+	what     string
+	num, den string // benchmark name, or "=value" for a constant
+	unit     string
+	denUnit  string // "" means unit
+	target   string // ">=0.8", "<=1.5" or ""
 }
 
 func ratios(args []string, in io.Reader, out io.Writer) error {
