@@ -135,6 +135,12 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 			return Task{}, verr
 		}
 	}
+	// The new id is drawn before the command is queued: randomness stays off the single
+	// writer's path. An idempotent repeat simply does not use it.
+	newID, idErr := b.ids.id("task", at)
+	if idErr != nil {
+		return Task{}, backendErr(idErr)
+	}
 	var out Task
 	var derr error
 	err := b.eng.update(ctx, func(tx txn) error {
@@ -156,10 +162,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 				return nil
 			}
 		}
-		id, err := b.ids.id("task", at)
-		if err != nil {
-			return err
-		}
+		id := newID
 		ev := &events.TaskSubmitted{
 			Header: events.Header{SessionID: sessionID, At: at},
 			TaskID: id, Kind: r.Kind, Input: ownJSON(r.Input),
@@ -203,6 +206,11 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 	}
 	var out Task
 	var derr error
+	// A completion wake may be recorded: its id is drawn before the command is queued.
+	wakeID, idErr := b.ids.id("wake", at)
+	if idErr != nil {
+		return Task{}, backendErr(idErr)
+	}
 	err := b.eng.update(ctx, func(tx txn) error {
 		t, err := tx.Task(taskID)
 		if err != nil {
@@ -227,7 +235,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 			return err
 		}
 		if wasPending && t.WakeOnCompletion {
-			if err := b.completionWake(tx, t, at); err != nil {
+			if err := completionWake(tx, wakeID, t, at); err != nil {
 				return err
 			}
 		}
@@ -237,11 +245,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 	return result(out, derr, err)
 }
 
-func (b *logBackend) completionWake(tx txn, t *projection.Task, at int64) error {
-	id, err := b.ids.id("wake", at)
-	if err != nil {
-		return err
-	}
+func completionWake(tx txn, id string, t *projection.Task, at int64) error {
 	return tx.append(&events.WakeRecorded{
 		Header: events.Header{SessionID: t.SessionID, At: at},
 		WakeID: id, Reason: events.WakeTaskFinished, TaskID: t.ID, Outcome: t.Outcome,
@@ -329,6 +333,11 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 	token := d.LeaseToken()
 	var out Task
 	var derr error
+	// A completion wake may be recorded: its id is drawn before the command is queued.
+	wakeID, idErr := b.ids.id("wake", at)
+	if idErr != nil {
+		return Task{}, backendErr(idErr)
+	}
 	err := b.eng.update(ctx, func(tx txn) error {
 		t, err := tx.Task(d.Task.ID)
 		if err != nil {
@@ -368,7 +377,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 			return err
 		}
 		if t.WakeOnCompletion {
-			if err := b.completionWake(tx, t, at); err != nil {
+			if err := completionWake(tx, wakeID, t, at); err != nil {
 				return err
 			}
 		}
@@ -386,6 +395,10 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	payload := ownJSON(r.Payload)
 	var out Wake
 	var derr error
+	newID, idErr := b.ids.id("wake", at) // drawn off the writer; unused by a repeat
+	if idErr != nil {
+		return Wake{}, backendErr(idErr)
+	}
 	err := b.eng.update(ctx, func(tx txn) error {
 		if r.IdempotencyKey != "" {
 			id, err := tx.WakeKey(sessionID, r.IdempotencyKey)
@@ -405,10 +418,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 				return nil
 			}
 		}
-		id, err := b.ids.id("wake", at)
-		if err != nil {
-			return err
-		}
+		id := newID
 		ev := &events.WakeRecorded{
 			Header: events.Header{SessionID: sessionID, At: at},
 			WakeID: id, Reason: events.WakeRequested, Payload: payload, IdempotencyKey: r.IdempotencyKey,
