@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/projection"
 )
@@ -17,23 +16,23 @@ import (
 // ScanTasks calls fn with every stored task record, in id order, until fn returns an error.
 // A record that does not decode stops the walk with an ErrCorruptRecord error naming its key.
 func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) error {
-	return scanRecords(s, ctx, prefixTask, fn)
+	return scanRecords(s, ctx, prefixTask, decodeTask, fn)
 }
 
 // ScanWakes is ScanTasks for wake records.
 func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error {
-	return scanRecords(s, ctx, prefixWake, fn)
+	return scanRecords(s, ctx, prefixWake, decodeWake, fn)
 }
 
-func scanRecords[T any](s *Store, ctx context.Context, prefix byte, fn func(*T) error) error {
+func scanRecords[T any](s *Store, ctx context.Context, prefix byte, decode func(k, v []byte) (*T, error), fn func(*T) error) error {
 	return s.walk(ctx, []byte{prefix}, []byte{prefix + 1}, func(k []byte, it *pebble.Iterator) error {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return err
 		}
-		rec := new(T)
-		if err := msgpack.Unmarshal(v, rec); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrCorruptRecord, describeKey(k), err)
+		rec, err := decode(k, v)
+		if err != nil {
+			return err
 		}
 		return fn(rec)
 	})

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/projection"
 )
@@ -33,21 +32,13 @@ func (s reader) get(key []byte) ([]byte, bool, error) {
 	return out, true, closer.Close()
 }
 
-func decodeRecord[T any](key, v []byte) (*T, error) {
-	rec := new(T)
-	if err := msgpack.Unmarshal(v, rec); err != nil {
-		return nil, fmt.Errorf("%w: key %q: %v", ErrCorruptRecord, key, err)
-	}
-	return rec, nil
-}
-
 func (s reader) Task(id string) (*projection.Task, error) {
 	k := idKey(prefixTask, id)
 	v, ok, err := s.get(k)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return decodeRecord[projection.Task](k, v)
+	return decodeTask(k, v)
 }
 
 func (s reader) Wake(id string) (*projection.Wake, error) {
@@ -56,7 +47,7 @@ func (s reader) Wake(id string) (*projection.Wake, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	return decodeRecord[projection.Wake](k, v)
+	return decodeWake(k, v)
 }
 
 func (s reader) TaskKey(session, key string) (string, error) {
@@ -115,6 +106,32 @@ func (s reader) scanRange(lower, upper []byte, fn func(key []byte, e projection.
 	return it.Error()
 }
 
+// lastKey returns the greatest key with the prefix, or nil when there is none.
+func (s reader) lastKey(prefix byte) (_ []byte, err error) {
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	if !it.Last() {
+		return nil, it.Error()
+	}
+	return bytes.Clone(it.Key()), nil
+}
+
+// maxIDs reads the greatest task and wake record keys (see maxIDs).
+func (s reader) maxIDs() (*maxIDs, error) {
+	task, err := s.lastKey(prefixTask)
+	if err != nil {
+		return nil, err
+	}
+	wake, err := s.lastKey(prefixWake)
+	if err != nil {
+		return nil, err
+	}
+	return &maxIDs{task: task, wake: wake, known: true}, nil
+}
+
 func (s reader) LastSeq() (uint64, error) {
 	v, ok, err := s.get(keyLastSeq)
 	if err != nil || !ok {
@@ -139,7 +156,42 @@ type writer struct {
 	lastSeq uint64
 	tasks   map[string]projection.Task
 	wakes   map[string]projection.Wake
-	lows    *indexLows // nil: scans start at each index's first key
+	lows    *indexLows   // nil: scans start at each index's first key
+	cache   *recordCache // records of committed batches; nil: none
+	buf     []byte       // record encoding scratch (Batch.Set copies the value)
+
+	// committed reads the DB without the batch. The batch's own records and idempotency keys
+	// are in tasks, wakes and keys, so point reads look there first and then go to the DB
+	// directly: an indexed batch's Get merges the batch with every layer of the DB and costs
+	// several times a plain one. Index scans still read through the batch.
+	committed reader
+	keys      map[string]string // scoped idempotency key (scopedKey) -> id, put by this batch
+
+	maxIDs *maxIDs // nil: unknown, every miss reads the DB
+}
+
+// maxIDs holds the greatest task and wake id in the store (including batches being built).
+// Ids are UUIDv7 (time first), so a new task's id is nearly always above every stored one,
+// and then the check that its record does not exist yet (projection.Apply's, for every
+// TaskSubmitted) needs no Pebble Get: a Get that misses walks both memtables and every
+// level's filter, a fifth of the writer's time per submit. An id at or below the maximum
+// (a caller's clock behind, seeded entropy) is looked up as before. Records are never
+// deleted, and only the writer puts them, so the maximum only grows; a put of a discarded
+// batch may leave it too high, which only costs a Get.
+type maxIDs struct {
+	task, wake []byte // greatest record key; nil when there is none
+	known      bool
+}
+
+// above reports whether key sorts after every key in *max (so no record has it).
+func above(known bool, max, key []byte) bool {
+	return known && (max == nil || bytes.Compare(key, max) > 0)
+}
+
+func raise(max *[]byte, key []byte) {
+	if *max == nil || bytes.Compare(key, *max) > 0 {
+		*max = key
+	}
 }
 
 // indexLows holds, for each eligibility index, a key below which the index has no live entry
@@ -214,14 +266,30 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 	if t, ok := w.tasks[id]; ok {
 		return &t, nil
 	}
-	return w.reader.Task(id)
+	if w.cache != nil {
+		if t, ok := w.cache.task(id); ok {
+			return &t, nil
+		}
+	}
+	if w.maxIDs != nil && above(w.maxIDs.known, w.maxIDs.task, idKey(prefixTask, id)) {
+		return nil, nil
+	}
+	return w.committed.Task(id)
 }
 
 func (w *writer) Wake(id string) (*projection.Wake, error) {
 	if x, ok := w.wakes[id]; ok {
 		return &x, nil
 	}
-	return w.reader.Wake(id)
+	if w.cache != nil {
+		if x, ok := w.cache.wake(id); ok {
+			return &x, nil
+		}
+	}
+	if w.maxIDs != nil && above(w.maxIDs.known, w.maxIDs.wake, idKey(prefixWake, id)) {
+		return nil, nil
+	}
+	return w.committed.Wake(id)
 }
 
 func (w *writer) LastSeq() (uint64, error) { return w.lastSeq, nil }
@@ -242,17 +310,14 @@ func (w *writer) finish(from uint64) error {
 	return w.b.Set(keyLastSeq, binary.BigEndian.AppendUint64(nil, w.lastSeq), nil)
 }
 
-func (w *writer) put(key []byte, rec any) error {
-	v, err := msgpack.Marshal(rec)
-	if err != nil {
+func (w *writer) PutTask(t *projection.Task) error {
+	w.buf = appendTask(w.buf[:0], t)
+	k := idKey(prefixTask, t.ID)
+	if err := w.b.Set(k, w.buf, nil); err != nil {
 		return err
 	}
-	return w.b.Set(key, v, nil)
-}
-
-func (w *writer) PutTask(t *projection.Task) error {
-	if err := w.put(idKey(prefixTask, t.ID), t); err != nil {
-		return err
+	if w.maxIDs != nil {
+		raise(&w.maxIDs.task, k)
 	}
 	if w.tasks == nil {
 		w.tasks = make(map[string]projection.Task)
@@ -262,8 +327,13 @@ func (w *writer) PutTask(t *projection.Task) error {
 }
 
 func (w *writer) PutWake(x *projection.Wake) error {
-	if err := w.put(idKey(prefixWake, x.ID), x); err != nil {
+	w.buf = appendWake(w.buf[:0], x)
+	k := idKey(prefixWake, x.ID)
+	if err := w.b.Set(k, w.buf, nil); err != nil {
 		return err
+	}
+	if w.maxIDs != nil {
+		raise(&w.maxIDs.wake, k)
 	}
 	if w.wakes == nil {
 		w.wakes = make(map[string]projection.Wake)
@@ -272,12 +342,39 @@ func (w *writer) PutWake(x *projection.Wake) error {
 	return nil
 }
 
+func (w *writer) TaskKey(session, key string) (string, error) {
+	return w.scopedGet(scopedKey(prefixTaskKey, session, key))
+}
+
+func (w *writer) WakeKey(session, key string) (string, error) {
+	return w.scopedGet(scopedKey(prefixWakeKey, session, key))
+}
+
+func (w *writer) scopedGet(k []byte) (string, error) {
+	if id, ok := w.keys[string(k)]; ok {
+		return id, nil
+	}
+	v, _, err := w.committed.get(k)
+	return string(v), err
+}
+
 func (w *writer) PutTaskKey(session, key, id string) error {
-	return w.b.Set(scopedKey(prefixTaskKey, session, key), []byte(id), nil)
+	return w.putScoped(scopedKey(prefixTaskKey, session, key), id)
 }
 
 func (w *writer) PutWakeKey(session, key, id string) error {
-	return w.b.Set(scopedKey(prefixWakeKey, session, key), []byte(id), nil)
+	return w.putScoped(scopedKey(prefixWakeKey, session, key), id)
+}
+
+func (w *writer) putScoped(k []byte, id string) error {
+	if err := w.b.Set(k, []byte(id), nil); err != nil {
+		return err
+	}
+	if w.keys == nil {
+		w.keys = make(map[string]string)
+	}
+	w.keys[string(k)] = id
+	return nil
 }
 
 func (w *writer) PutDue(e projection.IndexEntry) error {

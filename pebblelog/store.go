@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
@@ -59,12 +60,19 @@ type Options struct {
 	// ReadOnly opens an existing store without changing its contents; Update fails. The
 	// lock files (WORKLOG.lock, Pebble's LOCK) are still created if missing. Default false.
 	ReadOnly bool
-	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	// CacheSize is Pebble's block cache in bytes. Default 32 MiB. Pebble charges every
+	// memtable to the block cache too, so the cache is created with room for two memtables
+	// on top (2 × MemTableSize): otherwise two 32 MiB memtables would leave a 64 MiB cache
+	// no room for a single block, and every read would go to the disk.
 	CacheSize int64
 	// MemTableSize is one Pebble memtable in bytes. Default 32 MiB.
 	MemTableSize uint64
 	// MaxBatchCommands bounds the commands folded into one batch. Default 1024.
 	MaxBatchCommands int
+	// RecordCacheSize bounds, in estimated bytes, the writer's cache of the task and wake
+	// records it committed last (read by the next commands on the same tasks instead of a
+	// Pebble Get). Default 16 MiB; negative disables it.
+	RecordCacheSize int
 	// Logger receives Pebble's messages. Default: discarded.
 	Logger *slog.Logger
 }
@@ -85,7 +93,8 @@ type Store struct {
 	failMu sync.Mutex
 	failed error // set when a commit failed: the store refuses further writes
 
-	lastSeq uint64 // owned by the writer goroutine after Open
+	lastSeq uint64  // owned by the writer goroutine after Open
+	maxIDs  *maxIDs // read at Open, then owned by the writer goroutine
 }
 
 // Open opens the store in dir, creating it when dir is missing or empty.
@@ -94,13 +103,16 @@ func Open(dir string, o Options) (*Store, error) {
 		o.FS = vfs.Default
 	}
 	if o.CacheSize == 0 {
-		o.CacheSize = 64 << 20
+		o.CacheSize = 32 << 20
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 32 << 20
 	}
 	if o.MaxBatchCommands <= 0 {
 		o.MaxBatchCommands = 1024
+	}
+	if o.RecordCacheSize == 0 {
+		o.RecordCacheSize = 8 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -170,7 +182,7 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 			return nil, err
 		}
 	}
-	cache := pebble.NewCache(o.CacheSize)
+	cache := newBlockCache(o.CacheSize, o.MemTableSize)
 	defer cache.Unref()
 	po := &pebble.Options{
 		FS:                          fs,
@@ -184,6 +196,13 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 	}
 	// Queue-shaped indexes leave tombstones at their head; this compacts them promptly.
 	po.Experimental.TombstoneDenseCompactionThreshold = 0.05
+	// Bloom filters on every level, L0 included (Pebble's default has none): a point Get of a
+	// task or wake record, or of an idempotency key, otherwise reads an index and a data
+	// block of every sstable whose key range covers it, and random ids make every L0 file
+	// and level cover every id.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		if errors.Is(err, pebble.ErrDBDoesNotExist) {
@@ -203,11 +222,21 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 	}
 	s.lastSeq = last
 	if !o.ReadOnly {
+		if s.maxIDs, err = (reader{db}).maxIDs(); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("pebblelog: %s: %w", dir, err)
+		}
 		s.reqs = make(chan *request, o.MaxBatchCommands)
 		s.done = make(chan struct{})
 		go s.writeLoop()
 	}
 	return s, nil
+}
+
+// newBlockCache makes a Pebble cache that keeps blockBytes for blocks beside the two
+// memtables of memTableSize that Pebble charges to it (see Options.CacheSize).
+func newBlockCache(blockBytes int64, memTableSize uint64) *pebble.Cache {
+	return pebble.NewCache(blockBytes + 2*int64(memTableSize))
 }
 
 // mkdirAllSynced creates dir and its missing parents, then syncs the parent of every directory

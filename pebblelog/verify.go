@@ -46,9 +46,12 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) ([]string, error) 
 		return nil, err
 	}
 	defer cleanup()
+	// The rebuild reads back the records it writes: it needs a block cache of its own.
+	cache := newBlockCache(s.opts.CacheSize, 32<<20)
+	defer cache.Unref()
 	rebuilt, err := pebble.Open(scratchDir, &pebble.Options{
 		FS: scratchFS, FormatMajorVersion: pebbleFormat, Logger: slogLogger{s.opts.Logger},
-		MemTableSize: 32 << 20, DisableWAL: true,
+		MemTableSize: 32 << 20, DisableWAL: true, Cache: cache,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pebblelog: verify scratch store: %w", err)
@@ -107,8 +110,10 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	defer func() { err = errors.Join(err, it.Close()) }()
 
 	const chunk = 4096
+	// The same writer as the store's, with a record cache of its own, over the scratch DB.
+	cache := newRecordCache(s.opts.RecordCacheSize)
 	b := dst.NewIndexedBatch()
-	w := &writer{reader: reader{b}, b: b}
+	w := &writer{reader: reader{b}, committed: reader{dst}, b: b, cache: cache}
 	defer func() { b.Close() }()
 	folding := true
 	var prev uint64
@@ -159,8 +164,9 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 				return err
 			}
 			b.Close()
+			cache.merge(w.tasks, w.wakes)
 			b = dst.NewIndexedBatch()
-			w = &writer{reader: reader{b}, b: b, lastSeq: w.lastSeq}
+			w = &writer{reader: reader{b}, committed: reader{dst}, b: b, lastSeq: w.lastSeq, cache: cache}
 			if vo.Progress != nil {
 				vo.Progress(seq, storedLast)
 			}
@@ -250,8 +256,8 @@ func diffValues(key, stored, rebuilt []byte) []string {
 	name := describeKey(key)
 	switch key[0] {
 	case prefixTask:
-		x, errX := decodeRecord[projection.Task](key, stored)
-		y, errY := decodeRecord[projection.Task](key, rebuilt)
+		x, errX := decodeTask(key, stored)
+		y, errY := decodeTask(key, rebuilt)
 		if errX == nil && errY == nil {
 			if d := projection.DiffRecords(name, x, y); len(d) > 0 {
 				return labelled(d)
@@ -260,8 +266,8 @@ func diffValues(key, stored, rebuilt []byte) []string {
 			return []string{fmt.Sprintf("%s: stored record does not decode: %v", name, errX)}
 		}
 	case prefixWake:
-		x, errX := decodeRecord[projection.Wake](key, stored)
-		y, errY := decodeRecord[projection.Wake](key, rebuilt)
+		x, errX := decodeWake(key, stored)
+		y, errY := decodeWake(key, rebuilt)
 		if errX == nil && errY == nil {
 			if d := projection.DiffRecords(name, x, y); len(d) > 0 {
 				return labelled(d)

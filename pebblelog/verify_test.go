@@ -125,7 +125,7 @@ func TestCorruptEvent(t *testing.T) {
 func TestVerifyDamagedTaskRecord(t *testing.T) {
 	s := seeded(t)
 	key := idKey(prefixTask, "t3")
-	rec, err := decodeRecord[projection.Task](key, rawGet(t, s, key))
+	rec, err := decodeTask(key, rawGet(t, s, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestVerifyDamagedTaskRecord(t *testing.T) {
 func TestVerifyDamagedWakeRecord(t *testing.T) {
 	s := seeded(t)
 	key := idKey(prefixWake, "w1")
-	rec, err := decodeRecord[projection.Wake](key, rawGet(t, s, key))
+	rec, err := decodeWake(key, rawGet(t, s, key))
 	if err != nil {
 		t.Fatal(err)
 	}

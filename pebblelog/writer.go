@@ -3,6 +3,7 @@ package pebblelog
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -83,13 +84,29 @@ func (s *Store) fail(err error) error {
 }
 
 // writeLoop is the single writer. It takes every command waiting (up to MaxBatchCommands),
-// runs them in order against one indexed batch, and commits the batch with one fsync: the
-// commands share the sync, and sequence order is commit order. A command whose fn fails
-// would leave its partial writes in the shared batch, so the batch is then discarded and the
-// commands run again one batch each.
+// runs them in order against one indexed batch, and commits the batch: the commands share one
+// fsync, and sequence order is commit order. A command whose fn fails would leave its partial
+// writes in the shared batch, so the batch is then discarded and the commands run again one
+// batch each.
+//
+// Commits are pipelined: the writer applies a batch to the memtable (Pebble's ApplyNoSyncWait:
+// the batch is in the WAL, visible to reads, its fsync queued) and goes on to build the next
+// batch on top of it while the syncer goroutine waits for the fsync and only then answers the
+// batch's callers. Building batch k+1 overlaps the fsync of batch k, and Pebble's WAL writer
+// folds the queued syncs together. Nothing is acknowledged early: a caller is answered after
+// its own batch is durable, and the WAL is a prefix, so a batch that survives a crash brings
+// every batch it was built on. (Reads may see a batch before its fsync completes; Pebble's
+// own synced commits are visible before their fsync too.)
 func (s *Store) writeLoop() {
 	defer close(s.done)
-	lows := &indexLows{} // the committed lows of the eligibility indexes (see indexLows)
+	syncq := make(chan pending, syncDepth)
+	synced := make(chan struct{})
+	go s.syncLoop(syncq, synced)
+	defer func() {
+		close(syncq)
+		<-synced
+	}()
+	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -105,19 +122,66 @@ func (s *Store) writeLoop() {
 				break drain
 			}
 		}
-		s.runGroup(lows, group)
+		s.runGroup(ws, group)
 	}
 }
 
-func (s *Store) runGroup(lows *indexLows, group []*request) {
+// syncDepth bounds the batches applied but not yet answered: past it the writer waits for
+// the syncer, so a slow disk slows the writer instead of growing a queue.
+const syncDepth = 16
+
+// writerState is what the writer carries from batch to batch.
+type writerState struct {
+	lows   *indexLows   // the committed lows of the eligibility indexes (see indexLows)
+	cache  *recordCache // the records of committed batches
+	maxIDs *maxIDs      // the greatest record keys (see maxIDs)
+	syncq  chan<- pending
+}
+
+// pending is a group of answered-to-be commands: once b (if any) is durable, the syncer
+// sends each request its result.
+type pending struct {
+	b       *pebble.Batch // applied with ApplyNoSyncWait; nil: nothing of its own to wait for
+	group   []*request
+	results []error
+}
+
+// syncLoop answers the writer's groups in order. A group without a batch of its own (its
+// commands wrote nothing, or NoSync) is answered only after every batch queued before it is
+// durable: its commands may have read what those batches wrote (a duplicate submit finding
+// the task submitted one batch earlier must not be acknowledged before that task is durable).
+func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
+	defer close(done)
+	for p := range q {
+		if p.b != nil {
+			if err := p.b.SyncWait(); err != nil {
+				err = s.fail(err)
+				for i := range p.results {
+					p.results[i] = err
+				}
+			} else {
+				p.b.Close()
+			}
+		}
+		for i, r := range p.group {
+			r.done <- p.results[i]
+		}
+	}
+}
+
+func (s *Store) newWriter(ws *writerState) *writer {
+	b := s.db.NewIndexedBatch()
+	return &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs}
+}
+
+func (s *Store) runGroup(ws *writerState, group []*request) {
 	if err := s.failure(); err != nil {
 		for _, r := range group {
 			r.done <- err
 		}
 		return
 	}
-	b := s.db.NewIndexedBatch()
-	w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq, lows: new(*lows)}
+	w := s.newWriter(ws)
 	txn := &Txn{w: w}
 	results := make([]error, len(group))
 	for i, r := range group {
@@ -125,37 +189,27 @@ func (s *Store) runGroup(lows *indexLows, group []*request) {
 			results[i] = err // answered without running: nothing appended
 			continue
 		}
-		before := b.Count()
+		before := w.b.Count()
 		if err := r.fn(txn); err != nil {
-			if b.Count() == before {
+			if w.b.Count() == before {
 				results[i] = err // failed before writing anything: the batch is intact
 				continue
 			}
 			// Partial writes in the shared batch: start over, one command per batch.
-			b.Close()
-			s.runAlone(lows, group)
+			w.b.Close()
+			s.runAlone(ws, group)
 			return
 		}
 	}
 	if err := w.finish(s.lastSeq); err != nil {
-		b.Close()
-		s.runAlone(lows, group)
+		w.b.Close()
+		s.runAlone(ws, group)
 		return
 	}
-	if err := s.commit(b); err != nil {
-		for _, r := range group {
-			r.done <- err
-		}
-		return
-	}
-	s.lastSeq = w.lastSeq
-	*lows = *w.lows // only a committed batch's view may raise the committed lows
-	for i, r := range group {
-		r.done <- results[i]
-	}
+	s.publish(ws, w, slices.Clone(group), results)
 }
 
-func (s *Store) runAlone(lows *indexLows, group []*request) {
+func (s *Store) runAlone(ws *writerState, group []*request) {
 	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
 			r.done <- err
@@ -165,44 +219,57 @@ func (s *Store) runAlone(lows *indexLows, group []*request) {
 			r.done <- err
 			continue
 		}
-		b := s.db.NewIndexedBatch()
-		w := &writer{reader: reader{b}, b: b, lastSeq: s.lastSeq, lows: new(*lows)}
+		w := s.newWriter(ws)
 		if err := r.fn(&Txn{w: w}); err != nil {
-			b.Close()
+			w.b.Close()
 			r.done <- err
 			continue
 		}
 		if err := w.finish(s.lastSeq); err != nil {
-			b.Close()
+			w.b.Close()
 			r.done <- err
 			continue
 		}
-		if err := s.commit(b); err != nil {
-			r.done <- err
-			continue
-		}
-		s.lastSeq = w.lastSeq
-		*lows = *w.lows
-		r.done <- nil
+		s.publish(ws, w, []*request{r}, []error{nil})
 	}
 }
 
-// commit writes the batch with the configured durability. Pebble treats a failed WAL write
-// or fsync as fatal: it calls Logger.Fatalf, which panics, and the process ends without
-// answering anyone (fail-stop); a restart recovers what Pebble made durable, which may
-// include the unanswered batch. After any other commit error the store stops taking writes
-// until it is reopened (ErrStoreFailed).
-func (s *Store) commit(b *pebble.Batch) error {
-	defer b.Close()
+// publish commits the writer's batch with the configured durability and hands the group to
+// the syncer, which answers it once the batch is durable. Only a batch that Pebble accepted
+// moves the writer's state (last sequence, index lows, record cache) forward. Pebble treats a
+// failed WAL write or fsync as fatal: it calls Logger.Fatalf, which panics, and the process
+// ends without answering anyone (fail-stop); a restart recovers what Pebble made durable,
+// which may include unanswered batches. After any other commit error the store stops taking
+// writes until it is reopened (ErrStoreFailed).
+func (s *Store) publish(ws *writerState, w *writer, group []*request, results []error) {
+	b := w.b
 	if b.Empty() {
-		return nil
+		b.Close()
+		ws.syncq <- pending{group: group, results: results}
+		return
 	}
-	opt := pebble.Sync
+	var err error
 	if s.opts.NoSync {
-		opt = pebble.NoSync
+		err = b.Commit(pebble.NoSync)
+	} else {
+		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
 	}
-	if err := b.Commit(opt); err != nil {
-		return s.fail(err)
+	if err != nil {
+		// The batch is not closed: after a failed ApplyNoSyncWait Pebble may still hold it
+		// in its commit queue. The store is failed from here on.
+		err = s.fail(err)
+		for i := range results {
+			results[i] = err
+		}
+		ws.syncq <- pending{group: group, results: results}
+		return
 	}
-	return nil
+	s.lastSeq = w.lastSeq
+	*ws.lows = *w.lows // only a committed batch's view may raise the committed lows
+	ws.cache.merge(w.tasks, w.wakes)
+	if s.opts.NoSync {
+		b.Close()
+		b = nil
+	}
+	ws.syncq <- pending{b: b, group: group, results: results}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
 )
 
 // Concurrent commands share batches; each command's events stay contiguous, the log is
@@ -409,5 +410,50 @@ func TestOpenNewDirectorySurvivesCrash(t *testing.T) {
 			t.Errorf("%s: after a crash the store has LastSeq %d, want 6: its directory was not synced", dir, last)
 		}
 		c.Close()
+	}
+}
+
+// TestDuplicateRecordIDsRefused: a TaskSubmitted or WakeRecorded whose id already has a record
+// is refused whether the record is in the same batch, in the writer's record cache, only in
+// the DB (cache disabled, or after a reopen), and whether the id is the greatest so far (the
+// max-id shortcut skips the Get only for ids above every stored one) or below it.
+func TestDuplicateRecordIDsRefused(t *testing.T) {
+	for _, cache := range []int{0, -1} {
+		t.Run(fmt.Sprintf("recordcache=%d", cache), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openT(t, dir, Options{RecordCacheSize: cache})
+			appendEvents(t, s, submitted("s1", "t5", sec(1), false), requestedWake("s1", "w5", sec(1)))
+			appendEvents(t, s, submitted("s1", "t9", sec(2), false), requestedWake("s1", "w9", sec(2)))
+			refused := func(s *Store, evs ...events.Event) {
+				t.Helper()
+				err := s.Update(context.Background(), func(tx *Txn) error {
+					for _, ev := range evs {
+						if err := tx.Append(ev); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if !errors.Is(err, projection.ErrInconsistent) {
+					t.Fatalf("duplicate id: err = %v, want ErrInconsistent", err)
+				}
+			}
+			check := func(s *Store) {
+				t.Helper()
+				refused(s, submitted("s1", "t9", sec(3), false)) // the greatest id
+				refused(s, submitted("s1", "t5", sec(3), false)) // below the greatest
+				refused(s, requestedWake("s1", "w9", sec(3)))
+				refused(s, requestedWake("s1", "w5", sec(3)))
+				refused(s, submitted("s1", "tz", sec(3), false), submitted("s1", "tz", sec(3), false)) // same batch
+			}
+			check(s)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openT(t, dir, Options{RecordCacheSize: cache})
+			check(s)
+			appendEvents(t, s, submitted("s1", "ta", sec(4), false)) // above the max: still accepted
+			mustVerify(t, s)
+		})
 	}
 }

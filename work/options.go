@@ -45,7 +45,8 @@ type Options struct {
 	// (DefaultMaxValueBytes); at most 64 MiB.
 	MaxValueBytes int
 
-	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	// CacheSize is Pebble's block cache in bytes. Default 32 MiB. The cache is created
+	// with room for two memtables on top, which Pebble charges to it.
 	CacheSize int64
 
 	// MemTableSize is the size of one Pebble memtable in bytes; two may exist at once.
@@ -80,7 +81,7 @@ func (o *Options) withDefaults() Options {
 		c.MaxValueBytes = DefaultMaxValueBytes
 	}
 	if c.CacheSize == 0 {
-		c.CacheSize = 64 << 20
+		c.CacheSize = 32 << 20
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 32 << 20
