@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -213,6 +214,24 @@ type decoder struct {
 	seq  uint64
 	typ  Type
 	left int // fields left in the current body array
+
+	evSeq uint64 // the sequence the event itself names, once read
+
+	// The string fields read so far, as places in b: strings copies them all into one
+	// allocation at the end, instead of one allocation a field.
+	spans  [maxStrings]span
+	nspans int
+	nbytes int // their total length
+}
+
+// maxStrings is the most string fields an event has (a WakeRecorded: session, wake id, key,
+// task id, outcome summary and error), with room for more.
+const maxStrings = 8
+
+// span is a string field's bytes in the body and where it goes.
+type span struct {
+	dst      *string
+	off, len int
 }
 
 var errShort = errors.New("unexpected end of body")
@@ -376,21 +395,77 @@ func (r *decoder) i64(field string) int64 {
 	return int64(v)
 }
 
-func (r *decoder) str(field string) string {
+// str reads a string field into *dst, which strings sets once the body is read.
+func (r *decoder) str(field string, dst *string) {
 	if !r.next(field) {
-		return ""
+		return
 	}
 	n, err := r.strLen()
 	if err != nil {
 		r.fail(field, err)
-		return ""
+		return
 	}
 	if n <= 0 {
-		return ""
+		return
 	}
-	v := string(r.b[r.off : r.off+n])
+	r.span(dst, n)
+}
+
+// shared reads a string field that many events repeat (a session id, a kind) into *dst: when
+// tab holds the bytes from an earlier event, the string is that one, which costs no copy and
+// lets the records of a session share one string; otherwise it is read like any string and
+// offered to tab.
+func (r *decoder) shared(field string, dst *string, tab *internTable) {
+	if !r.next(field) {
+		return
+	}
+	n, err := r.strLen()
+	if err != nil {
+		r.fail(field, err)
+		return
+	}
+	if n <= 0 {
+		return
+	}
+	b := r.b[r.off : r.off+n]
+	if s, ok := tab.lookup(b, r.evSeq); ok {
+		*dst = s
+		r.off += n
+		return
+	}
+	r.span(dst, n)
+}
+
+// span records the string field of n bytes at the read position (see strings).
+func (r *decoder) span(dst *string, n int) {
+	if r.nspans == len(r.spans) { // more strings than any event has: one more allocation
+		*dst = string(r.b[r.off : r.off+n])
+	} else {
+		r.spans[r.nspans] = span{dst: dst, off: r.off, len: n}
+		r.nspans++
+		r.nbytes += n
+	}
 	r.off += n
-	return v
+}
+
+// strings sets the string fields str read. They share one allocation: an event's strings
+// live and die together, which is how the projection keeps them (a task record holds the id,
+// session, kind and key of its submission).
+func (r *decoder) strings() {
+	if r.nspans == 0 {
+		return
+	}
+	var sb strings.Builder
+	sb.Grow(r.nbytes)
+	for _, sp := range r.spans[:r.nspans] {
+		sb.Write(r.b[sp.off : sp.off+sp.len])
+	}
+	all := sb.String()
+	off := 0
+	for _, sp := range r.spans[:r.nspans] {
+		*sp.dst = all[off : off+sp.len]
+		off += sp.len
+	}
 }
 
 func (r *decoder) bin(field string) []byte {
@@ -454,7 +529,8 @@ func (r *decoder) arrayLen() (int, error) {
 
 func (r *decoder) header(h *Header) {
 	h.Seq = r.u64("seq", 1<<64-1)
-	h.SessionID = r.str("session_id")
+	r.evSeq = h.Seq
+	r.shared("session_id", &h.SessionID, &sessionIDs)
 	h.At = r.i64("at")
 }
 
@@ -477,9 +553,9 @@ func (r *decoder) outcome(o *Outcome) {
 	r.left = n
 	// Constant names: a concatenation here would cost four allocations an event.
 	o.State = TaskState(r.u64("outcome.state", uint64(StateCanceled)))
-	o.Summary = r.str("outcome.summary")
+	r.str("outcome.summary", &o.Summary)
 	o.Output = r.bin("outcome.output")
-	o.Error = r.str("outcome.error")
+	r.str("outcome.error", &o.Error)
 	r.skipRest(field)
 	r.left = outer
 }
@@ -573,7 +649,9 @@ func (r *decoder) skip() error {
 //
 // Decode never panics on any input: truncated, corrupt, unknown-type or unknown-version bytes
 // give a *DecodeError that names the field or envelope part. The event shares no memory with
-// b.
+// b. Its strings share one allocation (a session id or kind may also be the same string as in
+// other events: see internTable); each of its byte strings is its own, which the caller may
+// change.
 func Decode(b []byte, seq uint64) (ev Event, err error) {
 	if len(b) < headerLen+trailerLen+1 {
 		return nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrCorrupt,
@@ -610,71 +688,71 @@ func Decode(b []byte, seq uint64) (ev Event, err error) {
 	case TypeTaskSubmitted:
 		e := &TaskSubmitted{}
 		r.header(&e.Header)
-		e.TaskID = r.str("task_id")
-		e.Kind = r.str("kind")
+		r.str("task_id", &e.TaskID)
+		r.shared("kind", &e.Kind, &kinds)
 		e.Input = r.bin("input")
 		e.HasRunAt = r.bool("has_run_at")
 		e.RunAt = r.i64("run_at")
-		e.IdempotencyKey = r.str("idempotency_key")
+		r.str("idempotency_key", &e.IdempotencyKey)
 		e.WakeOnCompletion = r.bool("wake_on_completion")
 		ev = e
 	case TypeTaskClaimed:
 		e := &TaskClaimed{}
 		r.header(&e.Header)
-		e.TaskID = r.str("task_id")
+		r.str("task_id", &e.TaskID)
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
-		e.LeaseToken = r.str("lease_token")
+		r.str("lease_token", &e.LeaseToken)
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
 		ev = e
 	case TypeTaskSettled:
 		e := &TaskSettled{}
 		r.header(&e.Header)
-		e.TaskID = r.str("task_id")
+		r.str("task_id", &e.TaskID)
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
-		e.LeaseToken = r.str("lease_token")
+		r.str("lease_token", &e.LeaseToken)
 		r.outcome(&e.Outcome)
 		ev = e
 	case TypeTaskCancelRequested:
 		e := &TaskCancelRequested{}
 		r.header(&e.Header)
-		e.TaskID = r.str("task_id")
+		r.str("task_id", &e.TaskID)
 		ev = e
 	case TypeWakeRecorded:
 		e := &WakeRecorded{}
 		r.header(&e.Header)
-		e.WakeID = r.str("wake_id")
+		r.str("wake_id", &e.WakeID)
 		e.Reason = WakeReason(r.u64("reason", uint64(WakeTaskFinished)))
 		e.Payload = r.bin("payload")
-		e.IdempotencyKey = r.str("idempotency_key")
-		e.TaskID = r.str("task_id")
+		r.str("idempotency_key", &e.IdempotencyKey)
+		r.str("task_id", &e.TaskID)
 		r.outcome(&e.Outcome)
 		ev = e
 	case TypeWakeClaimed:
 		e := &WakeClaimed{}
 		r.header(&e.Header)
-		e.WakeID = r.str("wake_id")
+		r.str("wake_id", &e.WakeID)
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
-		e.LeaseToken = r.str("lease_token")
+		r.str("lease_token", &e.LeaseToken)
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
 		ev = e
 	case TypeWakeAcked:
 		e := &WakeAcked{}
 		r.header(&e.Header)
-		e.WakeID = r.str("wake_id")
+		r.str("wake_id", &e.WakeID)
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
-		e.LeaseToken = r.str("lease_token")
+		r.str("lease_token", &e.LeaseToken)
 		ev = e
 	case TypeTaskSettleRejected:
 		e := &TaskSettleRejected{}
 		r.header(&e.Header)
-		e.TaskID = r.str("task_id")
+		r.str("task_id", &e.TaskID)
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.Reason = RejectReason(r.u64("reason", uint64(RejectNotClaimed)))
 		ev = e
 	case TypeWakeAckRejected:
 		e := &WakeAckRejected{}
 		r.header(&e.Header)
-		e.WakeID = r.str("wake_id")
+		r.str("wake_id", &e.WakeID)
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.Reason = RejectReason(r.u64("reason", uint64(RejectNotClaimed)))
 		ev = e
@@ -684,6 +762,7 @@ func Decode(b []byte, seq uint64) (ev Event, err error) {
 		r.fail("body", fmt.Errorf("%d trailing bytes after the body", len(r.b)-r.off))
 	}
 	if r.err == nil {
+		r.strings()
 		r.err = check(ev, seq)
 	}
 	if r.err != nil {

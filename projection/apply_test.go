@@ -42,7 +42,16 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 			}
 			tc.ev.Head().Seq = seq
 			s := &spy{Mem: m}
-			err := Apply(s, tc.ev)
+			err := Apply(s, tc.ev) // the generic path: spy is not a *Mem
+			// Apply's in-place path for a bare *Mem must give the same answer and state.
+			direct := fold(t, pre)
+			if derr := Apply(direct, tc.ev); (derr == nil) != (err == nil) ||
+				(err != nil && derr.Error() != err.Error()) {
+				t.Errorf("on a bare Mem: %v; through a State: %v", derr, err)
+			}
+			if d := direct.Diff(m); len(d) > 0 {
+				t.Errorf("bare Mem and State differ:\n%s", strings.Join(d, "\n"))
+			}
 			if tc.rule == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)

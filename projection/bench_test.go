@@ -126,6 +126,25 @@ func BenchmarkFold(b *testing.B) {
 		}
 		report(b, m0)
 	})
+	// The same, into a state sized in advance (NewMemSized) as a rebuild that knows how many
+	// tasks and wakes to expect can do: no map growth.
+	b.Run("decode+apply/sized", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		m0 := start()
+		for b.Loop() {
+			m := NewMemSized(20_000, 20_000)
+			for i, x := range stream {
+				ev, err := events.Decode(x, uint64(i+1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := Apply(m, ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		report(b, m0)
+	})
 	b.Run("decode", func(b *testing.B) {
 		b.SetBytes(int64(size))
 		m0 := start()

@@ -101,7 +101,7 @@ func benchSubmitWorklog(b *testing.B, callers int) {
 func benchPebbleOptions(fs vfs.FS) *pebble.Options {
 	return &pebble.Options{
 		FS:                          fs,
-		Cache:                       pebble.NewCache(64 << 20),
+		Cache:                       pebble.NewCache(32<<20 + 2*32<<20), // as pebblelog.Open: 32 MiB of blocks beside two memtables
 		MemTableSize:                32 << 20,
 		MemTableStopWritesThreshold: 2,
 		FormatMajorVersion:          pebble.FormatValueSeparation,
@@ -386,7 +386,9 @@ func benchClaimLatency(b *testing.B, dir string, mode work.SyncMode) {
 // on one core (GOMAXPROCS 1), page cache warm:
 //   - step=scan: a bare Pebble iterator over the event keys (Key, ValueAndErr), no decode;
 //   - step=decode: pebblelog Store.ReadLog (iterate + events.Decode), events dropped;
-//   - step=apply: Store.ReadLog + projection.Apply into a fresh projection.NewMem().
+//   - step=apply: Store.ReadLog + projection.Apply into a fresh projection.NewMem();
+//   - step=apply-sized: the same into projection.NewMemSized(last seq / 3, 0), as the replay
+//     tool and the in-memory engine's rebuilds size it (a task's life is about three events).
 //
 // The store is opened read-only (no compactions). Each op is one pass over the whole log;
 // the garbage of the previous pass is collected before the timer restarts.
@@ -428,19 +430,34 @@ func BenchmarkRebuild(b *testing.B) {
 			return n, err
 		})
 	})
-	b.Run("step=apply", func(b *testing.B) {
-		st := openReadOnly(b, dir)
-		defer st.Close()
-		benchOneCore(b, func() (int, error) {
-			m := projection.NewMem()
-			n := 0
-			err := st.ReadLog(context.Background(), 1, func(ev events.Event) error {
-				n++
-				return projection.Apply(m, ev)
-			})
-			runtime.KeepAlive(m)
-			return n, err
+	for _, sized := range []bool{false, true} {
+		name := "step=apply"
+		if sized {
+			name = "step=apply-sized"
+		}
+		b.Run(name, func(b *testing.B) { benchRebuildApply(b, dir, sized) })
+	}
+}
+
+func benchRebuildApply(b *testing.B, dir string, sized bool) {
+	st := openReadOnly(b, dir)
+	defer st.Close()
+	last, err := st.LastSeq()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchOneCore(b, func() (int, error) {
+		m := projection.NewMem()
+		if sized {
+			m = projection.NewMemSized(int(last/3), 0)
+		}
+		n := 0
+		err := st.ReadLog(context.Background(), 1, func(ev events.Event) error {
+			n++
+			return projection.Apply(m, ev)
 		})
+		runtime.KeepAlive(m)
+		return n, err
 	})
 }
 

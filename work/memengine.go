@@ -59,7 +59,7 @@ func (e *memEngine) update(ctx context.Context, fn func(tx txn) error) error {
 }
 
 func (e *memEngine) refold() error {
-	st := projection.NewMem()
+	st := projection.NewMemSized(len(e.log)/3, 0) // a task's life is about three events
 	for _, ev := range e.log {
 		if err := projection.Apply(st, ev); err != nil {
 			return err
@@ -120,7 +120,7 @@ func (e *memEngine) verify(ctx context.Context) ([]string, error) {
 	if e.closed {
 		return nil, ErrClosed
 	}
-	st := projection.NewMem()
+	st := projection.NewMemSized(len(e.log)/3, 0)
 	var buf []byte
 	for i, ev := range e.log {
 		if err := ctx.Err(); err != nil {

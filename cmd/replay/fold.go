@@ -143,7 +143,8 @@ func (a *app) fullFold(ctx context.Context, st *pebblelog.Store, c cut, cache *s
 	if !c.byTime && c.seq < last {
 		target = c.seq
 	}
-	res := &foldResult{mem: projection.NewMem(), lastSeq: last}
+	// Sized for the fold: a task's life is about three events.
+	res := &foldResult{mem: projection.NewMemSized(int(min(target, 1<<26)/3), 0), lastSeq: last}
 	var start uint64
 	if cache != nil {
 		t0 := time.Now()

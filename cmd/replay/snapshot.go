@@ -308,7 +308,7 @@ func readRecords[T any](d *msgpack.Decoder, into map[string]*T, idOf func(*T) st
 // memFrom rebuilds a state from its records: the records themselves, the idempotency keys
 // and the two eligibility indexes, which the fold derives from the records in the same way.
 func memFrom(tasks map[string]*projection.Task, wakes map[string]*projection.Wake, seq uint64) (*projection.Mem, error) {
-	m := projection.NewMem()
+	m := projection.NewMemSized(len(tasks), len(wakes))
 	var err error
 	for _, t := range tasks {
 		err = errors.Join(err, m.PutTask(t))
