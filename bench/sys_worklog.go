@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +63,17 @@ func (w *worklogQueue) Work(ctx context.Context, total, workers int) error {
 	return w.workDispatch(ctx, total, workers)
 }
 
-// workDispatch is a pool of workers fed by one dispatcher, the shape of River's producer: the
-// dispatcher claims as many due tasks as there are idle workers in one ClaimDue call and hands
-// them out; each worker settles its delivery with Finish, which returns once synced.
+// completerBacklog bounds the settlements in flight in the dispatch pool, as River's batch
+// completer bounds its backlog (River makes completions wait at 10,000).
+const completerBacklog = 1024
+
+// workDispatch is River's shape: one dispatcher (River's producer) claims as many due tasks
+// as there are idle workers in one ClaimDue call and hands them out; a worker "runs" its task
+// (no work) and passes the delivery to the completer, which settles it with Finish in the
+// background while the worker takes the next task. That is what River's executors and
+// BatchCompleter do: a job slot is free once the job returns, and the completer marks jobs
+// completed in batches (here: the store's single writer folds the concurrent Finish calls
+// into shared fsyncs). The clock stops when every Finish has returned, that is durable.
 func (w *worklogQueue) workDispatch(ctx context.Context, total, workers int) error {
 	const lease = 10 * time.Minute
 	ctx, cancel := context.WithCancel(ctx)
@@ -74,23 +83,36 @@ func (w *worklogQueue) workDispatch(ctx context.Context, total, workers int) err
 		idle <- struct{}{}
 	}
 	deliveries := make(chan work.TaskDelivery, workers)
-	errs := make(chan error, workers+1)
+	errs := make(chan error, 1)
+	fail := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+		cancel()
+	}
 	var finished atomic.Int64
+	var settling sync.WaitGroup
+	backlog := make(chan struct{}, completerBacklog)
+	complete := func(d work.TaskDelivery) {
+		backlog <- struct{}{} // waits while the backlog is full
+		settling.Go(func() {
+			defer func() { <-backlog }()
+			if _, err := w.q.Finish(ctx, d, work.Success(nil)); err != nil {
+				fail(fmt.Errorf("finish %s: %w", d.Task.ID, err))
+				return
+			}
+			finished.Add(1)
+		})
+	}
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for d := range deliveries {
-				if _, err := w.q.Finish(ctx, d, work.Success(nil)); err != nil {
-					errs <- fmt.Errorf("finish %s: %w", d.Task.ID, err)
-					cancel()
-					return
-				}
-				finished.Add(1)
+				complete(d) // the task "ran"; its slot is free once the completer has it
 				idle <- struct{}{}
 			}
-		}()
+		})
 	}
 	func() {
 		defer close(deliveries)
@@ -103,19 +125,21 @@ func (w *worklogQueue) workDispatch(ctx context.Context, total, workers int) err
 			case <-ctx.Done():
 				return
 			}
-		more:
-			for k < workers {
-				select {
-				case <-idle:
-					k++
-				default:
-					break more
+			for spins := 0; k < workers && spins < 3; spins++ {
+				runtime.Gosched() // let workers that are handing off their task finish doing so
+			more:
+				for k < workers {
+					select {
+					case <-idle:
+						k++
+					default:
+						break more
+					}
 				}
 			}
 			ds, err := w.q.ClaimDue(ctx, lease, k)
 			if err != nil {
-				errs <- fmt.Errorf("claim: %w", err)
-				cancel()
+				fail(fmt.Errorf("claim: %w", err))
 				return
 			}
 			if len(ds) == 0 {
@@ -130,6 +154,7 @@ func (w *worklogQueue) workDispatch(ctx context.Context, total, workers int) err
 		}
 	}()
 	wg.Wait()
+	settling.Wait()
 	select {
 	case err := <-errs:
 		return err
