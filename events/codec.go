@@ -397,18 +397,23 @@ func (r *decoder) i64(field string) int64 {
 
 // str reads a string field into *dst, which strings sets once the body is read.
 func (r *decoder) str(field string, dst *string) {
+	if n := r.strField(field); n > 0 {
+		r.span(dst, n)
+	}
+}
+
+// strField reads a string field's header and returns its length; 0 when the field is
+// absent, empty or bad (the error is recorded).
+func (r *decoder) strField(field string) int {
 	if !r.next(field) {
-		return
+		return 0
 	}
 	n, err := r.strLen()
 	if err != nil {
 		r.fail(field, err)
-		return
+		return 0
 	}
-	if n <= 0 {
-		return
-	}
-	r.span(dst, n)
+	return max(n, 0)
 }
 
 // shared reads a string field that many events repeat (a session id, a kind) into *dst: when
@@ -416,15 +421,8 @@ func (r *decoder) str(field string, dst *string) {
 // lets the records of a session share one string; otherwise it is read like any string and
 // offered to tab.
 func (r *decoder) shared(field string, dst *string, tab *internTable) {
-	if !r.next(field) {
-		return
-	}
-	n, err := r.strLen()
-	if err != nil {
-		r.fail(field, err)
-		return
-	}
-	if n <= 0 {
+	n := r.strField(field)
+	if n == 0 {
 		return
 	}
 	b := r.b[r.off : r.off+n]

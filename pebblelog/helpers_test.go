@@ -31,7 +31,14 @@ func openT(t *testing.T, dir string, o Options) *Store {
 // appendEvents commits evs as one command.
 func appendEvents(t *testing.T, s *Store, evs ...events.Event) {
 	t.Helper()
-	err := s.Update(context.Background(), func(tx *Txn) error {
+	if err := update(s, evs...); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+}
+
+// update appends evs as one command and returns its error.
+func update(s *Store, evs ...events.Event) error {
+	return s.Update(context.Background(), func(tx *Txn) error {
 		for _, ev := range evs {
 			if err := tx.Append(ev); err != nil {
 				return err
@@ -39,9 +46,6 @@ func appendEvents(t *testing.T, s *Store, evs ...events.Event) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("Update: %v", err)
-	}
 }
 
 func submitted(session, task string, at int64, wake bool) *events.TaskSubmitted {

@@ -426,15 +426,7 @@ func TestDuplicateRecordIDsRefused(t *testing.T) {
 			appendEvents(t, s, submitted("s1", "t9", sec(2), false), requestedWake("s1", "w9", sec(2)))
 			refused := func(s *Store, evs ...events.Event) {
 				t.Helper()
-				err := s.Update(context.Background(), func(tx *Txn) error {
-					for _, ev := range evs {
-						if err := tx.Append(ev); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if !errors.Is(err, projection.ErrInconsistent) {
+				if err := update(s, evs...); !errors.Is(err, projection.ErrInconsistent) {
 					t.Fatalf("duplicate id: err = %v, want ErrInconsistent", err)
 				}
 			}

@@ -115,18 +115,11 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 	}
 	switch e := ev.(type) {
 	case *events.TaskClaimed:
-		at, ok := t.EligibleAt()
-		if !ok || at > h.At {
+		if at, ok := t.EligibleAt(); !ok || at > h.At {
 			return fail("claim of a task that is not eligible (state %s)", t.State)
 		}
-		if t.Attempts == math.MaxUint32 {
-			return fail("the task has been claimed %d times; attempts cannot grow", t.Attempts)
-		}
-		if e.Attempt != t.Attempts+1 {
-			return fail("claim attempt %d, want %d", e.Attempt, t.Attempts+1)
-		}
-		if e.LeaseToken == "" || e.LeaseExpiresAt <= h.At {
-			return fail("claim needs a token and a lease that ends after the claim")
+		if err := claimRule("task", t.Attempts, e.Attempt, e.LeaseToken, e.LeaseExpiresAt, h.At, fail); err != nil {
+			return err
 		}
 		t.State = events.StateRunning
 		t.Attempts = e.Attempt
@@ -166,6 +159,21 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 	return nil
 }
 
+// claimRule checks what a claim of an eligible task or wake names: the next attempt (attempts
+// cannot grow past MaxUint32), a token, and a lease that ends after the claim.
+func claimRule(what string, attempts, attempt uint32, token string, expires, now int64, fail failFunc) error {
+	if attempts == math.MaxUint32 {
+		return fail("the %s has been claimed %d times; attempts cannot grow", what, attempts)
+	}
+	if attempt != attempts+1 {
+		return fail("claim attempt %d, want %d", attempt, attempts+1)
+	}
+	if token == "" || expires <= now {
+		return fail("claim needs a token and a lease that ends after the claim")
+	}
+	return nil
+}
+
 // wakeRule is taskRule for the events on an existing wake.
 func wakeRule(w *Wake, ev events.Event, h *events.Header, fail failFunc) error {
 	if w.SessionID != h.SessionID {
@@ -173,18 +181,11 @@ func wakeRule(w *Wake, ev events.Event, h *events.Header, fail failFunc) error {
 	}
 	switch e := ev.(type) {
 	case *events.WakeClaimed:
-		at, ok := w.AvailableAt()
-		if !ok || at > h.At {
+		if at, ok := w.AvailableAt(); !ok || at > h.At {
 			return fail("claim of a wake that is not available")
 		}
-		if w.Attempts == math.MaxUint32 {
-			return fail("the wake has been claimed %d times; attempts cannot grow", w.Attempts)
-		}
-		if e.Attempt != w.Attempts+1 {
-			return fail("claim attempt %d, want %d", e.Attempt, w.Attempts+1)
-		}
-		if e.LeaseToken == "" || e.LeaseExpiresAt <= h.At {
-			return fail("claim needs a token and a lease that ends after the claim")
+		if err := claimRule("wake", w.Attempts, e.Attempt, e.LeaseToken, e.LeaseExpiresAt, h.At, fail); err != nil {
+			return err
 		}
 		w.Attempts = e.Attempt
 		w.LeaseToken = e.LeaseToken
