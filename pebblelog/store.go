@@ -60,18 +60,19 @@ type Options struct {
 	// ReadOnly opens an existing store without changing its contents; Update fails. The
 	// lock files (WORKLOG.lock, Pebble's LOCK) are still created if missing. Default false.
 	ReadOnly bool
-	// CacheSize is Pebble's block cache in bytes. Default 32 MiB. Pebble charges every
+	// CacheSize is Pebble's block cache in bytes. Default 24 MiB. Pebble charges every
 	// memtable to the block cache too, so the cache is created with room for two memtables
 	// on top (2 × MemTableSize): otherwise two 32 MiB memtables would leave a 64 MiB cache
-	// no room for a single block, and every read would go to the disk.
+	// no room for a single block, and every read would go to the disk. With the defaults
+	// the cache and the memtables together stay within 56 MiB.
 	CacheSize int64
-	// MemTableSize is one Pebble memtable in bytes. Default 32 MiB.
+	// MemTableSize is one Pebble memtable in bytes. Default 16 MiB.
 	MemTableSize uint64
 	// MaxBatchCommands bounds the commands folded into one batch. Default 1024.
 	MaxBatchCommands int
 	// RecordCacheSize bounds, in estimated bytes, the writer's cache of the task and wake
 	// records it committed last (read by the next commands on the same tasks instead of a
-	// Pebble Get). Default 16 MiB; negative disables it.
+	// Pebble Get). Default 4 MiB; negative disables it.
 	RecordCacheSize int
 	// Logger receives Pebble's messages. Default: discarded.
 	Logger *slog.Logger
@@ -103,16 +104,16 @@ func Open(dir string, o Options) (*Store, error) {
 		o.FS = vfs.Default
 	}
 	if o.CacheSize == 0 {
-		o.CacheSize = 32 << 20
+		o.CacheSize = 24 << 20
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 32 << 20
+		o.MemTableSize = 16 << 20
 	}
 	if o.MaxBatchCommands <= 0 {
 		o.MaxBatchCommands = 1024
 	}
 	if o.RecordCacheSize == 0 {
-		o.RecordCacheSize = 8 << 20
+		o.RecordCacheSize = 4 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -101,8 +101,8 @@ func benchSubmitWorklog(b *testing.B, callers int) {
 func benchPebbleOptions(fs vfs.FS) *pebble.Options {
 	return &pebble.Options{
 		FS:                          fs,
-		Cache:                       pebble.NewCache(32<<20 + 2*32<<20), // as pebblelog.Open: 32 MiB of blocks beside two memtables
-		MemTableSize:                32 << 20,
+		Cache:                       pebble.NewCache(24<<20 + 2*16<<20), // as pebblelog.Open: 24 MiB of blocks beside two memtables
+		MemTableSize:                16 << 20,
 		MemTableStopWritesThreshold: 2,
 		FormatMajorVersion:          pebble.FormatValueSeparation,
 		Logger:                      quietLogger{},

@@ -45,12 +45,13 @@ type Options struct {
 	// (DefaultMaxValueBytes); at most 64 MiB.
 	MaxValueBytes int
 
-	// CacheSize is Pebble's block cache in bytes. Default 32 MiB. The cache is created
-	// with room for two memtables on top, which Pebble charges to it.
+	// CacheSize is Pebble's block cache in bytes. Default 24 MiB. The cache is created
+	// with room for two memtables on top, which Pebble charges to it: with the defaults,
+	// blocks and memtables together stay within 56 MiB.
 	CacheSize int64
 
 	// MemTableSize is the size of one Pebble memtable in bytes; two may exist at once.
-	// Default 32 MiB (Pebble's own 4 MiB stalls writers under bursts).
+	// Default 16 MiB (Pebble's own 4 MiB stalls writers under bursts).
 	MemTableSize uint64
 
 	// MaxBatchCommands bounds how many waiting commands the writer folds into one batch and
@@ -81,10 +82,10 @@ func (o *Options) withDefaults() Options {
 		c.MaxValueBytes = DefaultMaxValueBytes
 	}
 	if c.CacheSize == 0 {
-		c.CacheSize = 32 << 20
+		c.CacheSize = 24 << 20
 	}
 	if c.MemTableSize == 0 {
-		c.MemTableSize = 32 << 20
+		c.MemTableSize = 16 << 20
 	}
 	if c.MaxBatchCommands == 0 {
 		c.MaxBatchCommands = 1024
