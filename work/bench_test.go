@@ -67,7 +67,7 @@ var benchRequest = work.TaskRequest{Kind: "thumbnail", Input: benchInput}
 // callers, beside a bare Pebble synced write per call at the same N, and at 256 callers a raw
 // write+fdatasync group commit (the disk's ceiling).
 func BenchmarkSubmit(b *testing.B) {
-	for _, n := range []int{1, 64, 256} {
+	for _, n := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("callers=%d/store=worklog", n), func(b *testing.B) { benchSubmitWorklog(b, n) })
 		b.Run(fmt.Sprintf("callers=%d/store=pebble", n), func(b *testing.B) { benchPebbleSynced(b, n) })
 		if n == 256 {
