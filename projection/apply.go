@@ -147,9 +147,8 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 			t.Outcome = events.Outcome{State: events.StateCanceled}
 		}
 	case *events.TaskSettleRejected:
-		if e.Attempt == 0 || e.Attempt > t.Attempts || e.Attempt <= t.RejectedAttempt {
-			return fail("rejection of attempt %d is not recordable (attempts %d, recorded %d)",
-				e.Attempt, t.Attempts, t.RejectedAttempt)
+		if err := rejectionRule(e.Attempt, t.Attempts, t.RejectedAttempt, fail); err != nil {
+			return err
 		}
 		t.RejectedAttempt = e.Attempt
 	default:
@@ -170,6 +169,16 @@ func claimRule(what string, attempts, attempt uint32, token string, expires, now
 	}
 	if token == "" || expires <= now {
 		return fail("claim needs a token and a lease that ends after the claim")
+	}
+	return nil
+}
+
+// rejectionRule bounds the audit of stale settlements and acknowledgments: one record per
+// attempt that was really handed out (1..attempts), in increasing attempt order.
+func rejectionRule(attempt, attempts, recorded uint32, fail failFunc) error {
+	if attempt == 0 || attempt > attempts || attempt <= recorded {
+		return fail("rejection of attempt %d is not recordable (attempts %d, recorded %d)",
+			attempt, attempts, recorded)
 	}
 	return nil
 }
@@ -200,9 +209,8 @@ func wakeRule(w *Wake, ev events.Event, h *events.Header, fail failFunc) error {
 		w.AckedToken = e.LeaseToken
 		w.LeaseToken, w.LeaseExpiresAt = "", 0
 	case *events.WakeAckRejected:
-		if e.Attempt == 0 || e.Attempt > w.Attempts || e.Attempt <= w.RejectedAttempt {
-			return fail("rejection of attempt %d is not recordable (attempts %d, recorded %d)",
-				e.Attempt, w.Attempts, w.RejectedAttempt)
+		if err := rejectionRule(e.Attempt, w.Attempts, w.RejectedAttempt, fail); err != nil {
+			return err
 		}
 		w.RejectedAttempt = e.Attempt
 	default:
