@@ -129,7 +129,7 @@ func (s reader) maxIDs() (*maxIDs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &maxIDs{task: task, wake: wake, known: true}, nil
+	return &maxIDs{task: task, wake: wake}, nil
 }
 
 func (s reader) LastSeq() (uint64, error) {
@@ -180,12 +180,12 @@ type writer struct {
 // batch may leave it too high, which only costs a Get.
 type maxIDs struct {
 	task, wake []byte // greatest record key; nil when there is none
-	known      bool
 }
 
-// above reports whether key sorts after every key in *max (so no record has it).
-func above(known bool, max, key []byte) bool {
-	return known && (max == nil || bytes.Compare(key, max) > 0)
+// above reports whether key sorts after max, the greatest key of its kind (nil: none), so
+// that no record has it.
+func above(max, key []byte) bool {
+	return max == nil || bytes.Compare(key, max) > 0
 }
 
 func raise(max *[]byte, key []byte) {
@@ -271,7 +271,7 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 			return &t, nil
 		}
 	}
-	if w.maxIDs != nil && above(w.maxIDs.known, w.maxIDs.task, idKey(prefixTask, id)) {
+	if w.maxIDs != nil && above(w.maxIDs.task, idKey(prefixTask, id)) {
 		return nil, nil
 	}
 	return w.committed.Task(id)
@@ -286,7 +286,7 @@ func (w *writer) Wake(id string) (*projection.Wake, error) {
 			return &x, nil
 		}
 	}
-	if w.maxIDs != nil && above(w.maxIDs.known, w.maxIDs.wake, idKey(prefixWake, id)) {
+	if w.maxIDs != nil && above(w.maxIDs.wake, idKey(prefixWake, id)) {
 		return nil, nil
 	}
 	return w.committed.Wake(id)
