@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
@@ -448,4 +451,61 @@ func TestDuplicateRecordIDsRefused(t *testing.T) {
 			mustVerify(t, s)
 		})
 	}
+}
+
+// TestAnswerWaitsForEarlierSyncs: with pipelined commits a batch is visible before its fsync
+// completes, so a later command can read what it wrote. A command that then writes nothing
+// (a duplicate submit finding the task) has no fsync of its own to wait for; it must still not
+// be answered before the batch it read is durable.
+func TestAnswerWaitsForEarlierSyncs(t *testing.T) {
+	var holding atomic.Bool
+	gate := make(chan struct{})
+	held := make(chan struct{}, 1)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if holding.Load() && strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+		return nil
+	})
+	var release sync.Once
+	letSyncsThrough := func() { release.Do(func() { holding.Store(false); close(gate) }) }
+	s := openT(t, t.TempDir(), Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	t.Cleanup(letSyncsThrough) // runs before the store's Close (cleanups run last-in first-out)
+	holding.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- update(s, submitted("s1", "t1", sec(1), false)) }()
+	<-held // t1's batch is applied and its WAL fsync is being held
+
+	var saw atomic.Bool
+	second := make(chan error, 1)
+	go func() {
+		second <- s.Update(context.Background(), func(tx *Txn) error {
+			rec, err := tx.Reader().Task("t1")
+			saw.Store(rec != nil)
+			return err
+		})
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("a command that read t1 was answered (err %v) before t1's batch was durable", err)
+	case err := <-first:
+		t.Fatalf("t1's submit was answered (err %v) before its fsync", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	letSyncsThrough()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if !saw.Load() {
+		t.Fatal("the second command did not see t1: the test did not exercise a read of an unsynced batch")
+	}
+	mustVerify(t, s)
 }
