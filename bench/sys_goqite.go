@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	_ "embed"
-	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -85,15 +84,7 @@ func (g *goqiteQueue) Work(ctx context.Context, total, workers int) error {
 		}()
 	}
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-	}
-	if int(done.Load()) != total {
-		return fmt.Errorf("completed %d messages, want %d", done.Load(), total)
-	}
-	return nil
+	return poolResult(errs, done.Load(), total)
 }
 
 func (g *goqiteQueue) Close() error { return g.db.Close() }

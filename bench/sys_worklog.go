@@ -155,15 +155,7 @@ func (w *worklogQueue) workDispatch(ctx context.Context, total, workers int) err
 	}()
 	wg.Wait()
 	settling.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-	}
-	if n := finished.Load(); n != int64(total) {
-		return fmt.Errorf("finished %d tasks, want %d", n, total)
-	}
-	return nil
+	return poolResult(errs, finished.Load(), total)
 }
 
 // workEach is a pool of workers, each looping on ClaimDue(limit 1) and Finish: a worker holds a
@@ -202,15 +194,7 @@ func (w *worklogQueue) workEach(ctx context.Context, total, workers int) error {
 		}()
 	}
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-	}
-	if n := finished.Load(); n != int64(total) {
-		return fmt.Errorf("finished %d tasks, want %d", n, total)
-	}
-	return nil
+	return poolResult(errs, finished.Load(), total)
 }
 
 func (w *worklogQueue) Close() error {

@@ -281,3 +281,17 @@ func vmHWM() int64 {
 	}
 	return 0
 }
+
+// poolResult is a W2 pool's outcome once its workers have stopped: the first error a worker
+// sent, else an error unless exactly total tasks were completed.
+func poolResult(errs <-chan error, completed int64, total int) error {
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	if completed != int64(total) {
+		return fmt.Errorf("completed %d tasks, want %d", completed, total)
+	}
+	return nil
+}

@@ -642,6 +642,35 @@ func (r *decoder) skip() error {
 	return nil
 }
 
+// openEnvelope checks an event's envelope (length, envelope version, checksum, type, schema
+// version) and returns its type and msgpack body.
+func openEnvelope(b []byte, seq uint64) (Type, []byte, error) {
+	if len(b) < headerLen+trailerLen+1 {
+		return 0, nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrCorrupt,
+			Detail: fmt.Sprintf("%d bytes is shorter than the smallest event", len(b))}
+	}
+	if b[0] != EnvelopeV1 {
+		return 0, nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrUnknownVersion,
+			Detail: fmt.Sprintf("envelope version %d (this build reads %d)", b[0], EnvelopeV1)}
+	}
+	t := Type(b[1])
+	body := b[headerLen : len(b)-trailerLen]
+	want := binary.BigEndian.Uint32(b[len(b)-trailerLen:])
+	if got := crc32.Checksum(b[:len(b)-trailerLen], castagnoli); got != want {
+		return 0, nil, &DecodeError{Seq: seq, Type: t, Field: "checksum", Kind: ErrCorrupt,
+			Detail: fmt.Sprintf("crc32c %08x, stored %08x", got, want)}
+	}
+	if !t.Known() {
+		return 0, nil, &DecodeError{Seq: seq, Field: "type", Kind: ErrUnknownType,
+			Detail: fmt.Sprintf("type byte %d", b[1])}
+	}
+	if v := b[2]; v == 0 || v > schemaVersion[t] {
+		return 0, nil, &DecodeError{Seq: seq, Type: t, Field: "schema_version", Kind: ErrUnknownVersion,
+			Detail: fmt.Sprintf("schema version %d (this build reads 1..%d)", v, schemaVersion[t])}
+	}
+	return t, body, nil
+}
+
 // Decode decodes one event. seq is the log position the bytes were read at (0 when unknown);
 // it is named in errors and, when non-zero, must equal the sequence inside the event.
 //
@@ -651,28 +680,9 @@ func (r *decoder) skip() error {
 // other events: see internTable); each of its byte strings is its own, which the caller may
 // change.
 func Decode(b []byte, seq uint64) (ev Event, err error) {
-	if len(b) < headerLen+trailerLen+1 {
-		return nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrCorrupt,
-			Detail: fmt.Sprintf("%d bytes is shorter than the smallest event", len(b))}
-	}
-	if b[0] != EnvelopeV1 {
-		return nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrUnknownVersion,
-			Detail: fmt.Sprintf("envelope version %d (this build reads %d)", b[0], EnvelopeV1)}
-	}
-	t := Type(b[1])
-	body := b[headerLen : len(b)-trailerLen]
-	want := binary.BigEndian.Uint32(b[len(b)-trailerLen:])
-	if got := crc32.Checksum(b[:len(b)-trailerLen], castagnoli); got != want {
-		return nil, &DecodeError{Seq: seq, Type: t, Field: "checksum", Kind: ErrCorrupt,
-			Detail: fmt.Sprintf("crc32c %08x, stored %08x", got, want)}
-	}
-	if !t.Known() {
-		return nil, &DecodeError{Seq: seq, Field: "type", Kind: ErrUnknownType,
-			Detail: fmt.Sprintf("type byte %d", b[1])}
-	}
-	if v := b[2]; v == 0 || v > schemaVersion[t] {
-		return nil, &DecodeError{Seq: seq, Type: t, Field: "schema_version", Kind: ErrUnknownVersion,
-			Detail: fmt.Sprintf("schema version %d (this build reads 1..%d)", v, schemaVersion[t])}
+	t, body, envErr := openEnvelope(b, seq)
+	if envErr != nil {
+		return nil, envErr
 	}
 
 	r := decoder{b: body, seq: seq, typ: t}

@@ -8,10 +8,8 @@ package events
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -171,28 +169,9 @@ func (r *refDecoder) skipRest(field string) {
 // Decode never panics on any input: truncated, corrupt, unknown-type or unknown-version bytes
 // give a *DecodeError that names the field or envelope part.
 func refDecode(b []byte, seq uint64) (ev Event, err error) {
-	if len(b) < headerLen+trailerLen+1 {
-		return nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrCorrupt,
-			Detail: fmt.Sprintf("%d bytes is shorter than the smallest event", len(b))}
-	}
-	if b[0] != EnvelopeV1 {
-		return nil, &DecodeError{Seq: seq, Field: "envelope", Kind: ErrUnknownVersion,
-			Detail: fmt.Sprintf("envelope version %d (this build reads %d)", b[0], EnvelopeV1)}
-	}
-	t := Type(b[1])
-	body := b[headerLen : len(b)-trailerLen]
-	want := binary.BigEndian.Uint32(b[len(b)-trailerLen:])
-	if got := crc32.Checksum(b[:len(b)-trailerLen], castagnoli); got != want {
-		return nil, &DecodeError{Seq: seq, Type: t, Field: "checksum", Kind: ErrCorrupt,
-			Detail: fmt.Sprintf("crc32c %08x, stored %08x", got, want)}
-	}
-	if !t.Known() {
-		return nil, &DecodeError{Seq: seq, Field: "type", Kind: ErrUnknownType,
-			Detail: fmt.Sprintf("type byte %d", b[1])}
-	}
-	if v := b[2]; v == 0 || v > schemaVersion[t] {
-		return nil, &DecodeError{Seq: seq, Type: t, Field: "schema_version", Kind: ErrUnknownVersion,
-			Detail: fmt.Sprintf("schema version %d (this build reads 1..%d)", v, schemaVersion[t])}
+	t, body, envErr := openEnvelope(b, seq)
+	if envErr != nil {
+		return nil, envErr
 	}
 
 	// Patched from the original: a fresh decoder each time. A pooled one keeps msgpack's
