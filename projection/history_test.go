@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/worklog/worklog/events"
@@ -333,4 +334,56 @@ func cloneEvent(ev events.Event) events.Event {
 		return &c
 	}
 	panic(fmt.Sprintf("cloneEvent: %T", ev))
+}
+
+// generic hides a Mem's type from Apply, so Apply takes its generic path (PutDue,
+// DeleteDue, ...) instead of the Mem's in-place one.
+type generic struct{ State }
+
+// TestDeferredIndexes: folding with the indexes deferred and built at the end gives the same
+// state, index entries included, as keeping them all along, on both of Apply's paths; and a
+// state whose indexes were built goes on like one that never deferred them.
+func TestDeferredIndexes(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		s := history(t, seed, 1500, false)
+		for cut := 0; cut <= len(s.evs); cut += 250 {
+			eager, fast, slow := NewMem(), NewMem(), NewMem()
+			fast.DeferIndexes()
+			slow.DeferIndexes()
+			for _, ev := range s.evs[:cut] {
+				for _, st := range []State{eager, fast, generic{slow}} {
+					if err := Apply(st, ev); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for name, m := range map[string]*Mem{"in place": fast, "generic": slow} {
+				if d := eager.Diff(m); len(d) > 0 {
+					t.Fatalf("seed %d, %d events, %s: deferred indexes differ:\n%q", seed, cut, name, d)
+				}
+				if a, b := dueOf(t, eager), dueOf(t, m); !slices.Equal(a, b) {
+					t.Fatalf("seed %d, %d events, %s: due index %v, want %v", seed, cut, name, b, a)
+				}
+				if a, b := wakesOf(t, eager), wakesOf(t, m); !slices.Equal(a, b) {
+					t.Fatalf("seed %d, %d events, %s: wake index %v, want %v", seed, cut, name, b, a)
+				}
+			}
+			// Built (by the Diff above), fast keeps its indexes up to date again.
+			for _, ev := range s.evs[cut:] {
+				if err := Apply(eager, ev); err != nil {
+					t.Fatal(err)
+				}
+				if err := Apply(fast, ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fast.deferred {
+				t.Fatal("still deferred after BuildIndexes")
+			}
+			if d := eager.Diff(fast); len(d) > 0 {
+				t.Fatalf("seed %d, cut %d: after the rest of the log:\n%q", seed, cut, d)
+			}
+			checkInvariants(t, fast)
+		}
+	}
 }

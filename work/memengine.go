@@ -60,11 +60,13 @@ func (e *memEngine) update(ctx context.Context, fn func(tx txn) error) error {
 
 func (e *memEngine) refold() error {
 	st := projection.NewMemSized(len(e.log)/3, 0) // a task's life is about three events
+	st.DeferIndexes()
 	for _, ev := range e.log {
 		if err := projection.Apply(st, ev); err != nil {
 			return err
 		}
 	}
+	st.BuildIndexes() // before readers share it: a deferred Mem builds them on first read
 	e.state = st
 	return nil
 }
@@ -121,6 +123,7 @@ func (e *memEngine) verify(ctx context.Context) ([]string, error) {
 		return nil, ErrClosed
 	}
 	st := projection.NewMemSized(len(e.log)/3, 0)
+	st.DeferIndexes() // Diff builds them
 	var buf []byte
 	for i, ev := range e.log {
 		if err := ctx.Err(); err != nil {

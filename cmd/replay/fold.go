@@ -144,7 +144,10 @@ func (a *app) fullFold(ctx context.Context, st *pebblelog.Store, c cut, cache *s
 		target = c.seq
 	}
 	// Sized for the fold: a task's life is about three events.
+	// The fold reads no index on the way: they are built from the records if something
+	// reads one afterwards (projection.Mem.DeferIndexes).
 	res := &foldResult{mem: projection.NewMemSized(int(min(target, 1<<26)/3), 0), lastSeq: last}
+	res.mem.DeferIndexes()
 	var start uint64
 	if cache != nil {
 		t0 := time.Now()

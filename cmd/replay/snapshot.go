@@ -305,27 +305,23 @@ func readRecords[T any](d *msgpack.Decoder, into map[string]*T, idOf func(*T) st
 	return n, nil
 }
 
-// memFrom rebuilds a state from its records: the records themselves, the idempotency keys
-// and the two eligibility indexes, which the fold derives from the records in the same way.
+// memFrom rebuilds a state from its records: the records themselves and the idempotency keys.
+// The two eligibility indexes are left deferred (projection.Mem.DeferIndexes): the Mem
+// derives them from the records when one is first read, as the fold would have.
 func memFrom(tasks map[string]*projection.Task, wakes map[string]*projection.Wake, seq uint64) (*projection.Mem, error) {
 	m := projection.NewMemSized(len(tasks), len(wakes))
+	m.DeferIndexes()
 	var err error
 	for _, t := range tasks {
 		err = errors.Join(err, m.PutTask(t))
 		if t.IdempotencyKey != "" {
 			err = errors.Join(err, m.PutTaskKey(t.SessionID, t.IdempotencyKey, t.ID))
 		}
-		if at, ok := t.EligibleAt(); ok {
-			err = errors.Join(err, m.PutDue(projection.IndexEntry{At: at, Seq: t.SubmitSeq, ID: t.ID}))
-		}
 	}
 	for _, w := range wakes {
 		err = errors.Join(err, m.PutWake(w))
 		if w.Reason == events.WakeRequested && w.IdempotencyKey != "" {
 			err = errors.Join(err, m.PutWakeKey(w.SessionID, w.IdempotencyKey, w.ID))
-		}
-		if at, ok := w.AvailableAt(); ok {
-			err = errors.Join(err, m.PutWakeIndex(projection.IndexEntry{At: at, Seq: w.RecordSeq, ID: w.ID}))
 		}
 	}
 	return m, errors.Join(err, m.SetLastSeq(seq))
