@@ -88,12 +88,12 @@ func benchSubmitWorklog(b *testing.B, callers int) {
 	for i := range sessions {
 		sessions[i] = q.Session(fmt.Sprintf("session-%03d", i))
 	}
-	syncs0 := fs.walSyncs.Load()
+	wal0 := fs.stats()
 	closedLoop(b, callers, func(w int) error {
 		_, err := sessions[w].SubmitAt(ctx, benchRequest, time.Now())
 		return err
 	})
-	reportPerSync(b, b.N, fs.walSyncs.Load()-syncs0)
+	fs.stats().since(wal0).report(b, b.N)
 }
 
 // benchPebbleOptions are the Pebble options of the bare baselines: the ones pebblelog.Open
@@ -142,7 +142,7 @@ func benchPebbleSynced(b *testing.B, callers int) {
 	for i := range vals {
 		vals[i] = barePebbleValue(rand.New(rand.NewPCG(uint64(i), 1)))
 	}
-	syncs0 := fs.walSyncs.Load()
+	wal0 := fs.stats()
 	closedLoop(b, callers, func(w int) error {
 		var key [10]byte
 		s := seq.Add(1)
@@ -157,7 +157,7 @@ func benchPebbleSynced(b *testing.B, callers int) {
 		}
 		return batch.Commit(pebble.Sync)
 	})
-	reportPerSync(b, b.N, fs.walSyncs.Load()-syncs0)
+	fs.stats().since(wal0).report(b, b.N)
 }
 
 // rawGroupCommit is the hand-written ceiling: callers append records to a shared buffer under
@@ -281,7 +281,7 @@ func benchClaimFinish(b *testing.B, workers, limit int) {
 	var done, calls atomic.Int64
 	var errs errOnce
 	var wg sync.WaitGroup
-	syncs0 := fs.walSyncs.Load()
+	wal0 := fs.stats()
 	b.ResetTimer()
 	ru0 := rusage()
 	start := time.Now()
@@ -317,7 +317,7 @@ func benchClaimFinish(b *testing.B, workers, limit int) {
 		b.Fatalf("finished %d of %d tasks", done.Load(), b.N)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-	reportPerSync(b, int(calls.Load()), fs.walSyncs.Load()-syncs0)
+	fs.stats().since(wal0).report(b, int(calls.Load())) // per call: a claim or a finish
 }
 
 // ---------------------------------------------------------------------------------------
@@ -387,8 +387,11 @@ func benchClaimLatency(b *testing.B, dir string, mode work.SyncMode) {
 //   - step=scan: a bare Pebble iterator over the event keys (Key, ValueAndErr), no decode;
 //   - step=decode: pebblelog Store.ReadLog (iterate + events.Decode), events dropped;
 //   - step=apply: Store.ReadLog + projection.Apply into a fresh projection.NewMem();
-//   - step=apply-sized: the same into projection.NewMemSized(last seq / 3, 0), as the replay
-//     tool and the in-memory engine's rebuilds size it (a task's life is about three events).
+//   - step=apply-sized: the same into projection.NewMemSized(last seq / 3, 0) with its
+//     indexes deferred and built at the end, as the replay tool and the in-memory engine's
+//     rebuilds do (a task's life is about three events);
+//   - step=fold: decode + apply alone, from the log's bytes read into memory beforehand,
+//     into a Mem set up as in step=apply-sized.
 //
 // The store is opened read-only (no compactions). Each op is one pass over the whole log;
 // the garbage of the previous pass is collected before the timer restarts.
@@ -430,6 +433,7 @@ func BenchmarkRebuild(b *testing.B) {
 			return n, err
 		})
 	})
+	b.Run("step=fold", func(b *testing.B) { benchRebuildFold(b, dir) })
 	for _, sized := range []bool{false, true} {
 		name := "step=apply"
 		if sized {
@@ -448,16 +452,59 @@ func benchRebuildApply(b *testing.B, dir string, sized bool) {
 	}
 	benchOneCore(b, func() (int, error) {
 		m := projection.NewMem()
-		if sized {
+		if sized { // as the library's rebuilds do (replay, the in-memory engine)
 			m = projection.NewMemSized(int(last/3), 0)
+			m.DeferIndexes()
 		}
 		n := 0
 		err := st.ReadLog(context.Background(), 1, func(ev events.Event) error {
 			n++
 			return projection.Apply(m, ev)
 		})
+		m.BuildIndexes()
 		runtime.KeepAlive(m)
 		return n, err
+	})
+}
+
+// benchRebuildFold is the "decode + apply" alone: the raw events of the whole log are
+// read into memory first (untimed, into one pointer-free buffer so the GC does not scan
+// them), then each pass decodes and applies all of them into NewMemSized, with no storage
+// read.
+func benchRebuildFold(b *testing.B, dir string) {
+	st := openReadOnly(b, dir)
+	last, err := st.LastSeq()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf []byte
+	ends := make([]int, 0, last) // event i is buf[ends[i-1]:ends[i]]
+	err = st.RawLog(context.Background(), 1, 0, func(_ uint64, v []byte) error {
+		buf = append(buf, v...)
+		ends = append(ends, len(buf))
+		return nil
+	})
+	st.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchOneCore(b, func() (int, error) {
+		m := projection.NewMemSized(len(ends)/3, 0)
+		m.DeferIndexes()
+		start := 0
+		for i, end := range ends {
+			ev, err := events.Decode(buf[start:end], uint64(i+1))
+			if err != nil {
+				return i, err
+			}
+			if err := projection.Apply(m, ev); err != nil {
+				return i, err
+			}
+			start = end
+		}
+		m.BuildIndexes()
+		runtime.KeepAlive(m)
+		return len(ends), nil
 	})
 }
 
@@ -791,14 +838,37 @@ func (e *errOnce) set(err error) {
 // passed through unchanged.
 type syncCountFS struct {
 	vfs.FS
-	walSyncs atomic.Int64
+	walSyncs     atomic.Int64
+	walBytes     atomic.Int64 // bytes written to WAL files
+	walSyncNanos atomic.Int64 // time spent in WAL syncs, from the call to the goroutine's return
+}
+
+// walStats is a reading of the counters; since subtracts an earlier reading.
+type walStats struct{ syncs, bytes, syncNanos int64 }
+
+func (fs *syncCountFS) stats() walStats {
+	return walStats{fs.walSyncs.Load(), fs.walBytes.Load(), fs.walSyncNanos.Load()}
+}
+
+func (w walStats) since(w0 walStats) walStats {
+	return walStats{w.syncs - w0.syncs, w.bytes - w0.bytes, w.syncNanos - w0.syncNanos}
+}
+
+// report adds calls/walsync, wal-B/op (WAL bytes per call) and sync-µs (mean duration of a
+// WAL sync, as the syncing goroutine sees it: the fdatasync plus getting a CPU back).
+func (w walStats) report(b *testing.B, calls int) {
+	reportPerSync(b, calls, w.syncs)
+	b.ReportMetric(float64(w.bytes)/float64(calls), "wal-B/op")
+	if w.syncs > 0 {
+		b.ReportMetric(float64(w.syncNanos)/float64(w.syncs)/1e3, "sync-µs")
+	}
 }
 
 func (fs *syncCountFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil || !strings.HasSuffix(name, ".log") {
 		return f, err
 	}
-	return &syncCountFile{File: f, n: &fs.walSyncs}, nil
+	return &syncCountFile{File: f, fs: fs}, nil
 }
 
 func (fs *syncCountFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -818,11 +888,25 @@ func (fs *syncCountFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCat
 
 type syncCountFile struct {
 	vfs.File
-	n *atomic.Int64
+	fs *syncCountFS
 }
 
-func (f *syncCountFile) Sync() error     { f.n.Add(1); return f.File.Sync() }
-func (f *syncCountFile) SyncData() error { f.n.Add(1); return f.File.SyncData() }
+func (f *syncCountFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.fs.walBytes.Add(int64(n))
+	return n, err
+}
+
+func (f *syncCountFile) timed(sync func() error) error {
+	f.fs.walSyncs.Add(1)
+	t0 := time.Now()
+	err := sync()
+	f.fs.walSyncNanos.Add(int64(time.Since(t0)))
+	return err
+}
+
+func (f *syncCountFile) Sync() error     { return f.timed(f.File.Sync) }
+func (f *syncCountFile) SyncData() error { return f.timed(f.File.SyncData) }
 
 type quietLogger struct{}
 
