@@ -64,12 +64,17 @@ var benchRequest = work.TaskRequest{Kind: "thumbnail", Input: benchInput}
 // Durable submit beside bare Pebble and a raw write+fdatasync group commit.
 
 // BenchmarkSubmit: Session.SubmitAt on a durable queue (default SyncAlways) with N closed-loop
-// callers, beside a bare Pebble synced write per call at the same N, and at 256 callers a raw
-// write+fdatasync group commit (the disk's ceiling).
+// callers, beside a bare Pebble synced write per call at the same N (the baseline),
+// at 1 and 64 callers a bare Pebble synced batch of the keys a submit writes (what the
+// storage costs without worklog's own work), and at 256 callers a raw write+fdatasync group
+// commit (the disk's ceiling).
 func BenchmarkSubmit(b *testing.B) {
 	for _, n := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("callers=%d/store=worklog", n), func(b *testing.B) { benchSubmitWorklog(b, n) })
 		b.Run(fmt.Sprintf("callers=%d/store=pebble", n), func(b *testing.B) { benchPebbleSynced(b, n) })
+		if n == 1 || n == 64 {
+			b.Run(fmt.Sprintf("callers=%d/store=pebble-submitkeys", n), func(b *testing.B) { benchPebbleSubmitKeys(b, n) })
+		}
 		if n == 256 {
 			b.Run(fmt.Sprintf("callers=%d/store=rawgc", n), func(b *testing.B) { benchRawGroupCommit(b, n) })
 		}
@@ -153,6 +158,49 @@ func benchPebbleSynced(b *testing.B, callers int) {
 		batch := db.NewBatch()
 		defer batch.Close()
 		if err := batch.Set(key[:], v, nil); err != nil {
+			return err
+		}
+		return batch.Commit(pebble.Sync)
+	})
+	fs.stats().since(wal0).report(b, b.N)
+}
+
+// benchPebbleSubmitKeys: N closed-loop callers, each call one batch committed with
+// pebble.Sync holding the keys a worklog submit writes, at about the same sizes (~825 WAL
+// bytes a call): the event (the 300-byte value plus 40 bytes) under e+seq, a session index
+// key, a 300-byte task record under t+time-ordered id, a due-index entry and the last
+// sequence. The ratio of worklog to it is worklog's own overhead; its ratio to the one-value
+// baseline is what writing the projection and indexes in the same batch costs the storage.
+func benchPebbleSubmitKeys(b *testing.B, callers int) {
+	fs := &syncCountFS{FS: vfs.Default}
+	db := openBarePebble(b, b.TempDir(), fs)
+	defer db.Close()
+	var seq atomic.Uint64
+	vals := make([][]byte, callers)
+	sessions := make([][]byte, callers)
+	for i := range vals {
+		vals[i] = append(barePebbleValue(rand.New(rand.NewPCG(uint64(i), 1))), make([]byte, 40)...)
+		sessions[i] = fmt.Appendf(nil, "s\x0bsession-%03d", i)
+	}
+	wal0 := fs.stats()
+	closedLoop(b, callers, func(w int) error {
+		s := seq.Add(1)
+		now := uint64(time.Now().UnixNano())
+		event := binary.BigEndian.AppendUint64([]byte{'e'}, s)
+		session := binary.BigEndian.AppendUint64(slices.Clip(sessions[w]), s)
+		id := fmt.Appendf(nil, "task_%016x%016x", now, s)
+		due := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{'d'}, now), s)
+		v := vals[w]
+		binary.BigEndian.PutUint64(v[len(v)-8:], s)
+		batch := db.NewBatch()
+		defer batch.Close()
+		err := errors.Join(
+			batch.Set(event, v, nil),
+			batch.Set(session, nil, nil),
+			batch.Set(append([]byte{'t'}, id...), v[:300], nil),
+			batch.Set(due, id, nil),
+			batch.Set([]byte("mlastseq"), event[1:], nil))
+		if err != nil {
 			return err
 		}
 		return batch.Commit(pebble.Sync)

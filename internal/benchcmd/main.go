@@ -250,6 +250,9 @@ func ratios(args []string, in io.Reader, out io.Writer) error {
 	rows := []ratioRow{
 		{what: "submit, 1 caller: worklog / bare Pebble", num: "Submit/callers=1/store=worklog", den: "Submit/callers=1/store=pebble", unit: "ops/s", target: ">=0.8"},
 		{what: "submit, 64 callers: worklog / bare Pebble", num: "Submit/callers=64/store=worklog", den: "Submit/callers=64/store=pebble", unit: "ops/s", target: ">=1.0"},
+		{what: "submit, 1 caller: worklog / bare Pebble writing a submit's keys", num: "Submit/callers=1/store=worklog", den: "Submit/callers=1/store=pebble-submitkeys", unit: "ops/s"},
+		{what: "submit, 64 callers: worklog / bare Pebble writing a submit's keys", num: "Submit/callers=64/store=worklog", den: "Submit/callers=64/store=pebble-submitkeys", unit: "ops/s"},
+		{what: "submit, 64 callers: bare Pebble writing a submit's keys / bare Pebble, one value", num: "Submit/callers=64/store=pebble-submitkeys", den: "Submit/callers=64/store=pebble", unit: "ops/s"},
 		{what: "submit, 64 callers: WAL bytes per call, worklog / bare Pebble", num: "Submit/callers=64/store=worklog", den: "Submit/callers=64/store=pebble", unit: "wal-B/op"},
 		{what: "submit, 64 callers: mean WAL sync time, worklog / bare Pebble", num: "Submit/callers=64/store=worklog", den: "Submit/callers=64/store=pebble", unit: "sync-µs"},
 		{what: "submit, 64 callers: calls per WAL sync, worklog / bare Pebble", num: "Submit/callers=64/store=worklog", den: "Submit/callers=64/store=pebble", unit: "calls/walsync"},
