@@ -187,7 +187,7 @@ func checkInvariants(t testing.TB, m *Mem) {
 			t.Errorf("task %s: state %s with lease token %q", x.ID, x.State, x.LeaseToken)
 		}
 	}
-	slices.SortFunc(due, cmpEntry)
+	slices.SortFunc(due, compareEntries)
 	if got := dueOf(t, m); !slices.Equal(got, due) {
 		t.Errorf("due index\n got  %v\n want %v", got, due)
 	}
@@ -202,7 +202,7 @@ func checkInvariants(t testing.TB, m *Mem) {
 			}
 		}
 	}
-	slices.SortFunc(avail, cmpEntry)
+	slices.SortFunc(avail, compareEntries)
 	if got := wakesOf(t, m); !slices.Equal(got, avail) {
 		t.Errorf("wake index\n got  %v\n want %v", got, avail)
 	}
@@ -216,16 +216,6 @@ func checkInvariants(t testing.TB, m *Mem) {
 			t.Errorf("wake key %v names %s: %+v", k, id, x)
 		}
 	}
-}
-
-func cmpEntry(a, b IndexEntry) int {
-	switch {
-	case a.Less(b):
-		return -1
-	case b.Less(a):
-		return 1
-	}
-	return 0
 }
 
 // spy counts the writes Apply makes through it.

@@ -29,7 +29,7 @@ func checkScan(t *testing.T, what string, fn func(int64, func(IndexEntry) bool) 
 			exp = append(exp, e)
 		}
 	}
-	slices.SortFunc(exp, cmpEntry)
+	slices.SortFunc(exp, compareEntries)
 	if !slices.Equal(got, exp) {
 		t.Errorf("%s up to %d:\n got  %v\n want %v", what, maxAt, got, exp)
 	}

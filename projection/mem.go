@@ -113,15 +113,7 @@ func newIndex() *btree.BTreeG[IndexEntry] { return btree.NewG(16, IndexEntry.Les
 // sortedTree returns a B-tree of the entries. Inserting them in order is the cheap case of
 // the B-tree's insert (always into the rightmost leaf).
 func sortedTree(es []IndexEntry) *btree.BTreeG[IndexEntry] {
-	slices.SortFunc(es, func(a, b IndexEntry) int {
-		if a.Less(b) {
-			return -1
-		}
-		if b.Less(a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(es, compareEntries)
 	t := newIndex()
 	for _, e := range es {
 		t.ReplaceOrInsert(e)

@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"cmp"
+
 	"github.com/worklog/worklog/events"
 )
 
@@ -99,6 +101,11 @@ func (a IndexEntry) Less(b IndexEntry) bool {
 		return a.At < b.At
 	}
 	return a.Seq < b.Seq
+}
+
+// compareEntries is Less as a three-way comparison, for slices.SortFunc.
+func compareEntries(a, b IndexEntry) int {
+	return cmp.Or(cmp.Compare(a.At, b.At), cmp.Compare(a.Seq, b.Seq))
 }
 
 // Reader is the read side of projected state.
