@@ -597,6 +597,49 @@ func TestDecodeDoesNotAlias(t *testing.T) {
 	}
 }
 
+// TestDecoderReuses: a Decoder hands out its own struct for each type, cleared for every
+// decode, and what a caller kept of an earlier event (strings, byte strings) stays intact.
+func TestDecoderReuses(t *testing.T) {
+	full := &TaskSubmitted{Header: Header{Seq: 1, SessionID: "s1", At: 5}, TaskID: "t1", Kind: "k",
+		Input: []byte(`{"a":1}`), HasRunAt: true, RunAt: 9, IdempotencyKey: "key", WakeOnCompletion: true}
+	bare := &TaskSubmitted{Header: Header{Seq: 2, SessionID: "s2", At: 6}, TaskID: "t2", Kind: "k"}
+	claim := &TaskClaimed{Header: Header{Seq: 3, SessionID: "s1", At: 7}, TaskID: "t1", Attempt: 1,
+		LeaseToken: "tok", LeaseExpiresAt: 8}
+	var d Decoder
+	first, err := d.Decode(mustEncode(t, full), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := first.(*TaskSubmitted)
+	id, input := kept.TaskID, kept.Input
+	c, err := d.Decode(mustEncode(t, claim), 3)
+	if err != nil || !eventsEqual(c, claim) {
+		t.Fatalf("claim: %#v, %v", c, err)
+	}
+	if !eventsEqual(first, full) {
+		t.Fatalf("decoding another type changed the first event: %#v", first)
+	}
+	second, err := d.Decode(mustEncode(t, bare), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second != first {
+		t.Errorf("a second TaskSubmitted came in a new struct")
+	}
+	if !eventsEqual(second, bare) {
+		t.Errorf("fields of the first event show through: %#v", second)
+	}
+	if id != "t1" || string(input) != `{"a":1}` {
+		t.Errorf("kept id %q, input %q changed", id, input)
+	}
+	if _, err := d.Decode([]byte{1, 2, 3}, 4); err == nil {
+		t.Fatal("garbage decoded")
+	}
+	if again, err := d.Decode(mustEncode(t, full), 1); err != nil || !eventsEqual(again, full) {
+		t.Fatalf("after an error: %#v, %v", again, err)
+	}
+}
+
 // --- encoding ---
 
 type alienEvent struct {

@@ -9,12 +9,24 @@ import (
 	"testing"
 )
 
+// reusing is one Decoder for every input sameDecode sees (tests here run one at a time), so
+// each of its decodes follows others of every type, valid and not.
+var reusing Decoder
+
 // sameDecode checks that Decode and the reference decoder agree on b: both accept it and give
 // identical events (nil and empty byte slices apart), or both reject it with the same kind,
-// seq, type and field. The detail may differ.
+// seq, type and field. The detail may differ. A Decoder reused across all inputs must give
+// exactly what Decode gives: nothing of an earlier event may show through.
 func sameDecode(t testing.TB, b []byte, seq uint64) {
 	t.Helper()
 	got, gerr := Decode(b, seq)
+	reused, rerr := reusing.Decode(b, seq)
+	if (gerr == nil) != (rerr == nil) || (gerr != nil && gerr.Error() != rerr.Error()) {
+		t.Fatalf("Decode(%x, %d): error %v; a reused Decoder gives %v", b, seq, gerr, rerr)
+	}
+	if !reflect.DeepEqual(got, reused) {
+		t.Fatalf("Decode(%x, %d):\n got    %#v\n reused %#v", b, seq, got, reused)
+	}
 	var de *DecodeError
 	if errors.As(gerr, &de) && strings.Contains(de.Detail, "bytes left") {
 		// A length field claims more bytes than the input has. The reference (msgpack's
