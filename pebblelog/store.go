@@ -448,8 +448,22 @@ func (s *Store) ReadLog(ctx context.Context, from uint64, fn func(events.Event) 
 
 // ReadRange is ReadLog bounded by to (inclusive; 0 means the end).
 func (s *Store) ReadRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error {
+	return s.readRange(ctx, from, to, events.Decode, fn)
+}
+
+// FoldRange is ReadRange for a fold, which keeps no event: the event handed to fn is decoded
+// into a struct that the next event of its type reuses (events.Decoder), so fn must not keep
+// the event after it returns. It may keep the event's strings and byte strings, as
+// projection.Apply does in a projection.Mem.
+func (s *Store) FoldRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error {
+	var d events.Decoder
+	return s.readRange(ctx, from, to, d.Decode, fn)
+}
+
+func (s *Store) readRange(ctx context.Context, from, to uint64,
+	decode func([]byte, uint64) (events.Event, error), fn func(events.Event) error) error {
 	return s.RawLog(ctx, from, to, func(seq uint64, raw []byte) error {
-		ev, err := events.Decode(raw, seq) // copies what it keeps: raw is reused by the walk
+		ev, err := decode(raw, seq) // copies what it keeps: raw is reused by the walk
 		if err != nil {
 			return err
 		}
@@ -457,7 +471,8 @@ func (s *Store) ReadRange(ctx context.Context, from, to uint64, fn func(events.E
 	})
 }
 
-func decodeAt(it *pebble.Iterator) (events.Event, error) {
+// decodeAt decodes the event under the iterator with d.
+func decodeAt(it *pebble.Iterator, d *events.Decoder) (events.Event, error) {
 	k := it.Key()
 	if len(k) != 9 {
 		return nil, fmt.Errorf("%w: event key %q has the wrong length", events.ErrCorrupt, k)
@@ -467,7 +482,7 @@ func decodeAt(it *pebble.Iterator) (events.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
 	}
-	return events.Decode(v, seq)
+	return d.Decode(v, seq)
 }
 
 func beUint64(b []byte) uint64 {

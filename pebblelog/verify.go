@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -117,6 +118,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	defer func() { b.Close() }()
 	folding := true
 	var prev uint64
+	var d events.Decoder // the fold keeps no event
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -136,7 +138,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 			folding = false
 		}
 		prev = seq
-		ev, derr := decodeAt(it)
+		ev, derr := decodeAt(it, &d)
 		if derr != nil {
 			if !add("log: %v", derr) {
 				return nil

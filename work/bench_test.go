@@ -435,11 +435,12 @@ func benchClaimLatency(b *testing.B, dir string, mode work.SyncMode) {
 //   - step=scan: a bare Pebble iterator over the event keys (Key, ValueAndErr), no decode;
 //   - step=decode: pebblelog Store.ReadLog (iterate + events.Decode), events dropped;
 //   - step=apply: Store.ReadLog + projection.Apply into a fresh projection.NewMem();
-//   - step=apply-sized: the same into projection.NewMemSized(last seq / 3, 0) with its
-//     indexes deferred and built at the end, as the replay tool and the in-memory engine's
-//     rebuilds do (a task's life is about three events);
-//   - step=fold: decode + apply alone, from the log's bytes read into memory beforehand,
-//     into a Mem set up as in step=apply-sized.
+//   - step=apply-sized: Store.FoldRange (events decoded into reused structs) into
+//     projection.NewMemSized(last seq / 3, 0) with its indexes deferred and built at the
+//     end, as the replay tool and the in-memory engine's rebuilds do (a task's life is about
+//     three events);
+//   - step=fold: decode (an events.Decoder) + apply alone, from the log's bytes read into
+//     memory beforehand, into a Mem set up as in step=apply-sized.
 //
 // The store is opened read-only (no compactions). Each op is one pass over the whole log;
 // the garbage of the previous pass is collected before the timer restarts.
@@ -505,7 +506,11 @@ func benchRebuildApply(b *testing.B, dir string, sized bool) {
 			m.DeferIndexes()
 		}
 		n := 0
-		err := st.ReadLog(context.Background(), 1, func(ev events.Event) error {
+		read := st.ReadRange
+		if sized {
+			read = st.FoldRange // events decoded into reused structs, as the library folds
+		}
+		err := read(context.Background(), 1, 0, func(ev events.Event) error {
 			n++
 			return projection.Apply(m, ev)
 		})
@@ -539,9 +544,10 @@ func benchRebuildFold(b *testing.B, dir string) {
 	benchOneCore(b, func() (int, error) {
 		m := projection.NewMemSized(len(ends)/3, 0)
 		m.DeferIndexes()
+		var d events.Decoder
 		start := 0
 		for i, end := range ends {
-			ev, err := events.Decode(buf[start:end], uint64(i+1))
+			ev, err := d.Decode(buf[start:end], uint64(i+1))
 			if err != nil {
 				return i, err
 			}

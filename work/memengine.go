@@ -125,6 +125,7 @@ func (e *memEngine) verify(ctx context.Context) ([]string, error) {
 	st := projection.NewMemSized(len(e.log)/3, 0)
 	st.DeferIndexes() // Diff builds them
 	var buf []byte
+	var d events.Decoder // the fold keeps no event
 	for i, ev := range e.log {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -133,7 +134,7 @@ func (e *memEngine) verify(ctx context.Context) ([]string, error) {
 		if buf, err = events.Append(buf[:0], ev); err != nil {
 			return []string{fmt.Sprintf("seq %d: %v", i+1, err)}, nil
 		}
-		dec, err := events.Decode(buf, uint64(i+1))
+		dec, err := d.Decode(buf, uint64(i+1))
 		if err != nil {
 			return []string{err.Error()}, nil
 		}

@@ -178,7 +178,7 @@ func (a *app) fullFold(ctx context.Context, st *pebblelog.Store, c cut, cache *s
 	window := newWindow()
 	p := a.newProgress("folding the log", false)
 	defer p.finish()
-	err = st.ReadRange(ctx, start+1, target, func(ev events.Event) error {
+	err = st.FoldRange(ctx, start+1, target, func(ev events.Event) error { // keeps no event
 		h := ev.Head()
 		if c.stops(h) {
 			hc := *h
