@@ -687,9 +687,9 @@ func Decode(b []byte, seq uint64) (ev Event, err error) { return decode(b, seq, 
 // keeps a task's id, input and tokens in its records) but not the event itself.
 //
 // It is for folds, which read each event once and keep none: a Mem fold of a million-task
-// log ran about 1.8x as fast with it, most of the gain in the garbage collector (three
-// fewer heap objects per task). The zero value is ready to use; a Decoder is not safe for
-// concurrent use.
+// log ran 35-51% faster with it in interleaved runs, with half the page faults, most of the
+// gain in the garbage collector (three fewer heap objects per task). The zero value is
+// ready to use; a Decoder is not safe for concurrent use.
 type Decoder struct {
 	taskSubmitted       TaskSubmitted
 	taskClaimed         TaskClaimed
