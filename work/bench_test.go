@@ -139,30 +139,12 @@ func barePebbleValue(r *rand.Rand) []byte {
 // benchPebbleSynced: N closed-loop callers, each call one batch with one 300-byte Set under
 // "e/"+seq (shared atomic counter), committed with pebble.Sync.
 func benchPebbleSynced(b *testing.B, callers int) {
-	fs := &syncCountFS{FS: vfs.Default}
-	db := openBarePebble(b, b.TempDir(), fs)
-	defer db.Close()
-	var seq atomic.Uint64
-	vals := make([][]byte, callers)
-	for i := range vals {
-		vals[i] = barePebbleValue(rand.New(rand.NewPCG(uint64(i), 1)))
-	}
-	wal0 := fs.stats()
-	closedLoop(b, callers, func(w int) error {
+	benchBarePebble(b, callers, func(batch *pebble.Batch, w int, s uint64, v []byte) error {
 		var key [10]byte
-		s := seq.Add(1)
 		copy(key[:], "e/")
 		binary.BigEndian.PutUint64(key[2:], s)
-		v := vals[w]
-		binary.BigEndian.PutUint64(v[len(v)-8:], s)
-		batch := db.NewBatch()
-		defer batch.Close()
-		if err := batch.Set(key[:], v, nil); err != nil {
-			return err
-		}
-		return batch.Commit(pebble.Sync)
+		return batch.Set(key[:], v[:300], nil)
 	})
-	fs.stats().since(wal0).report(b, b.N)
 }
 
 // benchPebbleSubmitKeys: N closed-loop callers, each call one batch committed with
@@ -172,35 +154,46 @@ func benchPebbleSynced(b *testing.B, callers int) {
 // sequence. The ratio of worklog to it is worklog's own overhead; its ratio to the one-value
 // baseline is what writing the projection and indexes in the same batch costs the storage.
 func benchPebbleSubmitKeys(b *testing.B, callers int) {
-	fs := &syncCountFS{FS: vfs.Default}
-	db := openBarePebble(b, b.TempDir(), fs)
-	defer db.Close()
-	var seq atomic.Uint64
-	vals := make([][]byte, callers)
 	sessions := make([][]byte, callers)
-	for i := range vals {
-		vals[i] = append(barePebbleValue(rand.New(rand.NewPCG(uint64(i), 1))), make([]byte, 40)...)
+	for i := range sessions {
 		sessions[i] = fmt.Appendf(nil, "s\x0bsession-%03d", i)
 	}
-	wal0 := fs.stats()
-	closedLoop(b, callers, func(w int) error {
-		s := seq.Add(1)
+	benchBarePebble(b, callers, func(batch *pebble.Batch, w int, s uint64, v []byte) error {
 		now := uint64(time.Now().UnixNano())
 		event := binary.BigEndian.AppendUint64([]byte{'e'}, s)
 		session := binary.BigEndian.AppendUint64(slices.Clip(sessions[w]), s)
 		id := fmt.Appendf(nil, "task_%016x%016x", now, s)
 		due := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{'d'}, now), s)
-		v := vals[w]
-		binary.BigEndian.PutUint64(v[len(v)-8:], s)
-		batch := db.NewBatch()
-		defer batch.Close()
-		err := errors.Join(
+		return errors.Join(
 			batch.Set(event, v, nil),
 			batch.Set(session, nil, nil),
 			batch.Set(append([]byte{'t'}, id...), v[:300], nil),
 			batch.Set(due, id, nil),
 			batch.Set([]byte("mlastseq"), event[1:], nil))
-		if err != nil {
+	})
+}
+
+// benchBarePebble runs the bare Pebble baselines: N closed-loop callers, each call one batch
+// that fill fills for caller w and sequence s (a shared atomic counter), committed with
+// pebble.Sync. v is caller w's 340-byte value (barePebbleValue plus 40 bytes) whose first
+// 300 bytes end with s.
+func benchBarePebble(b *testing.B, callers int, fill func(batch *pebble.Batch, w int, s uint64, v []byte) error) {
+	fs := &syncCountFS{FS: vfs.Default}
+	db := openBarePebble(b, b.TempDir(), fs)
+	defer db.Close()
+	var seq atomic.Uint64
+	vals := make([][]byte, callers)
+	for i := range vals {
+		vals[i] = append(barePebbleValue(rand.New(rand.NewPCG(uint64(i), 1))), make([]byte, 40)...)
+	}
+	wal0 := fs.stats()
+	closedLoop(b, callers, func(w int) error {
+		s := seq.Add(1)
+		v := vals[w]
+		binary.BigEndian.PutUint64(v[300-8:300], s)
+		batch := db.NewBatch()
+		defer batch.Close()
+		if err := fill(batch, w, s, v); err != nil {
 			return err
 		}
 		return batch.Commit(pebble.Sync)
@@ -325,47 +318,23 @@ func benchClaimFinish(b *testing.B, workers, limit int) {
 		b.Fatal(err)
 	}
 	defer q.Close()
-	ctx := context.Background()
-	var done, calls atomic.Int64
-	var errs errOnce
-	var wg sync.WaitGroup
 	wal0 := fs.stats()
 	b.ResetTimer()
 	ru0 := rusage()
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for {
-				ds, err := q.ClaimDueAt(ctx, time.Now(), time.Hour, limit)
-				calls.Add(1)
-				if err != nil || len(ds) == 0 {
-					errs.set(err)
-					return
-				}
-				for _, d := range ds {
-					if _, err := q.FinishAt(ctx, d, work.Success(benchOutput), time.Now()); err != nil {
-						errs.set(err)
-						return
-					}
-					calls.Add(1)
-					done.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	claims, finishes, err := drain(q, workers, limit)
 	elapsed := time.Since(start)
 	ru := rusage().sub(ru0)
 	b.StopTimer()
-	if errs.err != nil {
-		b.Fatal(errs.err)
+	if err != nil {
+		b.Fatal(err)
 	}
 	ru.report(b, b.N)
-	if int(done.Load()) != b.N {
-		b.Fatalf("finished %d of %d tasks", done.Load(), b.N)
+	if finishes != b.N {
+		b.Fatalf("finished %d of %d tasks", finishes, b.N)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-	fs.stats().since(wal0).report(b, int(calls.Load())) // per call: a claim or a finish
+	fs.stats().since(wal0).report(b, claims+finishes) // per call: a claim or a finish
 }
 
 // ---------------------------------------------------------------------------------------
@@ -732,7 +701,8 @@ func buildSettled(dir string, n int) (time.Duration, error) {
 		if err := submitN(q, n, 256); err != nil {
 			return err
 		}
-		return drain(q, 64, 64)
+		_, _, err := drain(q, 64, 64)
+		return err
 	})
 	return time.Since(start), err
 }
@@ -766,15 +736,19 @@ func submitN(q *work.Queue, n, callers int) error {
 	return errs.err
 }
 
-// drain claims and finishes every due task with the given workers and claim limit.
-func drain(q *work.Queue, workers, limit int) error {
+// drain claims and finishes every due task with the given workers and claim limit, and
+// returns how many claim calls (the last, empty one of each worker included) and finishes
+// it made.
+func drain(q *work.Queue, workers, limit int) (claims, finishes int, err error) {
 	ctx := context.Background()
+	var nclaims, nfinishes atomic.Int64
 	var errs errOnce
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for {
 				ds, err := q.ClaimDueAt(ctx, time.Now(), time.Hour, limit)
+				nclaims.Add(1)
 				if err != nil || len(ds) == 0 {
 					errs.set(err)
 					return
@@ -784,12 +758,13 @@ func drain(q *work.Queue, workers, limit int) error {
 						errs.set(err)
 						return
 					}
+					nfinishes.Add(1)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return errs.err
+	return int(nclaims.Load()), int(nfinishes.Load()), errs.err
 }
 
 // ---------------------------------------------------------------------------------------
