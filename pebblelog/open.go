@@ -35,16 +35,6 @@ const lockFile = "WORKLOG.lock"
 
 const markerPrefix = "worklog store format "
 
-// Errors from Open. Each is wrapped with the directory and the cause; check with errors.Is.
-var (
-	ErrNotAStore     = errors.New("pebblelog: not a worklog store")
-	ErrFormatTooNew  = errors.New("pebblelog: store format is newer than this build")
-	ErrLocked        = errors.New("pebblelog: store is open in another process")
-	ErrClosed        = errors.New("pebblelog: store closed")
-	ErrStoreFailed   = errors.New("pebblelog: store failed; reopen it")
-	ErrReadOnlyStore = errors.New("pebblelog: store opened read-only")
-)
-
 // Options configures Open. The zero value is usable: every zero field takes its default.
 type Options struct {
 	// FS is the filesystem. Default vfs.Default.

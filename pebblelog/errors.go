@@ -1,0 +1,72 @@
+package pebblelog
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The kinds of error the store returns. Check with errors.Is; the values returned carry the
+// directory, the file and the cause (see OpenError).
+var (
+	// ErrNotAStore: Open was pointed at something that is not a worklog store (a foreign or
+	// non-empty directory without the marker, a file, a marker of an unknown form).
+	ErrNotAStore = errors.New("pebblelog: not a worklog store")
+	// ErrFormatTooNew: the store was written by a newer build.
+	ErrFormatTooNew = errors.New("pebblelog: store format is newer than this build")
+	// ErrLocked: another process (or another Open in this one) holds the store.
+	ErrLocked = errors.New("pebblelog: store is open in another process")
+	// ErrCorruptStore: a file of the store is damaged, so acknowledged data may be missing or
+	// unreadable. Open refuses such a store; a running store that finds damage fails (every
+	// later call returns ErrStoreFailed wrapping it).
+	ErrCorruptStore = errors.New("pebblelog: store is damaged")
+	// ErrInvalidOptions: an Options field is out of range; the error names the field. Open
+	// checks options before it touches the directory.
+	ErrInvalidOptions = errors.New("pebblelog: invalid options")
+	// ErrClosed: a call on a closed store.
+	ErrClosed = errors.New("pebblelog: store closed")
+	// ErrStoreFailed: a write, an fsync or a read of the store failed in a way after which
+	// nothing can be assumed about what is on disk; every later call fails until the store is
+	// reopened.
+	ErrStoreFailed = errors.New("pebblelog: store failed; reopen it")
+	// ErrReadOnlyStore: a write on a store opened read-only.
+	ErrReadOnlyStore = errors.New("pebblelog: store opened read-only")
+)
+
+// OpenError is the error Open returns when it refuses a directory. errors.Is(err, Kind)
+// holds, and errors.Unwrap gives the cause, if any.
+type OpenError struct {
+	Dir    string // the store's directory, as given to Open
+	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrLocked, ErrCorruptStore or ErrInvalidOptions
+	File   string // the file at fault, relative to Dir, when one is ("000012.log", "MANIFEST-000001")
+	Offset int64  // the byte offset in File where the damage starts; -1 when unknown or no file
+	Detail string // what is wrong, as a sentence without the directory
+	Hint   string // what the user can do, if anything
+	Err    error  // the underlying cause, if any
+}
+
+func (e *OpenError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: %s", e.Kind, e.Dir)
+	if e.File != "" {
+		fmt.Fprintf(&b, ": %s", e.File)
+		if e.Offset >= 0 {
+			fmt.Fprintf(&b, " at offset %d", e.Offset)
+		}
+	}
+	if e.Detail != "" {
+		fmt.Fprintf(&b, ": %s", e.Detail)
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.Hint != "" {
+		fmt.Fprintf(&b, "; %s", e.Hint)
+	}
+	return b.String()
+}
+
+// Is reports whether target is the error's kind.
+func (e *OpenError) Is(target error) bool { return target == e.Kind }
+
+func (e *OpenError) Unwrap() error { return e.Err }
