@@ -58,7 +58,7 @@ func (a *app) demoCommand() *cobra.Command {
 			return a.runDemo(c.Context(), dir, seed, c.Flags().Changed("seed"))
 		},
 	}
-	c.Flags().Uint64Var(&seed, "seed", 0, "make ids and lease tokens deterministic, from this seed")
+	c.Flags().Var(seedValue(&seed), "seed", "make ids and lease tokens deterministic, from this seed")
 	return c
 }
 

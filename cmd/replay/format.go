@@ -354,15 +354,6 @@ func writeJSONLine(w interface{ Write([]byte) (int, error) }, v any) error {
 	return err
 }
 
-// parseTime reads an RFC 3339 time flag.
-func parseTime(flag, s string) (int64, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return 0, fmt.Errorf("--%s %q is not an RFC 3339 time (for example 2026-03-02T09:00:00Z)", flag, s)
-	}
-	return t.UnixNano(), nil
-}
-
 func digits(n uint64) int { return len(strconv.FormatUint(n, 10)) }
 
 func plural(n int, one, many string) string {
