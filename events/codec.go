@@ -16,8 +16,9 @@ import (
 const EnvelopeV1 = 1
 
 // schemaVersion is the body version written for each type today. Reading accepts every
-// version from 1 to this one.
-var schemaVersion = [...]uint8{
+// version from 1 to this one. Indexed by any type byte ([256]): a type added to the catalogue
+// but not here reads as version 0, which Decode refuses, instead of an index panic.
+var schemaVersion = [256]uint8{
 	TypeTaskSubmitted:       1,
 	TypeTaskClaimed:         1,
 	TypeTaskSettled:         1,

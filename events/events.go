@@ -21,35 +21,79 @@ const (
 	TypeWakeAckRejected     Type = 9
 )
 
-// typeNames are the stable names used by tools and JSON output.
-var typeNames = [...]string{
-	TypeTaskSubmitted:       "task_submitted",
-	TypeTaskClaimed:         "task_claimed",
-	TypeTaskSettled:         "task_settled",
-	TypeTaskCancelRequested: "task_cancel_requested",
-	TypeWakeRecorded:        "wake_recorded",
-	TypeWakeClaimed:         "wake_claimed",
-	TypeWakeAcked:           "wake_acked",
-	TypeTaskSettleRejected:  "task_settle_rejected",
-	TypeWakeAckRejected:     "wake_ack_rejected",
+// Subject says what the events of a type are about: a task or a wake. Event.Subject returns
+// the id in the slot the type's Subject names.
+type Subject uint8
+
+const (
+	SubjectTask Subject = 1
+	SubjectWake Subject = 2
+)
+
+func (s Subject) String() string {
+	switch s {
+	case SubjectTask:
+		return "task"
+	case SubjectWake:
+		return "wake"
+	}
+	return fmt.Sprintf("subject(%d)", uint8(s))
 }
+
+// TypeInfo is one row of the event catalogue.
+type TypeInfo struct {
+	Type    Type
+	Name    string  // the stable snake_case name of tools, JSON output and filters; never changed
+	Subject Subject // a task's or a wake's event
+	Doc     string  // one line for help texts: what the event records
+}
+
+// catalogue is the one table of event types. Known, String, TypeByName, AllTypes and Types
+// derive from it, and so do the lists of types that tools print (replay log --help), so a type
+// missing here is missing everywhere at once rather than in one list nobody looks at. Adding
+// an event starts here: docs/design.md §8 is the checklist of the other places, and says which
+// test fails when one is forgotten. Rows are in number order.
+var catalogue = [...]TypeInfo{
+	{TypeTaskSubmitted, "task_submitted", SubjectTask, "a task was submitted"},
+	{TypeTaskClaimed, "task_claimed", SubjectTask, "a worker claimed a task under a lease: a new attempt"},
+	{TypeTaskSettled, "task_settled", SubjectTask, "the attempt holding the claim settled the task: succeeded, failed or canceled"},
+	{TypeTaskCancelRequested, "task_cancel_requested", SubjectTask, "a cancel was asked for: a pending task is canceled at once, a running one is told"},
+	{TypeWakeRecorded, "wake_recorded", SubjectWake, "a wake was recorded: on request, or on the completion of a task"},
+	{TypeWakeClaimed, "wake_claimed", SubjectWake, "a consumer claimed a wake under a lease: a new delivery"},
+	{TypeWakeAcked, "wake_acked", SubjectWake, "the delivery holding the claim acknowledged the wake"},
+	{TypeTaskSettleRejected, "task_settle_rejected", SubjectTask, "audit: a stale settlement was refused; no state changes"},
+	{TypeWakeAckRejected, "wake_ack_rejected", SubjectWake, "audit: a stale acknowledgment was refused; no state changes"},
+}
+
+// byNumber is the catalogue indexed by type number; a row with no Name is not a known type.
+// Indexing a [256] array by a uint8 needs no bounds check: Known stays one load, as the range
+// comparison it replaced was, on the encode and decode paths.
+var byNumber = func() (t [256]TypeInfo) {
+	for _, row := range catalogue {
+		t[row.Type] = row
+	}
+	return t
+}()
 
 // String returns the stable snake_case name of t, or "type(N)" for an unknown type.
 func (t Type) String() string {
-	if int(t) < len(typeNames) && typeNames[t] != "" {
-		return typeNames[t]
+	if n := byNumber[t].Name; n != "" {
+		return n
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
 // Known reports whether t is a type this version of the package can decode.
-func (t Type) Known() bool { return t >= TypeTaskSubmitted && t <= TypeWakeAckRejected }
+func (t Type) Known() bool { return byNumber[t].Name != "" }
+
+// Info returns t's row of the catalogue; ok is false for an unknown type.
+func (t Type) Info() (info TypeInfo, ok bool) { return byNumber[t], t.Known() }
 
 // TypeByName returns the type with the stable name s.
 func TypeByName(s string) (Type, bool) {
-	for i, n := range typeNames {
-		if n != "" && n == s {
-			return Type(i), true
+	for _, row := range catalogue {
+		if row.Name == s {
+			return row.Type, true
 		}
 	}
 	return 0, false
@@ -57,14 +101,15 @@ func TypeByName(s string) (Type, bool) {
 
 // AllTypes lists every known type in number order.
 func AllTypes() []Type {
-	out := make([]Type, 0, len(typeNames))
-	for i, n := range typeNames {
-		if n != "" {
-			out = append(out, Type(i))
-		}
+	out := make([]Type, len(catalogue))
+	for i, row := range catalogue {
+		out[i] = row.Type
 	}
 	return out
 }
+
+// Types returns the catalogue, every known type in number order.
+func Types() []TypeInfo { return append([]TypeInfo(nil), catalogue[:]...) }
 
 // Header is carried by every event.
 type Header struct {

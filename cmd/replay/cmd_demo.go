@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"math/rand/v2"
@@ -31,18 +33,23 @@ The story, on 2026-03-02 from 09:00 UTC, in three sessions:
   chat-7f3a            a summary with a completion wake, direct wakes with idempotency keys,
                        work still scheduled and still running when the log ends
 
-With no DIR the store goes into a new temporary directory (printed). DIR must not exist or
-be empty: demo never writes into an existing store. --seed N makes the ids and lease tokens
-deterministic (work.Options.Entropy from a ChaCha8 generator seeded with N), so the output is
-the same on every run; without it they are random, as in production.`
+With no DIR the store goes into a new temporary directory, which demo removes when it is done
+(and says so); --keep keeps it and prints where it is and how big. DIR must not exist or be
+empty: demo never writes into an existing store, and never removes a DIR it was given.
+
+--seed N makes the ids and lease tokens deterministic (work.Options.Entropy from a ChaCha8
+generator seeded with N), so the output is the same on every run; without it they are
+random, as in production.`
 
 func (a *app) demoCommand() *cobra.Command {
 	var seed uint64
+	var keep bool
 	c := &cobra.Command{
 		Use:   "demo [DIR]",
 		Short: "Build a sample store, then show its timeline and verify it",
 		Long:  demoLong,
 		Example: `  replay demo
+  replay demo --keep
   replay demo ./sample --seed 1 && replay log ./sample`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
@@ -55,27 +62,73 @@ func (a *app) demoCommand() *cobra.Command {
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			return a.runDemo(c.Context(), dir, seed, c.Flags().Changed("seed"))
+			if keep && dir != "" {
+				return usagef(c, "--keep is for the temporary store; a DIR given to demo is always kept")
+			}
+			return a.runDemo(c.Context(), dir, seed, c.Flags().Changed("seed"), keep)
 		},
 	}
-	c.Flags().Uint64Var(&seed, "seed", 0, "make ids and lease tokens deterministic, from this seed")
+	c.Flags().Var(seedValue(&seed), "seed", "make ids and lease tokens deterministic, from this seed")
+	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary store (without DIR) and print where it is and how big")
 	return c
 }
 
 const demoSession = "checkout-4821"
 
-func (a *app) runDemo(ctx context.Context, dir string, seed uint64, seeded bool) error {
-	if dir == "" {
-		d, err := os.MkdirTemp("", "worklog-demo-")
-		if err != nil {
-			return fmt.Errorf("making a temporary directory: %v", err)
+// runDemo builds the demo store in dir, or in a temporary directory when dir is "", which it
+// removes at the end unless keep: a demo run from a tutorial should not leave a store in
+// /tmp behind each time.
+func (a *app) runDemo(ctx context.Context, dir string, seed uint64, seeded, keep bool) error {
+	if dir != "" {
+		if names, err := os.ReadDir(dir); err == nil && len(names) > 0 {
+			return fmt.Errorf("%s is not empty: demo builds a new store and never writes into an existing directory's files; give a new or empty directory", dir)
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: %v", dir, unwrapPathError(err))
 		}
-		dir = d
-	} else if names, err := os.ReadDir(dir); err == nil && len(names) > 0 {
-		return fmt.Errorf("%s is not empty: demo builds a new store and never writes into an existing directory's files; give a new or empty directory", dir)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s: %v", dir, unwrapPathError(err))
+		return a.demoIn(ctx, dir, seed, seeded, true)
 	}
+	dir, err := os.MkdirTemp("", "worklog-demo-")
+	if err != nil {
+		return fmt.Errorf("making a temporary directory: %v", err)
+	}
+	// demoIn has closed the store when it returns, even on an error or an interrupt, so
+	// the directory can go.
+	err = a.demoIn(ctx, dir, seed, seeded, keep)
+	if keep {
+		size, serr := dirBytes(dir)
+		if serr != nil {
+			return errors.Join(err, fmt.Errorf("measuring the store in %s: %v", dir, unwrapPathError(serr)))
+		}
+		fmt.Fprintf(a.out, "\nKept the store in %s (%s on disk); remove it with `rm -r %s` when done.\n", dir, humanBytes(size), dir)
+		return err
+	}
+	if rerr := os.RemoveAll(dir); rerr != nil {
+		return errors.Join(err, fmt.Errorf("removing the temporary store %s: %v", dir, unwrapPathError(rerr)))
+	}
+	fmt.Fprintf(a.out, "\nRemoved the temporary store %s. To keep a store to try replay on: replay demo --keep, or replay demo DIR.\n", dir)
+	return err
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(dir string) (uint64, error) {
+	var n uint64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += uint64(info.Size())
+		return nil
+	})
+	return n, err
+}
+
+// demoIn builds the demo store in dir and shows it; kept says whether dir stays afterwards
+// (the commands to try next are printed only then).
+func (a *app) demoIn(ctx context.Context, dir string, seed uint64, seeded, kept bool) error {
 	var entropy io.Reader
 	if seeded {
 		var s [32]byte
@@ -127,7 +180,8 @@ func (a *app) runDemo(ctx context.Context, dir string, seed uint64, seeded bool)
 		return readError(dir, err)
 	}
 	r.writeText(a, dir)
-	fmt.Fprintf(w, `
+	if kept {
+		fmt.Fprintf(w, `
 Try next:
   replay task %[1]s %[2]s
       why the charge succeeded on attempt 2, rule by rule
@@ -137,6 +191,7 @@ Try next:
   replay timeline %[1]s --session %[3]s --html checkout.html
   replay stats %[1]s
 `, dir, d.charge, demoSession)
+	}
 	if !r.OK {
 		return exitCode(exitFindings)
 	}

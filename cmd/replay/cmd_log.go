@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -26,7 +27,7 @@ type logOptions struct {
 	since     string
 	until     string
 	json      bool
-	limit     int
+	limit     uint64
 }
 
 const logLong = `Print the events of a store in log order, one line each: sequence, time (UTC), session,
@@ -41,17 +42,31 @@ Filters combine (all must hold):
   --from N, --to N   sequence range, both INCLUSIVE
   --since T, --until T  event time range (RFC 3339), both INCLUSIVE
 
-Event types: ` + "task_submitted, task_claimed, task_settled, task_cancel_requested, wake_recorded, wake_claimed, wake_acked, task_settle_rejected, wake_ack_rejected" + `
-
+` + "%s" + `
 --json prints one JSON object per line instead, the schema of docs/replay-json.md (the same as
 export). Lease tokens are [redacted] unless --show-tokens.`
+
+// eventTypesHelp lists the event types, one a line with what each records, from the events
+// catalogue: a new type appears here without anyone editing this text.
+func eventTypesHelp() string {
+	width := 0
+	for _, info := range events.Types() {
+		width = max(width, len(info.Name))
+	}
+	var b strings.Builder
+	b.WriteString("Event types, for --kind:\n")
+	for _, info := range events.Types() {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, info.Name, info.Doc)
+	}
+	return b.String()
+}
 
 func (a *app) logCommand() *cobra.Command {
 	o := &logOptions{}
 	c := &cobra.Command{
 		Use:   "log DIR",
 		Short: "Print the events in order, one line each, with filters",
-		Long:  logLong,
+		Long:  fmt.Sprintf(logLong, eventTypesHelp()),
 		Example: `  replay log ./store
   replay log ./store --session checkout-4821 --kind task_claimed,task_settled
   replay log ./store --from 100 --to 200 --json
@@ -67,12 +82,12 @@ func (a *app) logCommand() *cobra.Command {
 	f.StringVar(&o.wake, "wake", "", "only events of this wake")
 	f.StringSliceVar(&o.types, "kind", nil, "only these event types, e.g. task_claimed (repeat or comma-separate)")
 	f.StringSliceVar(&o.taskKinds, "task-kind", nil, "only events of tasks of these kinds (repeat or comma-separate)")
-	f.Uint64Var(&o.from, "from", 0, "first sequence to print (inclusive)")
-	f.Uint64Var(&o.to, "to", 0, "last sequence to print (inclusive; default the end of the log)")
-	f.StringVar(&o.since, "since", "", "only events at or after this RFC 3339 time (inclusive)")
-	f.StringVar(&o.until, "until", "", "only events at or before this RFC 3339 time (inclusive)")
+	f.Var(seqValue(&o.from), "from", "first sequence to print (inclusive)")
+	f.Var(seqValue(&o.to), "to", "last sequence to print (inclusive; default the end of the log)")
+	f.StringVar(&o.since, "since", "", "only events at or after this RFC 3339 `TIME` (inclusive)")
+	f.StringVar(&o.until, "until", "", "only events at or before this RFC 3339 `TIME` (inclusive)")
 	f.BoolVar(&o.json, "json", false, "print JSON lines (docs/replay-json.md)")
-	f.IntVar(&o.limit, "limit", 0, "stop after this many events (0: no limit)")
+	f.Var(countValue(&o.limit, "a whole number, 0 or more; 0: no limit"), "limit", "stop after this many events (0: no limit)")
 	return c
 }
 
@@ -99,7 +114,7 @@ func parseTypes(c *cobra.Command, names []string, f *eventFilter) error {
 			for _, t := range events.AllTypes() {
 				all = append(all, t.String())
 			}
-			return usagef(c, "--kind %q is not an event type; the types are %s (for a task's kind use --task-kind)",
+			return usagef(c, "--kind: %q is not an event type; the types are %s (for a task's kind use --task-kind)",
 				n, strings.Join(all, ", "))
 		}
 		f.types[t] = true
@@ -216,9 +231,6 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 	if hasTo && o.to < o.from {
 		return usagef(c, "--to %d is before --from %d", o.to, o.from)
 	}
-	if o.limit < 0 {
-		return usagef(c, "--limit must not be negative")
-	}
 	if len(o.taskKinds) > 0 {
 		f.taskKinds = map[string]bool{}
 		for _, k := range o.taskKinds {
@@ -231,6 +243,13 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 		return err
 	}
 	defer st.Close()
+	// A session with no events is a typo far more often than a question: say so, as timeline
+	// and state do, rather than print nothing (one seek in the session index).
+	if o.session != "" {
+		if err := requireSession(c.Context(), st, dir, o.session); err != nil {
+			return err
+		}
+	}
 	f.kindOf = kindLookup(st)
 	last, err := st.LastSeq()
 	if err != nil {
@@ -240,7 +259,7 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 	if hasTo && o.to < last {
 		to = o.to
 	}
-	w := &eventWriter{a: a, json: o.json, seqWidth: digits(last), sessionWidth: sessionWidth(c.Context(), st, o.session), limit: o.limit}
+	w := &eventWriter{a: a, json: o.json, seqWidth: digits(last), sessionWidth: sessionWidth(c.Context(), st, o.session), limit: int(min(o.limit, math.MaxInt))}
 	emit := func(ev events.Event) error {
 		ok, err := f.match(ev)
 		if err != nil || !ok {
@@ -401,7 +420,7 @@ func (a *app) exportCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().Uint64Var(&from, "from", 0, "first sequence to export (inclusive)")
-	c.Flags().Uint64Var(&to, "to", 0, "last sequence to export (inclusive; default the end)")
+	c.Flags().Var(seqValue(&from), "from", "first sequence to export (inclusive)")
+	c.Flags().Var(seqValue(&to), "to", "last sequence to export (inclusive; default the end)")
 	return c
 }

@@ -62,13 +62,14 @@ func (a *app) stateCommand() *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.Uint64Var(&o.atSeq, "at-seq", 0, "the state right after this sequence (inclusive)")
-	f.StringVar(&o.at, "at", "", "the state at this RFC 3339 time (events stamped at it included)")
+	f.Var(seqValue(&o.atSeq), "at-seq", "the state right after this sequence (inclusive)")
+	f.StringVar(&o.at, "at", "", "the state at this RFC 3339 `TIME` (events stamped at it included)")
 	f.StringVar(&o.session, "session", "", "only this session (read through its index; no full scan)")
 	f.BoolVar(&o.json, "json", false, "print JSON (docs/replay-json.md)")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "where snapshot segments are cached, never inside the store (default: worklog-replay in the user cache directory, e.g. ~/.cache/worklog-replay)")
 	f.BoolVar(&o.noCache, "no-cache", false, "fold from the start of the log; read and write no snapshot")
-	f.Uint64Var(&o.every, "snapshot-every", defaultSnapshotEvery, "events between two cached snapshot segments")
+	o.every = defaultSnapshotEvery
+	f.Var(countValue(&o.every, "a whole number, at least 10"), "snapshot-every", "events between two cached snapshot segments")
 	f.BoolVar(&o.cost, "cost", false, "print on stderr what the fold cost (snapshots loaded, events folded)")
 	return c
 }
@@ -87,7 +88,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 		ct = cut{byTime: true, at: at}
 	}
 	if o.every < 10 {
-		return usagef(c, "--snapshot-every must be at least 10")
+		return usagef(c, "--snapshot-every: \"%d\" is too few events between two snapshots (at least 10)", o.every)
 	}
 	st, err := openStore(dir)
 	if err != nil {

@@ -187,10 +187,10 @@ func explain(ctx context.Context, st *pebblelog.Store, id string) (*explanation,
 		var rule string
 		if taskID != "" {
 			at, _ := m.Task(taskID)
-			rule = taskRule(ev, bt, at)
+			rule, _ = taskRule(ev, bt, at)
 		} else {
 			aw, _ := m.Wake(wakeID)
-			rule = wakeRule(ev, bw, aw, wakeID != id)
+			rule, _ = wakeRule(ev, bw, aw, wakeID != id)
 		}
 		x.steps = append(x.steps, step{ev: ev, rule: rule})
 	}
@@ -212,8 +212,16 @@ func explain(ctx context.Context, st *pebblelog.Store, id string) (*explanation,
 }
 
 // taskRule says which rule of the fold an event about a task applied, from the task before
-// (nil before its submission) and after.
-func taskRule(ev events.Event, b, t *projection.Task) string {
+// (nil before its submission) and after; ok is false for a type it has no case for.
+func taskRule(ev events.Event, b, t *projection.Task) (rule string, ok bool) {
+	if r := taskRuleText(ev, b, t); r != "" {
+		return r, true
+	}
+	return ev.Type().String() + " " + unknownEventNote, false
+}
+
+// taskRuleText is taskRule's text, "" for a type it has no case for.
+func taskRuleText(ev events.Event, b, t *projection.Task) string {
 	h := ev.Head()
 	switch e := ev.(type) {
 	case *events.TaskSubmitted:
@@ -281,12 +289,20 @@ func taskRule(ev events.Event, b, t *projection.Task) string {
 		}
 		return fmt.Sprintf("stale settlement rejected (%s); state unchanged", e.Reason)
 	}
-	return ev.Type().String()
+	return ""
 }
 
 // wakeRule is taskRule for an event about a wake; completion says the wake is the completion
 // wake of the task being explained.
-func wakeRule(ev events.Event, b, w *projection.Wake, completion bool) string {
+func wakeRule(ev events.Event, b, w *projection.Wake, completion bool) (rule string, ok bool) {
+	if r := wakeRuleText(ev, b, w, completion); r != "" {
+		return r, true
+	}
+	return ev.Type().String() + " " + unknownEventNote, false
+}
+
+// wakeRuleText is wakeRule's text, "" for a type it has no case for.
+func wakeRuleText(ev events.Event, b, w *projection.Wake, completion bool) string {
 	h := ev.Head()
 	// "claim: ..." for the wake being explained, "claim of completion wake W: ..." for a
 	// task's completion wake.
@@ -323,7 +339,7 @@ func wakeRule(ev events.Event, b, w *projection.Wake, completion bool) string {
 	case *events.WakeAckRejected:
 		return fmt.Sprintf("stale acknowledgment%s rejected: %s; state unchanged", of, wakeRejectText(e.Reason, e.Attempt, b.Attempts, b.Acked))
 	}
-	return ev.Type().String()
+	return ""
 }
 
 func (a *app) writeExplanation(x *explanation) {

@@ -86,14 +86,26 @@ func (a *app) eventLine(ev events.Event, seqWidth, sessionWidth int) string {
 	h := ev.Head()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%*d  %s  %-*s  %-21s", seqWidth, h.Seq, fmtTime(h.At), sessionWidth, h.SessionID, ev.Type())
-	for _, kv := range a.eventDetails(ev) {
+	details, ok := a.eventDetails(ev)
+	if !ok {
+		details = append(details, unknownEventNote)
+	}
+	for _, kv := range details {
 		b.WriteString("  ")
 		b.WriteString(kv)
 	}
 	return strings.TrimRight(b.String(), " ")
 }
 
-func (a *app) eventDetails(ev events.Event) []string {
+// unknownEventNote marks the output of an event type that a switch of replay has no case
+// for: a type added to the events catalogue and forgotten here. Decoding refuses types the
+// catalogue does not know, so only a forgotten case can print it; TestEveryTypeEveryOutput
+// makes sure none does.
+const unknownEventNote = "(replay has no description of this event type)"
+
+// eventDetails is what an event says, as key=value pairs; ok is false for a type it has no
+// case for.
+func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 	var d []string
 	add := func(format string, args ...any) { d = append(d, fmt.Sprintf(format, args...)) }
 	outcome := func(o events.Outcome) {
@@ -163,8 +175,19 @@ func (a *app) eventDetails(ev events.Event) []string {
 		add("wake=%s", e.WakeID)
 		add("attempt=%d", e.Attempt)
 		add("reason=%s", e.Reason)
+	default:
+		return subjectDetails(ev), false
 	}
-	return d
+	return d, true
+}
+
+// subjectDetails is what every event says whatever its type: its task or wake.
+func subjectDetails(ev events.Event) []string {
+	taskID, wakeID := ev.Subject()
+	if taskID != "" {
+		return []string{"task=" + taskID}
+	}
+	return []string{"wake=" + wakeID}
 }
 
 // --- JSON: the contract in docs/replay-json.md. Fields are only ever added. ---
@@ -184,7 +207,8 @@ func outcomeOf(o events.Outcome) *outcomeJSON {
 	return out
 }
 
-// eventJSON is one event of `log --json` and `export`.
+// eventJSON is one event of `log --json` and `export`. A type without a case below still
+// prints its header and its subject.
 type eventJSON struct {
 	Seq              uint64          `json:"seq"`
 	At               string          `json:"at"`
@@ -207,6 +231,12 @@ type eventJSON struct {
 }
 
 func (a *app) eventJSON(ev events.Event) *eventJSON {
+	j, _ := a.eventJSONOK(ev)
+	return j
+}
+
+// eventJSONOK is eventJSON; ok is false for a type it has no case for.
+func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 	h := ev.Head()
 	j := &eventJSON{Seq: h.Seq, At: jsonTime(h.At), Session: h.SessionID, Event: ev.Type().String()}
 	switch e := ev.(type) {
@@ -243,8 +273,11 @@ func (a *app) eventJSON(ev events.Event) *eventJSON {
 		j.TaskID, j.Attempt, j.Reason = e.TaskID, e.Attempt, e.Reason.String()
 	case *events.WakeAckRejected:
 		j.WakeID, j.Attempt, j.Reason = e.WakeID, e.Attempt, e.Reason.String()
+	default:
+		j.TaskID, j.WakeID = ev.Subject()
+		return j, false
 	}
-	return j
+	return j, true
 }
 
 // taskJSON is one task of `state --json` and `task --json`.
@@ -352,15 +385,6 @@ func writeJSONLine(w interface{ Write([]byte) (int, error) }, v any) error {
 	b = append(b, '\n')
 	_, err = w.Write(b)
 	return err
-}
-
-// parseTime reads an RFC 3339 time flag.
-func parseTime(flag, s string) (int64, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return 0, fmt.Errorf("--%s %q is not an RFC 3339 time (for example 2026-03-02T09:00:00Z)", flag, s)
-	}
-	return t.UnixNano(), nil
 }
 
 func digits(n uint64) int { return len(strconv.FormatUint(n, 10)) }

@@ -115,19 +115,55 @@ func TestDemoGolden(t *testing.T) {
 	}
 }
 
+var (
+	demoTempName = regexp.MustCompile(`worklog-demo-\d+`)
+	demoKeptSize = regexp.MustCompile(`\([0-9.]+ [KMG]?i?B on disk\)`)
+)
+
+// TestDemoTempDir: with no DIR the store goes to a new temporary directory, which demo names
+// and removes when it is done, unless --keep, which names it and its size.
 func TestDemoTempDir(t *testing.T) {
 	t.Parallel()
-	// With no DIR the store goes to a new temporary directory, which demo names.
-	out := mustReplay(t, "demo")
-	m := regexp.MustCompile(`Built a sample worklog store in (\S+) \(random ids\)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("demo does not say where the store is:\n%s", out)
+	for _, keep := range []bool{false, true} {
+		tmp := t.TempDir() // the child's TMPDIR: what demo leaves behind is all in here
+		args := []string{"demo", "--seed", "1"}
+		name := "demo-temp.txt"
+		if keep {
+			args, name = append(args, "--keep"), "demo-keep.txt"
+		}
+		r := replayEnv(t, []string{"TMPDIR=" + tmp}, args...)
+		if r.code != 0 {
+			t.Fatalf("replay %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+		m := regexp.MustCompile(`Built a sample worklog store in (\S+) \(seed 1\)`).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("demo does not say where the store is:\n%s", r.stdout)
+		}
+		store := m[1]
+		if filepath.Dir(store) != tmp {
+			t.Errorf("the temporary store %s is not in TMPDIR %s", store, tmp)
+		}
+		if !strings.Contains(r.stdout, "ok. The log has 41 events") {
+			t.Errorf("demo output lacks the verify result:\n%s", r.stdout)
+		}
+		left, _ := os.ReadDir(tmp)
+		if keep {
+			if !strings.Contains(r.stdout, "Kept the store in "+store+" (") {
+				t.Errorf("demo --keep does not say where it kept the store:\n%s", r.stdout)
+			}
+			mustReplay(t, "verify", store)
+		} else if len(left) != 0 {
+			t.Errorf("demo left %v in TMPDIR", left)
+		}
+		out := strings.ReplaceAll(r.stdout, tmp, "$TMPDIR")
+		out = demoKeptSize.ReplaceAllString(demoTempName.ReplaceAllString(out, "worklog-demo-N"), "(SIZE on disk)")
+		golden(t, name, out)
 	}
-	defer os.RemoveAll(m[1])
-	if !strings.Contains(out, "ok. The log has 41 events") {
-		t.Errorf("demo output lacks the verify result:\n%s", out)
+	// A DIR given to demo is the caller's: always kept, so --keep with one is a mistake.
+	r := replay(t, "demo", filepath.Join(t.TempDir(), "d"), "--keep")
+	if r.code != exitError || !strings.Contains(r.stderr, "a DIR given to demo is always kept") {
+		t.Errorf("demo DIR --keep: exit %d, stderr %q", r.code, r.stderr)
 	}
-	mustReplay(t, "verify", m[1])
 }
 
 func TestHelp(t *testing.T) {

@@ -66,8 +66,14 @@ type result struct {
 // replay runs the binary with args and returns what it printed and its exit status.
 func replay(t testing.TB, args ...string) result {
 	t.Helper()
+	return replayEnv(t, nil, args...)
+}
+
+// replayEnv is replay with more environment variables ("NAME=value").
+func replayEnv(t testing.TB, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(replayBin, args...)
-	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cacheHome, "HOME="+cacheHome)
+	cmd.Env = append(append(os.Environ(), "XDG_CACHE_HOME="+cacheHome, "HOME="+cacheHome), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

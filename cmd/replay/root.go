@@ -134,7 +134,7 @@ func (a *app) rootCommand() *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &usageError{cmd: c.CommandPath(), msg: err.Error()}
+		return &usageError{cmd: c.CommandPath(), msg: flagErrorText(err)}
 	})
 	pf := root.PersistentFlags()
 	pf.BoolVar(&a.showTokens, "show-tokens", false, "print lease tokens instead of [redacted] (they fence workers: keep them private)")
@@ -144,7 +144,7 @@ func (a *app) rootCommand() *cobra.Command {
 		case "auto", "always", "never":
 			return nil
 		}
-		return usagef(c, "--progress must be auto, always or never, not %q", a.progress)
+		return usagef(c, "--progress: %q is not auto, always or never", a.progress)
 	}
 	root.AddCommand(
 		a.logCommand(),

@@ -47,6 +47,7 @@ const (
 	markWake      markKind = "wake"
 	markAcked     markKind = "acked"
 	markRecorded  markKind = "recorded"
+	markUnknown   markKind = "unknown" // an event type add has no case for (see unknownEventNote)
 )
 
 type mark struct {
@@ -141,7 +142,9 @@ func readStory(ctx context.Context, st *pebblelog.Store, session string) (*sessi
 	return s, nil
 }
 
-func (s *sessionStory) add(ev events.Event) {
+// add puts an event into the story; known is false for a type it has no case for, which
+// still gets a mark on its task or wake, so that the timeline shows it was there.
+func (s *sessionStory) add(ev events.Event) (known bool) {
 	h := ev.Head()
 	if s.Events == 0 {
 		s.FirstSeq, s.FirstAt, s.LastAt = h.Seq, h.At, h.At
@@ -257,7 +260,18 @@ func (s *sessionStory) add(ev events.Event) {
 		w.Rejections++
 		w.Marks = append(w.Marks, ev1(markRejected, "stale acknowledgment by delivery %d rejected: %s", e.Attempt,
 			wakeRejectText(e.Reason, e.Attempt, w.Attempts, w.Acked)))
+	default:
+		m := ev1(markUnknown, "%s %s", ev.Type(), unknownEventNote)
+		if taskID, wakeID := ev.Subject(); taskID != "" {
+			t := s.task(taskID)
+			t.Marks = append(t.Marks, m)
+		} else {
+			w := s.wake(wakeID)
+			w.Marks = append(w.Marks, m)
+		}
+		return false
 	}
+	return true
 }
 
 // task returns the story of a task, making a placeholder for a task whose submission is not
