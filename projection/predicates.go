@@ -1,7 +1,5 @@
 package projection
 
-import "github.com/worklog/worklog/events"
-
 // The predicates below are the rules the fold (Apply) checks and the decide code (package
 // work) consults before it appends an event. Each is written here once, so the two cannot
 // drift: a delivery that decide lets settle is one the fold accepts, and a rejection decide
@@ -10,15 +8,19 @@ import "github.com/worklog/worklog/events"
 // OwnedBy reports whether the delivery of attempt with token still owns the task's claim:
 // the task is running under that very claim. Only such a delivery may settle it.
 func (t *Task) OwnedBy(attempt uint32, token string) bool {
-	return t.State == events.StateRunning && t.Attempts == attempt && t.LeaseToken == token
+	return t.Claimed() && t.Attempts == attempt && t.LeaseToken == token
 }
 
 // OwnedBy reports whether the delivery of attempt with token still owns the wake's claim:
 // unacknowledged and held by that very claim. A wake never claimed has attempt 0 and no
 // token, so a delivery presenting exactly those owns nothing.
 func (w *Wake) OwnedBy(attempt uint32, token string) bool {
-	return !w.Acked && w.Claimed() && w.Attempts == attempt && w.LeaseToken == token
+	return w.Held() && w.Attempts == attempt && w.LeaseToken == token
 }
+
+// Held reports whether an unacknowledged claim holds the wake (its lease may have expired):
+// Wake.Claimed, and not acknowledged.
+func (w *Wake) Held() bool { return !w.Acked && w.Claimed() }
 
 // RejectionRecordable reports whether a stale settlement presenting attempt may be recorded
 // as an audit event (events.TaskSettleRejected): see rejectionRecordable.
