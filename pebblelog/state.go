@@ -292,6 +292,16 @@ func (w *writer) Wake(id string) (*projection.Wake, error) {
 	return w.committed.Wake(id)
 }
 
+// The writer's side of projection.State's record access: Apply gets copies, and each
+// changed one is written back into the batch (and the writer's maps).
+
+func (w *writer) EditTask(id string) (*projection.Task, error) { return w.Task(id) }
+func (w *writer) EditWake(id string) (*projection.Wake, error) { return w.Wake(id) }
+func (w *writer) TaskEdited(t *projection.Task) error          { return w.PutTask(t) }
+func (w *writer) WakeEdited(x *projection.Wake) error          { return w.PutWake(x) }
+func (w *writer) NewTask() *projection.Task                    { return new(projection.Task) }
+func (w *writer) NewWake() *projection.Wake                    { return new(projection.Wake) }
+
 func (w *writer) LastSeq() (uint64, error) { return w.lastSeq, nil }
 
 // SetLastSeq records the sequence in the writer; the key is written once per batch, by

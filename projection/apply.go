@@ -13,44 +13,54 @@ import (
 // not own the claim. The live stores never append such an event; Verify and replay report it.
 var ErrInconsistent = errors.New("projection: event inconsistent with state")
 
+// ErrUnknownEvent marks an event of a type the fold has no rule for. It is wrapped, beside
+// ErrInconsistent, in the *ApplyError of such an event, so that a test can tell an event
+// type nobody wrote a rule for from an event its rule refused.
+var ErrUnknownEvent = errors.New("projection: no rule for this event type")
+
 // ApplyError names the event and the rule it broke.
 type ApplyError struct {
 	Seq  uint64
 	Type events.Type
 	ID   string // the task or wake
 	Rule string
+	Err  error // a more specific kind than ErrInconsistent (ErrUnknownEvent), or nil
 }
 
 func (e *ApplyError) Error() string {
 	return fmt.Sprintf("%v: seq %d (%s %s): %s", ErrInconsistent, e.Seq, e.Type, e.ID, e.Rule)
 }
 
-func (e *ApplyError) Unwrap() error { return ErrInconsistent }
+// Unwrap gives ErrInconsistent, and Err when it is set.
+func (e *ApplyError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInconsistent}
+	}
+	return []error{ErrInconsistent, e.Err}
+}
 
 // failFunc builds the *ApplyError of the event being applied.
-type failFunc func(format string, args ...any) error
+type failFunc func(format string, args ...any) *ApplyError
+
+// unknownEvent is the rejection of an event type the fold has no rule for.
+func unknownEvent(ev events.Event, fail failFunc) error {
+	e := fail("unknown event type %d", uint8(ev.Type()))
+	e.Err = ErrUnknownEvent
+	return e
+}
 
 // Apply folds one event into s. It checks every precondition first; an event it rejects
 // leaves s unchanged and returns an *ApplyError.
 //
-// A *Mem is changed in place (see Mem.apply); any other State through its methods, with
-// records read by Task or Wake and written back by PutTask or PutWake. Both follow the same
-// rules, written once below.
+// There is one orchestration for every State: records are reached through the State's
+// record-access methods (EditTask and TaskEdited, NewTask and PutTask, and the wake twins),
+// so a Mem (or anything that embeds one) is changed in place and a store writes back copies,
+// under the same rules, written once below.
 func Apply(s State, ev events.Event) error {
 	h := ev.Head()
 	taskID, wakeID := ev.Subject()
-	fail := func(format string, args ...any) error {
+	fail := func(format string, args ...any) *ApplyError {
 		return &ApplyError{Seq: h.Seq, Type: ev.Type(), ID: taskID + wakeID, Rule: fmt.Sprintf(format, args...)}
-	}
-	if m, ok := s.(*Mem); ok {
-		if h.Seq != m.lastSeq+1 {
-			return fail("sequence %d does not follow %d", h.Seq, m.lastSeq)
-		}
-		if err := m.apply(ev, h, taskID, wakeID, fail); err != nil {
-			return err
-		}
-		m.lastSeq = h.Seq
-		return nil
 	}
 	last, err := s.LastSeq()
 	if err != nil {
@@ -71,9 +81,8 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		return applyTaskSubmitted(s, e, fail)
 	case *events.WakeRecorded:
 		return applyWakeRecorded(s, e, fail)
-	}
-	if taskID != "" {
-		t, err := s.Task(taskID)
+	case *events.TaskClaimed, *events.TaskSettled, *events.TaskCancelRequested, *events.TaskSettleRejected:
+		t, err := s.EditTask(taskID)
 		if err != nil {
 			return err
 		}
@@ -87,35 +96,37 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		if err := moveDue(s, oldAt, oldIn, t); err != nil {
 			return err
 		}
-		return s.PutTask(t)
+		return s.TaskEdited(t)
+	case *events.WakeClaimed, *events.WakeAcked, *events.WakeAckRejected:
+		w, err := s.EditWake(wakeID)
+		if err != nil {
+			return err
+		}
+		if w == nil {
+			return fail("no such wake")
+		}
+		oldAt, oldIn := w.AvailableAt()
+		if err := wakeRule(w, ev, h, fail); err != nil {
+			return err
+		}
+		if err := moveWakeIndex(s, oldAt, oldIn, w); err != nil {
+			return err
+		}
+		return s.WakeEdited(w)
 	}
-	w, err := s.Wake(wakeID)
-	if err != nil {
-		return err
-	}
-	if w == nil {
-		return fail("no such wake")
-	}
-	oldAt, oldIn := w.AvailableAt()
-	if err := wakeRule(w, ev, h, fail); err != nil {
-		return err
-	}
-	if err := moveWakeIndex(s, oldAt, oldIn, w); err != nil {
-		return err
-	}
-	return s.PutWake(w)
+	return unknownEvent(ev, fail)
 }
 
 // taskRule checks ev, an event on an existing task other than its submission, against t and,
 // only when every check holds, changes t as the event says. A rejected event leaves t as it
-// was.
+// was (t may be the state's own record).
 func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 	if t.SessionID != h.SessionID {
 		return fail("task belongs to session %q, event names %q", t.SessionID, h.SessionID)
 	}
 	switch e := ev.(type) {
 	case *events.TaskClaimed:
-		if at, ok := t.EligibleAt(); !ok || at > h.At {
+		if !t.ClaimableAt(h.At) {
 			return fail("claim of a task that is not eligible (state %s)", t.State)
 		}
 		if err := claimRule("task", t.Attempts, e.Attempt, e.LeaseToken, e.LeaseExpiresAt, h.At, fail); err != nil {
@@ -126,7 +137,7 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 		t.LeaseToken = e.LeaseToken
 		t.LeaseExpiresAt = e.LeaseExpiresAt
 	case *events.TaskSettled:
-		if t.State != events.StateRunning || t.Attempts != e.Attempt || t.LeaseToken != e.LeaseToken {
+		if !t.OwnedBy(e.Attempt, e.LeaseToken) {
 			return fail("settlement by a delivery that does not own the claim")
 		}
 		t.State = e.Outcome.State
@@ -147,12 +158,12 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 			t.Outcome = events.Outcome{State: events.StateCanceled}
 		}
 	case *events.TaskSettleRejected:
-		if err := rejectionRule(e.Attempt, t.Attempts, t.RejectedAttempt, fail); err != nil {
-			return err
+		if !t.RejectionRecordable(e.Attempt) {
+			return rejectionFail(e.Attempt, t.Attempts, t.RejectedAttempt, fail)
 		}
 		t.RejectedAttempt = e.Attempt
 	default:
-		return fail("unknown event")
+		return unknownEvent(ev, fail)
 	}
 	t.UpdatedSeq = h.Seq
 	return nil
@@ -173,14 +184,9 @@ func claimRule(what string, attempts, attempt uint32, token string, expires, now
 	return nil
 }
 
-// rejectionRule bounds the audit of stale settlements and acknowledgments: one record per
-// attempt that was really handed out (1..attempts), in increasing attempt order.
-func rejectionRule(attempt, attempts, recorded uint32, fail failFunc) error {
-	if attempt == 0 || attempt > attempts || attempt <= recorded {
-		return fail("rejection of attempt %d is not recordable (attempts %d, recorded %d)",
-			attempt, attempts, recorded)
-	}
-	return nil
+// rejectionFail is the rejection of an audit record that RejectionRecordable refuses.
+func rejectionFail(attempt, attempts, recorded uint32, fail failFunc) error {
+	return fail("rejection of attempt %d is not recordable (attempts %d, recorded %d)", attempt, attempts, recorded)
 }
 
 // wakeRule is taskRule for the events on an existing wake.
@@ -190,7 +196,7 @@ func wakeRule(w *Wake, ev events.Event, h *events.Header, fail failFunc) error {
 	}
 	switch e := ev.(type) {
 	case *events.WakeClaimed:
-		if at, ok := w.AvailableAt(); !ok || at > h.At {
+		if !w.ClaimableAt(h.At) {
 			return fail("claim of a wake that is not available")
 		}
 		if err := claimRule("wake", w.Attempts, e.Attempt, e.LeaseToken, e.LeaseExpiresAt, h.At, fail); err != nil {
@@ -200,39 +206,36 @@ func wakeRule(w *Wake, ev events.Event, h *events.Header, fail failFunc) error {
 		w.LeaseToken = e.LeaseToken
 		w.LeaseExpiresAt = e.LeaseExpiresAt
 	case *events.WakeAcked:
-		// A wake never claimed has attempt 0 and no token: an ack presenting exactly those
-		// owns nothing.
-		if w.Acked || !w.Claimed() || w.Attempts != e.Attempt || w.LeaseToken != e.LeaseToken {
+		if !w.OwnedBy(e.Attempt, e.LeaseToken) {
 			return fail("acknowledgment by a delivery that does not own the claim")
 		}
 		w.Acked = true
 		w.AckedToken = e.LeaseToken
 		w.LeaseToken, w.LeaseExpiresAt = "", 0
 	case *events.WakeAckRejected:
-		if err := rejectionRule(e.Attempt, w.Attempts, w.RejectedAttempt, fail); err != nil {
-			return err
+		if !w.RejectionRecordable(e.Attempt) {
+			return rejectionFail(e.Attempt, w.Attempts, w.RejectedAttempt, fail)
 		}
 		w.RejectedAttempt = e.Attempt
 	default:
-		return fail("unknown event")
+		return unknownEvent(ev, fail)
 	}
 	w.UpdatedSeq = h.Seq
 	return nil
 }
 
-// submitRule checks a submission against the state through r: the id is new, and so is the
-// idempotency key.
-func submitRule(r Reader, e *events.TaskSubmitted, fail failFunc) error {
+// submitRule checks a submission against s: the id is new, and so is the idempotency key.
+func submitRule(s State, e *events.TaskSubmitted, fail failFunc) error {
 	if e.TaskID == "" || e.Kind == "" {
 		return fail("a task needs an id and a kind")
 	}
-	if t, err := r.Task(e.TaskID); err != nil {
+	if t, err := s.EditTask(e.TaskID); err != nil {
 		return err
 	} else if t != nil {
 		return fail("task id already used")
 	}
 	if e.IdempotencyKey != "" {
-		id, err := r.TaskKey(e.SessionID, e.IdempotencyKey)
+		id, err := s.TaskKey(e.SessionID, e.IdempotencyKey)
 		if err != nil {
 			return err
 		}
@@ -243,8 +246,8 @@ func submitRule(r Reader, e *events.TaskSubmitted, fail failFunc) error {
 	return nil
 }
 
-// newTask fills t, a zero record, from its submission.
-func newTask(t *Task, e *events.TaskSubmitted) {
+// fillTask fills t, a zero record, from its submission.
+func fillTask(t *Task, e *events.TaskSubmitted) {
 	*t = Task{
 		ID: e.TaskID, SessionID: e.SessionID, Kind: e.Kind, Input: e.Input,
 		HasRunAt: e.HasRunAt, RunAt: e.RunAt, IdempotencyKey: e.IdempotencyKey,
@@ -257,8 +260,8 @@ func applyTaskSubmitted(s State, e *events.TaskSubmitted, fail failFunc) error {
 	if err := submitRule(s, e, fail); err != nil {
 		return err
 	}
-	t := new(Task)
-	newTask(t, e)
+	t := s.NewTask()
+	fillTask(t, e)
 	if e.IdempotencyKey != "" {
 		if err := s.PutTaskKey(e.SessionID, e.IdempotencyKey, e.TaskID); err != nil {
 			return err
@@ -270,15 +273,15 @@ func applyTaskSubmitted(s State, e *events.TaskSubmitted, fail failFunc) error {
 	return s.PutTask(t)
 }
 
-// wakeRecordedRule checks a new wake against the state through r: the id is new; a direct
-// wake's key is new; a completion wake names a terminal task of its session whose policy asks
-// for it and that has none yet. For a completion wake it returns that task, as taskOf (r.Task,
-// or Mem's own record) gave it.
-func wakeRecordedRule(r Reader, e *events.WakeRecorded, fail failFunc, taskOf func(string) (*Task, error)) (*Task, error) {
+// wakeRecordedRule checks a new wake against s: the id is new; a direct wake's key is new; a
+// completion wake names a terminal task of its session whose policy asks for it and that has
+// none yet (Task.CompletionWakeDue), with the same outcome. For a completion wake it returns
+// that task, from EditTask, for Apply to change.
+func wakeRecordedRule(s State, e *events.WakeRecorded, fail failFunc) (*Task, error) {
 	if e.WakeID == "" {
 		return nil, fail("a wake needs an id")
 	}
-	if w, err := r.Wake(e.WakeID); err != nil {
+	if w, err := s.EditWake(e.WakeID); err != nil {
 		return nil, err
 	} else if w != nil {
 		return nil, fail("wake id already used")
@@ -286,7 +289,7 @@ func wakeRecordedRule(r Reader, e *events.WakeRecorded, fail failFunc, taskOf fu
 	switch e.Reason {
 	case events.WakeRequested:
 		if e.IdempotencyKey != "" {
-			id, err := r.WakeKey(e.SessionID, e.IdempotencyKey)
+			id, err := s.WakeKey(e.SessionID, e.IdempotencyKey)
 			if err != nil {
 				return nil, err
 			}
@@ -296,29 +299,34 @@ func wakeRecordedRule(r Reader, e *events.WakeRecorded, fail failFunc, taskOf fu
 		}
 		return nil, nil
 	case events.WakeTaskFinished:
-		t, err := taskOf(e.TaskID)
+		t, err := s.EditTask(e.TaskID)
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case t == nil:
+		if t == nil {
 			return nil, fail("completion wake for unknown task %s", e.TaskID)
-		case t.SessionID != e.SessionID:
+		}
+		if t.SessionID != e.SessionID {
 			return nil, fail("completion wake in another session than task %s", e.TaskID)
-		case !t.WakeOnCompletion:
+		}
+		switch t.completionWakeCheck() {
+		case completionWakeNever:
 			return nil, fail("completion wake for task %s whose policy is never", e.TaskID)
-		case !t.State.Terminal() || t.State != e.Outcome.State:
+		case completionWakeNotTerminal:
 			return nil, fail("completion wake for task %s in state %s", e.TaskID, t.State)
-		case t.CompletionWakeID != "":
+		case completionWakeRecorded:
 			return nil, fail("second completion wake for task %s (first %s)", e.TaskID, t.CompletionWakeID)
+		}
+		if t.State != e.Outcome.State {
+			return nil, fail("completion wake for task %s in state %s", e.TaskID, t.State)
 		}
 		return t, nil
 	}
 	return nil, fail("unknown wake reason %d", e.Reason)
 }
 
-// newWake fills w, a zero record, from the event that records it.
-func newWake(w *Wake, e *events.WakeRecorded) {
+// fillWake fills w, a zero record, from the event that records it.
+func fillWake(w *Wake, e *events.WakeRecorded) {
 	*w = Wake{
 		ID: e.WakeID, SessionID: e.SessionID, Reason: e.Reason, Payload: e.Payload,
 		IdempotencyKey: e.IdempotencyKey, TaskID: e.TaskID, Outcome: e.Outcome,
@@ -327,17 +335,17 @@ func newWake(w *Wake, e *events.WakeRecorded) {
 }
 
 func applyWakeRecorded(s State, e *events.WakeRecorded, fail failFunc) error {
-	task, err := wakeRecordedRule(s, e, fail, s.Task)
+	task, err := wakeRecordedRule(s, e, fail)
 	if err != nil {
 		return err
 	}
-	w := new(Wake)
-	newWake(w, e)
+	w := s.NewWake()
+	fillWake(w, e)
 	if task != nil {
 		// A terminal task is in no index, before and after.
 		task.CompletionWakeID = e.WakeID
 		task.UpdatedSeq = e.Seq
-		if err := s.PutTask(task); err != nil {
+		if err := s.TaskEdited(task); err != nil {
 			return err
 		}
 	}

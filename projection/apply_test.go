@@ -3,6 +3,8 @@ package projection
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -41,16 +43,17 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 				seq = 0
 			}
 			tc.ev.Head().Seq = seq
-			s := &spy{Mem: m}
-			err := Apply(s, tc.ev) // the generic path: spy is not a *Mem
-			// Apply's in-place path for a bare *Mem must give the same answer and state.
+			s := &spy{State: copying{m}}
+			err := Apply(s, tc.ev) // records copied out and written back, as pebblelog's writer
+			// A bare *Mem, whose records Apply changes in place, must give the same answer
+			// and state.
 			direct := fold(t, pre)
 			if derr := Apply(direct, tc.ev); (derr == nil) != (err == nil) ||
 				(err != nil && derr.Error() != err.Error()) {
-				t.Errorf("on a bare Mem: %v; through a State: %v", derr, err)
+				t.Errorf("on a bare Mem: %v; through copies: %v", derr, err)
 			}
 			if d := direct.Diff(m); len(d) > 0 {
-				t.Errorf("bare Mem and State differ:\n%s", strings.Join(d, "\n"))
+				t.Errorf("in place and through copies differ:\n%s", strings.Join(d, "\n"))
 			}
 			if tc.rule == "" {
 				if err != nil {
@@ -551,7 +554,66 @@ func TestApplyUnknownEvent(t *testing.T) {
 	runApplyCases(t, []applyCase{
 		{name: "about a task", pre: []events.Event{submit("t", 0)}, ev: &alien{Header: hdr(1), task: "t"}, rule: "unknown event"},
 		{name: "about a wake", pre: []events.Event{wake("w", 0)}, ev: &alien{Header: hdr(1), wake: "w"}, rule: "unknown event"},
+		{name: "about nothing", ev: &alien{Header: hdr(1)}, rule: "unknown event"},
 	})
+	// The rejection says what kind it is: no rule at all, not a rule the event broke.
+	for _, ev := range []*alien{{task: "t"}, {wake: "w"}, {}} {
+		ev.Seq = 1
+		if err := Apply(NewMem(), ev); !errors.Is(err, ErrUnknownEvent) || !errors.Is(err, ErrInconsistent) {
+			t.Errorf("alien %+v: %v, want ErrUnknownEvent and ErrInconsistent", ev, err)
+		}
+	}
+	ev := submit("t", 0)
+	ev.Seq = 2 // a gap: a rule broken, not a missing one
+	if err := Apply(NewMem(), ev); errors.Is(err, ErrUnknownEvent) || !errors.Is(err, ErrInconsistent) {
+		t.Errorf("a sequence gap: %v, want ErrInconsistent alone", err)
+	}
+}
+
+// TestApplyKnowsEveryType: every event type the events package knows reaches a rule of the
+// fold. Each type's golden event (events/testdata/golden) is applied to a state that holds its
+// subject, in its session; whatever the rule then says, it must not be that the fold has no
+// rule for the type. A new event type nobody wrote a rule for fails here.
+func TestApplyKnowsEveryType(t *testing.T) {
+	n := 0
+	for i := range 256 {
+		typ := events.Type(i)
+		if !typ.Known() {
+			continue
+		}
+		n++
+		b, err := os.ReadFile(filepath.Join("..", "events", "testdata", "golden", typ.String()+".v1.bin"))
+		if err != nil {
+			t.Errorf("%s: no golden event to apply: %v", typ, err)
+			continue
+		}
+		ev, err := events.Decode(b, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		h := ev.Head()
+		m := NewMem()
+		var pre []events.Event
+		taskID, wakeID := ev.Subject()
+		if taskID != "" && typ != events.TypeTaskSubmitted {
+			pre = append(pre, in(h.SessionID, submit(taskID, h.At)))
+		}
+		if wakeID != "" && typ != events.TypeWakeRecorded {
+			pre = append(pre, in(h.SessionID, wake(wakeID, h.At)))
+		}
+		for _, p := range number(pre) {
+			if err := Apply(m, p); err != nil {
+				t.Fatalf("%s: setting up: %v", typ, err)
+			}
+		}
+		h.Seq = uint64(len(pre) + 1)
+		if err := Apply(m, ev); errors.Is(err, ErrUnknownEvent) {
+			t.Errorf("%s: the fold has no rule for it: %v", typ, err)
+		}
+	}
+	if n != len(events.AllTypes()) {
+		t.Errorf("%d known types, AllTypes lists %d", n, len(events.AllTypes()))
+	}
 }
 
 func TestApplyErrorMessage(t *testing.T) {
@@ -567,39 +629,38 @@ func TestApplyErrorMessage(t *testing.T) {
 
 // failing is a State whose reads or writes fail: Apply returns the store's error as it is.
 type failing struct {
-	*Mem
+	copying
 	failRead, failWrite bool
 }
 
 var errStore = errors.New("store failed")
 
-func (f *failing) Task(id string) (*Task, error) {
+func (f *failing) EditTask(id string) (*Task, error) {
 	if f.failRead {
 		return nil, errStore
 	}
-	return f.Mem.Task(id)
+	return f.copying.EditTask(id)
 }
 
-func (f *failing) Wake(id string) (*Wake, error) {
+func (f *failing) EditWake(id string) (*Wake, error) {
 	if f.failRead {
 		return nil, errStore
 	}
-	return f.Mem.Wake(id)
+	return f.copying.EditWake(id)
 }
 
-func (f *failing) PutTask(t *Task) error {
+func (f *failing) write(err error) error {
 	if f.failWrite {
 		return errStore
 	}
-	return f.Mem.PutTask(t)
+	return err
 }
 
-func (f *failing) PutWake(w *Wake) error {
-	if f.failWrite {
-		return errStore
-	}
-	return f.Mem.PutWake(w)
-}
+func (f *failing) PutTask(t *Task) error { return f.write(f.copying.PutTask(t)) }
+func (f *failing) PutWake(w *Wake) error { return f.write(f.copying.PutWake(w)) }
+
+func (f *failing) TaskEdited(t *Task) error { return f.write(f.copying.TaskEdited(t)) }
+func (f *failing) WakeEdited(w *Wake) error { return f.write(f.copying.WakeEdited(w)) }
 
 func TestApplyStoreErrors(t *testing.T) {
 	pre := number([]events.Event{submitW("t", 0), claim("t", 1, 1, "a"), settle("t", 2, 1, "a", events.StateSucceeded),
@@ -607,7 +668,7 @@ func TestApplyStoreErrors(t *testing.T) {
 	for _, ev := range []events.Event{submit("x", 3), claim("u", 3, 1, "b"), cancel("u", 3),
 		doneWake("v", "t", 3, events.StateSucceeded), wake("v", 3), wclaim("w", 3, 1, "a")} {
 		for _, mode := range []failing{{failRead: true}, {failWrite: true}} {
-			f := &failing{Mem: fold(t, pre), failRead: mode.failRead, failWrite: mode.failWrite}
+			f := &failing{copying: copying{fold(t, pre)}, failRead: mode.failRead, failWrite: mode.failWrite}
 			ev.Head().Seq = uint64(len(pre) + 1)
 			if err := Apply(f, ev); !errors.Is(err, errStore) || errors.Is(err, ErrInconsistent) {
 				t.Errorf("%s with %+v: error %v, want the store's", ev.Type(), mode, err)

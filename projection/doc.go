@@ -6,8 +6,13 @@
 // always give the same state. The live stores, recovery and the replay tool all use it.
 //
 // State is the small storage seam below the fold: point reads of task and wake records, the
-// session-scoped idempotency indexes, and two ordered eligibility indexes. Mem implements it
-// in memory; package pebblelog implements it on Pebble.
+// session-scoped idempotency indexes, two ordered eligibility indexes, and record access for
+// Apply (EditTask, TaskEdited, NewTask, PutTask and their wake twins), through which a state
+// chooses how a change lands: Mem hands out its own records, changed in place; package
+// pebblelog's writer hands out copies and writes them back. Apply is one orchestration for
+// both. The rules' predicates (Task.OwnedBy, RejectionRecordable, ClaimableAt,
+// CompletionWakeDue) are methods of the records, so the decide code in package work asks the
+// same questions the fold does.
 //
 // # Eligibility indexes
 //

@@ -212,7 +212,7 @@ func TestRejectionsWriteNothing(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for i, ev := range s.evs {
 		for _, bad := range mutants(r, ev) {
-			sp := &spy{Mem: m}
+			sp := &spy{State: m}
 			if err := Apply(sp, bad); err == nil {
 				// Some variants are valid events too (a later time, another token for a
 				// claim): undo by refolding.
@@ -336,13 +336,10 @@ func cloneEvent(ev events.Event) events.Event {
 	panic(fmt.Sprintf("cloneEvent: %T", ev))
 }
 
-// generic hides a Mem's type from Apply, so Apply takes its generic path (PutDue,
-// DeleteDue, ...) instead of the Mem's in-place one.
-type generic struct{ State }
-
 // TestDeferredIndexes: folding with the indexes deferred and built at the end gives the same
-// state, index entries included, as keeping them all along, on both of Apply's paths; and a
-// state whose indexes were built goes on like one that never deferred them.
+// state, index entries included, as keeping them all along, both with records changed in
+// place and through copies; and a state whose indexes were built goes on like one that never
+// deferred them.
 func TestDeferredIndexes(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		s := history(t, seed, 1500, false)
@@ -351,13 +348,13 @@ func TestDeferredIndexes(t *testing.T) {
 			fast.DeferIndexes()
 			slow.DeferIndexes()
 			for _, ev := range s.evs[:cut] {
-				for _, st := range []State{eager, fast, generic{slow}} {
+				for _, st := range []State{eager, fast, copying{slow}} {
 					if err := Apply(st, ev); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			for name, m := range map[string]*Mem{"in place": fast, "generic": slow} {
+			for name, m := range map[string]*Mem{"in place": fast, "through copies": slow} {
 				if d := eager.Diff(m); len(d) > 0 {
 					t.Fatalf("seed %d, %d events, %s: deferred indexes differ:\n%q", seed, cut, name, d)
 				}

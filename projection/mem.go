@@ -25,7 +25,7 @@ type Mem struct {
 	avail    *btree.BTreeG[IndexEntry]
 	lastSeq  uint64
 
-	// Unused records for the next submissions and wakes (see newTask).
+	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
 	wakeChunk []Wake
 
@@ -136,7 +136,7 @@ func (m *Mem) ScanWakes(maxAt int64, fn func(IndexEntry) bool) error {
 func (m *Mem) LastSeq() (uint64, error) { return m.lastSeq, nil }
 
 // PutTask stores t itself: the caller hands it over and must not change it afterwards.
-// (Apply does not use it on a *Mem: it changes the stored record in place, see apply.)
+// Apply puts only new records; it changes stored ones in place (EditTask).
 func (m *Mem) PutTask(t *Task) error {
 	m.tasks[t.ID] = t
 	return nil
@@ -346,108 +346,24 @@ func diffIndex(what string, a, b *btree.BTreeG[IndexEntry]) []string {
 	return out
 }
 
-// apply is Apply's path for a Mem (the sequence is checked already): the same rules as the
-// generic path, but the stored record is checked and then changed in place, with no copy and
-// no write back. taskRule and wakeRule change a record only after every check has passed, so
-// a rejected event still changes nothing.
-func (m *Mem) apply(ev events.Event, h *events.Header, taskID, wakeID string, fail failFunc) error {
-	switch e := ev.(type) {
-	case *events.TaskSubmitted:
-		if err := submitRule(m, e, fail); err != nil {
-			return err
-		}
-		t := m.newTask()
-		newTask(t, e)
-		if e.IdempotencyKey != "" {
-			m.taskKeys[sessionKey{e.SessionID, e.IdempotencyKey}] = e.TaskID
-		}
-		m.moveDue(0, false, t)
-		m.tasks[e.TaskID] = t
-		return nil
-	case *events.WakeRecorded:
-		task, err := wakeRecordedRule(m, e, fail, m.storedTask)
-		if err != nil {
-			return err
-		}
-		w := m.newWake()
-		newWake(w, e)
-		if task != nil {
-			// A terminal task is in no index, before and after.
-			task.CompletionWakeID = e.WakeID
-			task.UpdatedSeq = e.Seq
-		}
-		if e.Reason == events.WakeRequested && e.IdempotencyKey != "" {
-			m.wakeKeys[sessionKey{e.SessionID, e.IdempotencyKey}] = e.WakeID
-		}
-		m.moveWakeIndex(0, false, w)
-		m.wakes[e.WakeID] = w
-		return nil
-	}
-	if taskID != "" {
-		t := m.tasks[taskID]
-		if t == nil {
-			return fail("no such task")
-		}
-		oldAt, oldIn := t.EligibleAt()
-		if err := taskRule(t, ev, h, fail); err != nil {
-			return err
-		}
-		m.moveDue(oldAt, oldIn, t)
-		return nil
-	}
-	w := m.wakes[wakeID]
-	if w == nil {
-		return fail("no such wake")
-	}
-	oldAt, oldIn := w.AvailableAt()
-	if err := wakeRule(w, ev, h, fail); err != nil {
-		return err
-	}
-	m.moveWakeIndex(oldAt, oldIn, w)
-	return nil
-}
+// EditTask returns the stored record itself, for Apply to change in place: no copy, and
+// nothing to write back (TaskEdited does nothing).
+func (m *Mem) EditTask(id string) (*Task, error) { return m.tasks[id], nil }
 
-// storedTask returns the stored record itself, not a copy.
-func (m *Mem) storedTask(id string) (*Task, error) { return m.tasks[id], nil }
+// EditWake returns the stored record itself, like EditTask.
+func (m *Mem) EditWake(id string) (*Wake, error) { return m.wakes[id], nil }
 
-// moveDue is the package's moveDue on the B-tree itself.
-func (m *Mem) moveDue(oldAt int64, oldIn bool, t *Task) {
-	if m.deferred {
-		return
-	}
-	newAt, newIn := t.EligibleAt()
-	if oldIn {
-		if newIn && oldAt == newAt {
-			return
-		}
-		m.due.Delete(IndexEntry{At: oldAt, Seq: t.SubmitSeq, ID: t.ID})
-	}
-	if newIn {
-		m.due.ReplaceOrInsert(IndexEntry{At: newAt, Seq: t.SubmitSeq, ID: t.ID})
-	}
-}
+// TaskEdited does nothing: the record EditTask gave is the stored one.
+func (m *Mem) TaskEdited(*Task) error { return nil }
 
-func (m *Mem) moveWakeIndex(oldAt int64, oldIn bool, w *Wake) {
-	if m.deferred {
-		return
-	}
-	newAt, newIn := w.AvailableAt()
-	if oldIn {
-		if newIn && oldAt == newAt {
-			return
-		}
-		m.avail.Delete(IndexEntry{At: oldAt, Seq: w.RecordSeq, ID: w.ID})
-	}
-	if newIn {
-		m.avail.ReplaceOrInsert(IndexEntry{At: newAt, Seq: w.RecordSeq, ID: w.ID})
-	}
-}
+// WakeEdited does nothing, like TaskEdited.
+func (m *Mem) WakeEdited(*Wake) error { return nil }
 
-// newTask returns a zero record for a new task. Records are carved from chunks that grow
+// NewTask returns a zero record for a new task. Records are carved from chunks that grow
 // with the state (to maxChunk): a rebuild makes one allocation per chunk, not per task. A
 // chunk lives as long as any of its records; Apply never replaces or drops a record of a Mem,
 // so none is wasted.
-func (m *Mem) newTask() *Task {
+func (m *Mem) NewTask() *Task {
 	if len(m.taskChunk) == 0 {
 		m.taskChunk = make([]Task, chunkSize(len(m.tasks)))
 	}
@@ -456,7 +372,8 @@ func (m *Mem) newTask() *Task {
 	return t
 }
 
-func (m *Mem) newWake() *Wake {
+// NewWake returns a zero record for a new wake, like NewTask.
+func (m *Mem) NewWake() *Wake {
 	if len(m.wakeChunk) == 0 {
 		m.wakeChunk = make([]Wake, chunkSize(len(m.wakes)))
 	}

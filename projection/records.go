@@ -107,38 +107,3 @@ func (a IndexEntry) Less(b IndexEntry) bool {
 func compareEntries(a, b IndexEntry) int {
 	return cmp.Or(cmp.Compare(a.At, b.At), cmp.Compare(a.Seq, b.Seq))
 }
-
-// Reader is the read side of projected state.
-type Reader interface {
-	// Task returns the task record, or nil when there is none.
-	Task(id string) (*Task, error)
-	// Wake returns the wake record, or nil when there is none.
-	Wake(id string) (*Wake, error)
-	// TaskKey returns the id of the task submitted under (session, key), or "".
-	TaskKey(sessionID, key string) (string, error)
-	// WakeKey returns the id of the wake requested under (session, key), or "".
-	WakeKey(sessionID, key string) (string, error)
-	// ScanDue calls fn for due-index entries with At <= maxAt, in index order, until fn
-	// returns false.
-	ScanDue(maxAt int64, fn func(IndexEntry) bool) error
-	// ScanWakes is ScanDue for the available-wake index.
-	ScanWakes(maxAt int64, fn func(IndexEntry) bool) error
-	// LastSeq is the sequence of the last applied event; 0 for an empty state.
-	LastSeq() (uint64, error)
-}
-
-// State is projected state that Apply can change. A store makes the writes of one command
-// atomic with the append of its events.
-type State interface {
-	Reader
-	// PutTask and PutWake take ownership of the record: the caller must not change it after.
-	PutTask(*Task) error
-	PutWake(*Wake) error
-	PutTaskKey(sessionID, key, taskID string) error
-	PutWakeKey(sessionID, key, wakeID string) error
-	PutDue(IndexEntry) error
-	DeleteDue(IndexEntry) error
-	PutWakeIndex(IndexEntry) error
-	DeleteWakeIndex(IndexEntry) error
-	SetLastSeq(uint64) error
-}

@@ -19,6 +19,17 @@ func TestConformanceInMemory(t *testing.T) {
 	})
 }
 
+// TestConformanceRerun runs the suite against an in-memory queue whose every command runs its
+// closure twice, the first time against the state before the previous command and for
+// nothing (work's rerunEngine): what pebblelog's writer does to the commands of a failed
+// group. Every answer must come from the last run alone.
+func TestConformanceRerun(t *testing.T) {
+	worktest.Run(t, worktest.Harness{
+		New:    func(t *testing.T) *work.Queue { return work.NewRerunQueue() },
+		Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+	})
+}
+
 // A second NewInMemory shares nothing with the first (seed:
 // replacing_the_in_memory_backend_drops_process_local_state).
 func TestNewInMemoryHasNoState(t *testing.T) {

@@ -18,6 +18,12 @@ type engine interface {
 	// applied to the projection as they are appended (so fn reads its own writes) and commit
 	// atomically with it when fn returns nil: durably, for a durable engine, before update
 	// returns. If fn returns an error nothing it appended is kept.
+	//
+	// fn may run more than once, and only its last run counts: pebblelog's writer runs the
+	// commands of a group against one shared batch, and when one of them fails it discards
+	// the batch and re-runs each command alone, against a state that may lack what the
+	// commands before it wrote. So fn must set everything it reports (its outputs, its
+	// domain error) afresh at its start, and carry nothing over from an earlier run.
 	update(ctx context.Context, fn func(tx txn) error) error
 	// view runs fn against a consistent read of committed state.
 	view(ctx context.Context, fn func(r projection.Reader) error) error
@@ -144,23 +150,10 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	var out Task
 	var derr error
 	err := b.eng.update(ctx, func(tx txn) error {
-		if r.IdempotencyKey != "" {
-			id, err := tx.TaskKey(sessionID, r.IdempotencyKey)
-			if err != nil {
-				return err
-			}
-			if id != "" {
-				t, err := mustTask(tx, id)
-				if err != nil {
-					return err
-				}
-				if !sameTaskRequest(t, &r, runAt) {
-					derr = conflict(r.IdempotencyKey)
-					return nil
-				}
-				out = taskSnapshot(t)
-				return nil
-			}
+		out, derr = Task{}, nil // fn may run twice (engine.update)
+		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, taskSnapshot, &out, &derr); found || err != nil {
+			return err
 		}
 		id := newID
 		ev := &events.TaskSubmitted{
@@ -212,6 +205,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 		return Task{}, backendErr(idErr)
 	}
 	err := b.eng.update(ctx, func(tx txn) error {
+		out, derr = Task{}, nil // fn may run twice (engine.update)
 		t, err := tx.Task(taskID)
 		if err != nil {
 			return err
@@ -226,7 +220,6 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 			out = taskSnapshot(t)
 			return nil
 		}
-		wasPending := t.State == events.StatePending
 		h := events.Header{SessionID: sessionID, At: at}
 		if err := tx.append(&events.TaskCancelRequested{Header: h, TaskID: taskID}); err != nil {
 			return err
@@ -234,7 +227,9 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 		if t, err = mustTask(tx, taskID); err != nil {
 			return err
 		}
-		if wasPending && t.WakeOnCompletion {
+		// A pending task is canceled at once, and then its policy may ask for a wake; a
+		// running one only records the request.
+		if t.CompletionWakeDue() {
 			if err := completionWake(tx, wakeID, t, at); err != nil {
 				return err
 			}
@@ -253,6 +248,33 @@ func completionWake(tx txn, id string, t *projection.Task, at int64) error {
 }
 
 func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
+	return claim(ctx, b, now, leaseFor, limit, txn.ScanDue, "lease",
+		func(tx txn, id string, at, expires int64, token string) (TaskDelivery, error) {
+			t, err := mustTask(tx, id)
+			if err != nil {
+				return TaskDelivery{}, err
+			}
+			ev := &events.TaskClaimed{
+				Header: events.Header{SessionID: t.SessionID, At: at},
+				TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
+			}
+			if err := tx.append(ev); err != nil {
+				return TaskDelivery{}, err
+			}
+			if t, err = mustTask(tx, id); err != nil {
+				return TaskDelivery{}, err
+			}
+			return NewTaskDelivery(taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
+		})
+}
+
+// claim is ClaimDue and ClaimWakes: in one command it collects up to limit ids that scan
+// finds eligible at now, then claims each (claimOne appends the claim event and returns the
+// delivery) with a lease until now+leaseFor and a fresh token drawn for purpose.
+func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor time.Duration, limit int,
+	scan func(txn, int64, func(projection.IndexEntry) bool) error, purpose string,
+	claimOne func(tx txn, id string, at, expires int64, token string) (D, error),
+) ([]D, error) {
 	at, verr := nanos("now", now)
 	if verr != nil {
 		return nil, verr
@@ -261,33 +283,28 @@ func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.
 	if verr != nil {
 		return nil, verr
 	}
-	var out []TaskDelivery
+	var out []D
 	err := b.eng.update(ctx, func(tx txn) error {
-		out = out[:0]
-		ids, err := collect(tx.ScanDue, at, limit)
+		out = out[:0] // fn may run twice (engine.update)
+		// Collect first: each claim moves its entry, which would disturb the scan.
+		var ids []string
+		err := scan(tx, at, func(e projection.IndexEntry) bool {
+			ids = append(ids, e.ID)
+			return len(ids) < limit
+		})
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
-			t, err := mustTask(tx, id)
+			token, err := b.ids.token(purpose)
 			if err != nil {
 				return err
 			}
-			token, err := b.ids.token("lease")
+			d, err := claimOne(tx, id, at, expires, token)
 			if err != nil {
 				return err
 			}
-			ev := &events.TaskClaimed{
-				Header: events.Header{SessionID: t.SessionID, At: at},
-				TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
-			}
-			if err := tx.append(ev); err != nil {
-				return err
-			}
-			if t, err = mustTask(tx, id); err != nil {
-				return err
-			}
-			out = append(out, NewTaskDelivery(taskSnapshot(t), ev.Attempt, fromNanos(expires), token))
+			out = append(out, d)
 		}
 		return nil
 	})
@@ -297,30 +314,17 @@ func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.
 	return out, nil
 }
 
-// collect gathers up to limit ids from an eligibility index before any claim moves them.
-func collect(scan func(int64, func(projection.IndexEntry) bool) error, at int64, limit int) ([]string, error) {
-	var ids []string
-	err := scan(at, func(e projection.IndexEntry) bool {
-		ids = append(ids, e.ID)
-		return len(ids) < limit
-	})
-	return ids, err
-}
-
-// rejectReason classifies a stale settlement for the audit record, and reports whether one
-// may be recorded: at most one per presented attempt, in increasing attempt order, so a task
-// never carries more rejection records than claims.
-func rejectReason(claimed bool, attempts, recorded, presented uint32) (events.RejectReason, bool) {
-	if presented == 0 || presented > attempts || presented <= recorded {
-		return 0, false
-	}
+// rejectReason classifies a stale settlement or acknowledgment for the audit record: claimed
+// says whether a claim holds the subject now, attempts how many were handed out. Whether one
+// may be recorded at all is the record's RejectionRecordable.
+func rejectReason(claimed bool, attempts, presented uint32) events.RejectReason {
 	switch {
 	case !claimed:
-		return events.RejectNotClaimed, true
+		return events.RejectNotClaimed
 	case presented < attempts:
-		return events.RejectSuperseded, true
+		return events.RejectSuperseded
 	default:
-		return events.RejectTokenMismatch, true
+		return events.RejectTokenMismatch
 	}
 }
 
@@ -339,6 +343,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 		return Task{}, backendErr(idErr)
 	}
 	err := b.eng.update(ctx, func(tx txn) error {
+		out, derr = Task{}, nil // fn may run twice (engine.update)
 		t, err := tx.Task(d.Task.ID)
 		if err != nil {
 			return err
@@ -355,15 +360,14 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 			out = taskSnapshot(t)
 			return nil
 		}
-		if t.State != events.StateRunning || t.Attempts != d.Attempt || t.LeaseToken != token {
+		if !t.OwnedBy(d.Attempt, token) {
 			derr = stale(t.ID)
-			reason, ok := rejectReason(t.State == events.StateRunning, t.Attempts, t.RejectedAttempt, d.Attempt)
-			if !ok {
+			if !t.RejectionRecordable(d.Attempt) {
 				return nil
 			}
 			return tx.append(&events.TaskSettleRejected{
 				Header: events.Header{SessionID: t.SessionID, At: at},
-				TaskID: t.ID, Attempt: d.Attempt, Reason: reason,
+				TaskID: t.ID, Attempt: d.Attempt, Reason: rejectReason(t.Claimed(), t.Attempts, d.Attempt),
 			})
 		}
 		ev := &events.TaskSettled{
@@ -376,7 +380,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 		if t, err = mustTask(tx, t.ID); err != nil {
 			return err
 		}
-		if t.WakeOnCompletion {
+		if t.CompletionWakeDue() {
 			if err := completionWake(tx, wakeID, t, at); err != nil {
 				return err
 			}
@@ -400,23 +404,10 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 		return Wake{}, backendErr(idErr)
 	}
 	err := b.eng.update(ctx, func(tx txn) error {
-		if r.IdempotencyKey != "" {
-			id, err := tx.WakeKey(sessionID, r.IdempotencyKey)
-			if err != nil {
-				return err
-			}
-			if id != "" {
-				w, err := mustWake(tx, id)
-				if err != nil {
-					return err
-				}
-				if !sameJSON(w.Payload, payload) {
-					derr = conflict(r.IdempotencyKey)
-					return nil
-				}
-				out = wakeSnapshot(w)
-				return nil
-			}
+		out, derr = Wake{}, nil // fn may run twice (engine.update)
+		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, wakeSnapshot, &out, &derr); found || err != nil {
+			return err
 		}
 		id := newID
 		ev := &events.WakeRecorded{
@@ -437,45 +428,21 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 }
 
 func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
-	at, verr := nanos("now", now)
-	if verr != nil {
-		return nil, verr
-	}
-	expires, verr := leaseExpiry(at, leaseFor)
-	if verr != nil {
-		return nil, verr
-	}
-	var out []WakeDelivery
-	err := b.eng.update(ctx, func(tx txn) error {
-		out = out[:0]
-		ids, err := collect(tx.ScanWakes, at, limit)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
+	return claim(ctx, b, now, leaseFor, limit, txn.ScanWakes, "wakelease",
+		func(tx txn, id string, at, expires int64, token string) (WakeDelivery, error) {
 			w, err := mustWake(tx, id)
 			if err != nil {
-				return err
-			}
-			token, err := b.ids.token("wakelease")
-			if err != nil {
-				return err
+				return WakeDelivery{}, err
 			}
 			ev := &events.WakeClaimed{
 				Header: events.Header{SessionID: w.SessionID, At: at},
 				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
 			}
 			if err := tx.append(ev); err != nil {
-				return err
+				return WakeDelivery{}, err
 			}
-			out = append(out, NewWakeDelivery(wakeSnapshot(w), ev.Attempt, fromNanos(expires), token))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, backendErr(err)
-	}
-	return out, nil
+			return NewWakeDelivery(wakeSnapshot(w), ev.Attempt, fromNanos(expires), token), nil
+		})
 }
 
 // AckWake acknowledges with the wall-clock time: the Backend interface, like the seed, passes
@@ -492,6 +459,7 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 	token := d.LeaseToken()
 	var derr error
 	err := b.eng.update(ctx, func(tx txn) error {
+		derr = nil // fn may run twice (engine.update)
 		w, err := tx.Wake(d.Wake.ID)
 		if err != nil {
 			return err
@@ -503,15 +471,14 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 		if w.Acked && w.AckedToken == token {
 			return nil
 		}
-		if w.Acked || !w.Claimed() || w.Attempts != d.Attempt || w.LeaseToken != token {
+		if !w.OwnedBy(d.Attempt, token) {
 			derr = stale(w.ID)
-			reason, ok := rejectReason(!w.Acked && w.Claimed(), w.Attempts, w.RejectedAttempt, d.Attempt)
-			if !ok {
+			if !w.RejectionRecordable(d.Attempt) {
 				return nil
 			}
 			return tx.append(&events.WakeAckRejected{
 				Header: events.Header{SessionID: w.SessionID, At: at},
-				WakeID: w.ID, Attempt: d.Attempt, Reason: reason,
+				WakeID: w.ID, Attempt: d.Attempt, Reason: rejectReason(w.Held(), w.Attempts, d.Attempt),
 			})
 		}
 		return tx.append(&events.WakeAcked{
@@ -546,6 +513,34 @@ func mustWake(r projection.Reader, id string) (*projection.Wake, error) {
 		err = errors.Join(errMissing, errors.New("wake "+id))
 	}
 	return w, err
+}
+
+// repeat answers a request whose idempotency key the session has used before: with the
+// snapshot of the record the key names (read by read) when same says the request equals it,
+// and with a conflict otherwise, storing nothing either way. It reports whether the key
+// named a record; an empty key names none. lookup is the key index (txn.TaskKey,
+// txn.WakeKey). Submit and RequestWake share it.
+func repeat[R, S any](tx txn, sessionID, key string,
+	lookup func(txn, string, string) (string, error), read func(projection.Reader, string) (*R, error),
+	same func(*R) bool, snapshot func(*R) S, out *S, derr *error,
+) (bool, error) {
+	if key == "" {
+		return false, nil
+	}
+	id, err := lookup(tx, sessionID, key)
+	if err != nil || id == "" {
+		return false, err
+	}
+	rec, err := read(tx, id)
+	if err != nil {
+		return false, err
+	}
+	if same(rec) {
+		*out = snapshot(rec)
+	} else {
+		*derr = conflict(key)
+	}
+	return true, nil
 }
 
 func result[T any](out T, derr, err error) (T, error) {

@@ -84,9 +84,15 @@ func (e *memEngine) view(ctx context.Context, fn func(r projection.Reader) error
 }
 
 func (e *memEngine) readLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	// The walk runs on the log as it is now, without the lock, so fn may call the queue,
+	// writes included, as on the durable store. That is safe because an appended event never
+	// changes and the log only grows past what a reader can see: a rollback truncates only
+	// the failing command's own events, which it appended under the write lock, and later
+	// appends write past every reader's length.
 	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
+	closed, log := e.closed, e.log[:len(e.log):len(e.log)]
+	e.mu.RUnlock()
+	if closed {
 		return ErrClosed
 	}
 	if from == 0 {
@@ -95,12 +101,12 @@ func (e *memEngine) readLog(ctx context.Context, from uint64, fn func(events.Eve
 	// Each event is handed out as a decoded copy of its encoding: the stored events share
 	// byte slices with the projection, and a callback must not be able to change either.
 	var buf []byte
-	for i := from - 1; i < uint64(len(e.log)); i++ {
+	for i := from - 1; i < uint64(len(log)); i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		var err error
-		if buf, err = events.Append(buf[:0], e.log[i]); err != nil {
+		if buf, err = events.Append(buf[:0], log[i]); err != nil {
 			return err
 		}
 		ev, err := events.Decode(buf, i+1)

@@ -153,9 +153,13 @@ func (q *Queue) AckWake(ctx context.Context, d WakeDelivery) error {
 }
 
 // AckWakeAt is AckWake with the caller's time, which the event log records. A custom
-// backend without a time argument is called through AckWake.
+// backend without a time argument is called through AckWake. A delivery without a wake id
+// (a zero WakeDelivery) is ErrInvalidRequest naming wake_id, as Finish's is task_id.
 func (q *Queue) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Time) error {
 	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	if err := validateNonBlank("wake_id", d.Wake.ID); err != nil {
 		return err
 	}
 	if a, ok := q.b.(ackerAt); ok {

@@ -136,7 +136,7 @@ func TestQueueOverACustomBackend(t *testing.T) {
 			return err
 		},
 		func() error { _, err := q.ClaimWakesAt(ctx, now, time.Second, 1); return err },
-		func() error { return q.AckWakeAt(ctx, work.WakeDelivery{}, now) },
+		func() error { return q.AckWakeAt(ctx, work.NewWakeDelivery(work.Wake{ID: "wake_1"}, 1, now, "t"), now) },
 	}
 	// A plain error from a custom backend becomes an ErrBackend error that wraps it.
 	for _, call := range calls {

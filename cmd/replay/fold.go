@@ -114,7 +114,9 @@ func sessionFold(ctx context.Context, st *pebblelog.Store, session string, c cut
 	return res, nil
 }
 
-// recorder remembers which records the fold wrote since the last snapshot boundary.
+// recorder remembers which records the fold wrote since the last snapshot boundary: the new
+// ones (PutTask, PutWake) and the changed ones (TaskEdited, WakeEdited). It overrides nothing
+// else, so Apply still changes the Mem's own records in place.
 type recorder struct {
 	projection.State
 	tasks map[string]struct{}
@@ -129,6 +131,16 @@ func (r *recorder) PutTask(t *projection.Task) error {
 func (r *recorder) PutWake(w *projection.Wake) error {
 	r.wakes[w.ID] = struct{}{}
 	return r.State.PutWake(w)
+}
+
+func (r *recorder) TaskEdited(t *projection.Task) error {
+	r.tasks[t.ID] = struct{}{}
+	return r.State.TaskEdited(t)
+}
+
+func (r *recorder) WakeEdited(w *projection.Wake) error {
+	r.wakes[w.ID] = struct{}{}
+	return r.State.WakeEdited(w)
 }
 
 // fullFold computes the whole store's state at a cut: it starts from the newest usable

@@ -3,6 +3,7 @@ package worktest
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/work"
@@ -16,6 +17,7 @@ func logScenarios() []scenario {
 		{"log/stale_finish_appends_at_most_one_rejection_per_attempt", logStaleFinish},
 		{"log/stale_ack_appends_at_most_one_rejection_per_attempt", logStaleAck},
 		{"log/read_log_bounds_and_stop", logReadLog},
+		{"log/read_log_callback_may_write", logReadLogWrites},
 	}
 }
 
@@ -249,5 +251,91 @@ func logReadLog(e *env) {
 		if !errors.Is(err, context.Canceled) {
 			e.t.Errorf("ReadLog: %v does not wrap context.Canceled", err)
 		}
+	}
+}
+
+// hangTimeout is how long a call that should return at once may take before the suite calls
+// it a deadlock: generous for a loaded machine and a synced disk.
+const hangTimeout = 20 * time.Second
+
+// abandon gives up the live queue after a call on it hung: it is neither verified nor
+// closed at the end of the test, since closing it may hang too.
+func (e *env) abandon() {
+	for i, q := range e.opened {
+		if q == e.q {
+			e.opened = append(e.opened[:i], e.opened[i+1:]...)
+			break
+		}
+	}
+	e.closed = true
+}
+
+// logReadLogWrites: a ReadLog callback may call the queue, writes included, on every
+// backend, and the queue closes afterwards. (The in-memory queue held its lock through the
+// whole walk: a write in the callback deadlocked, and then Close hung.) Whether the walk
+// also sees events appended during it is not specified; those after the first n are left
+// alone here, so the walk ends either way.
+func logReadLogWrites(e *env) {
+	const s = "session_readlog_write"
+	e.submit(s, work.TaskRequest{Kind: "k"}, at(100))
+	e.wake(s, work.WakeRequest{}, at(100))
+	n := e.logLen()
+	type result struct {
+		ids  []string
+		seen int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = e.q.ReadLog(e.ctx, 0, func(ev events.Event) error {
+			r.seen++
+			if ev.Head().Seq > uint64(n) {
+				return nil
+			}
+			// Not e.submit: this is not the test's goroutine.
+			t, err := e.q.Session(s).SubmitAt(e.ctx, work.TaskRequest{Kind: "inside"}, at(101))
+			if err != nil {
+				return err
+			}
+			r.ids = append(r.ids, t.ID)
+			if _, err := e.q.ClaimWakesAt(e.ctx, at(101), lease, 1); err != nil {
+				return err
+			}
+			return nil
+		})
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(hangTimeout):
+		e.abandon()
+		e.t.Fatalf("ReadLog whose callback writes did not return in %v: deadlock", hangTimeout)
+	}
+	e.ok("ReadLog whose callback writes", r.err)
+	if r.seen < n || len(r.ids) != n {
+		e.t.Fatalf("the walk saw %d events and submitted %d tasks, want at least %d and %d", r.seen, len(r.ids), n, n)
+	}
+	for _, id := range r.ids {
+		e.mustTask(s, id)
+	}
+	// n submissions and one wake claim.
+	if got := e.logLen(); got != 2*n+1 {
+		e.t.Errorf("log has %d events after the walk, want %d", got, 2*n+1)
+	}
+
+	e.ok("Verify after the walk", e.q.Verify(e.ctx))
+
+	// A reader holds nothing once it returned: Close does not wait.
+	closed := make(chan error, 1)
+	go func() { closed <- e.q.Close() }()
+	select {
+	case err := <-closed:
+		e.ok("Close after the walk", err)
+		e.closed = true
+	case <-time.After(hangTimeout):
+		e.abandon()
+		e.t.Fatalf("Close after a ReadLog whose callback wrote did not return in %v", hangTimeout)
 	}
 }

@@ -14,6 +14,7 @@ func validationScenarios() []scenario {
 	return []scenario{
 		{"validation/session_id", validSessionID},
 		{"validation/task_id", validTaskID},
+		{"validation/wake_id", validWakeID},
 		{"validation/submit_fields", validSubmitFields},
 		{"validation/wake_fields", validWakeFields},
 		{"validation/claim_values", validClaimValues},
@@ -89,6 +90,24 @@ func validTaskID(e *env) {
 	_, err = e.q.Finish(e.ctx, work.TaskDelivery{}, work.Success(nil))
 	e.wantInvalid("Finish of a zero delivery", err, "task_id")
 	e.nothingAppended("requests with a blank task id", n)
+}
+
+// validWakeID: a wake delivery without a wake id (a zero WakeDelivery, or a blank id) cannot
+// be acknowledged: ErrInvalidRequest naming wake_id, as Finish names task_id, not
+// ErrStaleDelivery of a blank id.
+func validWakeID(e *env) {
+	e.wake("session_v", work.WakeRequest{}, at(100))
+	e.claimWakeOne(at(100))
+	n := e.logLen()
+	for _, id := range blanks {
+		err := e.q.AckWakeAt(e.ctx, work.NewWakeDelivery(work.Wake{ID: id}, 1, at(130), "token"), at(101))
+		e.wantInvalid("AckWakeAt", err, "wake_id")
+	}
+	err := e.q.AckWakeAt(e.ctx, work.WakeDelivery{}, at(101))
+	e.wantInvalid("AckWakeAt of a zero delivery", err, "wake_id")
+	e.wantText("AckWakeAt of a zero delivery", err, "invalid work request field wake_id: must not be blank")
+	e.wantInvalid("AckWake of a zero delivery", e.q.AckWake(e.ctx, work.WakeDelivery{}), "wake_id")
+	e.nothingAppended("acknowledgments without a wake id", n)
 }
 
 func validSubmitFields(e *env) {

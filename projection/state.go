@@ -1,0 +1,64 @@
+package projection
+
+// Reader is the read side of projected state.
+type Reader interface {
+	// Task returns a copy of the task record, or nil when there is none: callers may change
+	// it freely.
+	Task(id string) (*Task, error)
+	// Wake returns a copy of the wake record, or nil when there is none.
+	Wake(id string) (*Wake, error)
+	// TaskKey returns the id of the task submitted under (session, key), or "".
+	TaskKey(sessionID, key string) (string, error)
+	// WakeKey returns the id of the wake requested under (session, key), or "".
+	WakeKey(sessionID, key string) (string, error)
+	// ScanDue calls fn for due-index entries with At <= maxAt, in index order, until fn
+	// returns false.
+	ScanDue(maxAt int64, fn func(IndexEntry) bool) error
+	// ScanWakes is ScanDue for the available-wake index.
+	ScanWakes(maxAt int64, fn func(IndexEntry) bool) error
+	// LastSeq is the sequence of the last applied event; 0 for an empty state.
+	LastSeq() (uint64, error)
+}
+
+// State is projected state that Apply can change. A store makes the writes of one command
+// atomic with the append of its events.
+//
+// Apply reaches records only through the record-access methods (EditTask, NewTask, PutTask,
+// TaskEdited and their wake twins), so a state chooses how a change lands: Mem hands out its
+// own records and Apply changes them in place, with no copy and no write back; a store
+// (pebblelog's writer) hands out copies and writes each back when told it changed. Apply
+// changes a record only after every check of the event has passed, so a rejected event
+// leaves even a state's own records untouched. A wrapper that embeds a State (or a *Mem)
+// and overrides none of these methods keeps its inner state's way.
+type State interface {
+	Reader
+
+	// EditTask returns the task record for Apply to check and change, or nil when there is
+	// none: the state's own record or a copy. After changing it Apply calls TaskEdited.
+	EditTask(id string) (*Task, error)
+	// EditWake is EditTask for wakes; after a change Apply calls WakeEdited.
+	EditWake(id string) (*Wake, error)
+	// TaskEdited tells the state that Apply changed t, a record EditTask returned during the
+	// same Apply. A state that handed out a copy writes it back; Mem has nothing to do.
+	// Index entries are moved separately (PutDue, DeleteDue).
+	TaskEdited(t *Task) error
+	// WakeEdited is TaskEdited for wakes.
+	WakeEdited(w *Wake) error
+	// NewTask returns a zero record for a new task, which Apply fills and hands to PutTask.
+	NewTask() *Task
+	// NewWake is NewTask for wakes.
+	NewWake() *Wake
+	// PutTask stores a new record; the state takes ownership: the caller must not change it
+	// afterwards.
+	PutTask(*Task) error
+	// PutWake is PutTask for wakes.
+	PutWake(*Wake) error
+
+	PutTaskKey(sessionID, key, taskID string) error
+	PutWakeKey(sessionID, key, wakeID string) error
+	PutDue(IndexEntry) error
+	DeleteDue(IndexEntry) error
+	PutWakeIndex(IndexEntry) error
+	DeleteWakeIndex(IndexEntry) error
+	SetLastSeq(uint64) error
+}

@@ -1,0 +1,45 @@
+package work
+
+import (
+	"context"
+	"slices"
+)
+
+// rerunEngine is the in-memory engine with the habit of pebblelog's writer that
+// engine.update documents: a command's closure may run twice. Here every closure first runs
+// against the state before the previous command, as if that command had failed in a shared
+// group and been dropped, and its result is thrown away; then it runs for real. A closure
+// that carries anything over from its first run (an output, a domain error) answers wrongly,
+// and the conformance suite (TestConformanceRerun) fails.
+type rerunEngine struct {
+	*memEngine
+	prev int // the log's length before the last command that appended
+}
+
+// newRerunQueue is NewInMemory over a rerunEngine.
+func newRerunQueue() *Queue {
+	lb := &logBackend{eng: &rerunEngine{memEngine: newMemEngine()}, ids: newIDSource(nil),
+		maxValue: DefaultMaxValueBytes, clock: wallClock}
+	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
+}
+
+func (e *rerunEngine) update(ctx context.Context, fn func(tx txn) error) error {
+	e.mu.Lock()
+	scratch := &memEngine{log: slices.Clone(e.log[:e.prev])}
+	e.mu.Unlock()
+	if err := scratch.refold(); err != nil {
+		return err
+	}
+	_ = scratch.update(ctx, fn) // the first run: whatever it did is dropped
+
+	e.mu.Lock()
+	n := len(e.log)
+	e.mu.Unlock()
+	err := e.memEngine.update(ctx, fn)
+	e.mu.Lock()
+	if len(e.log) > n {
+		e.prev = n
+	}
+	e.mu.Unlock()
+	return err
+}
