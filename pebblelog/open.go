@@ -212,9 +212,6 @@ func Open(dir string, o *Options) (*Store, error) {
 		if err := checkMarker(fs, dir); err != nil {
 			return nil, err
 		}
-		if err := checkPebbleMarkers(fs, dir, names); err != nil {
-			return nil, err
-		}
 	}
 
 	l, err := lockDir(fs, dir, opts.ReadOnly)
@@ -346,10 +343,13 @@ func ioError(dir, file, doing string, err error) *OpenError {
 // changes nothing; Pebble is never allowed to create its database there.
 func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	fs := o.FS
-	if !exists {
-		if err := writeMarkerTmp(fs, dir); err != nil {
+	if exists {
+		// Under the lock: a running store moves its MANIFEST marker as it goes.
+		if err := checkPebbleMarkers(fs, dir); err != nil {
 			return nil, err
 		}
+	} else if err := writeMarkerTmp(fs, dir); err != nil {
+		return nil, err
 	}
 	cache := newBlockCache(o.CacheSize, o.MemTableSize)
 	defer cache.Unref()
@@ -442,7 +442,11 @@ func checkReadOnly(dir string, po *pebble.Options) error {
 // files that say where its database is: the MANIFEST marker and the MANIFEST it names, and
 // the format marker. Without them Pebble would see no database (or a new one) and report it
 // in its own words; here the missing file is named.
-func checkPebbleMarkers(fs vfs.FS, dir string, names []string) error {
+func checkPebbleMarkers(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return ioError(dir, "", "listing the directory", err)
+	}
 	missing := func(file, detail string) error {
 		return &OpenError{Dir: dir, Kind: ErrCorruptStore, File: file, Offset: -1, Detail: detail,
 			Hint: "the store's Pebble database is incomplete; restore it from a backup or a checkpoint"}
@@ -456,7 +460,9 @@ func checkPebbleMarkers(fs vfs.FS, dir string, names []string) error {
 			formatMarker = n
 		}
 	}
-	if len(foreignNames(names)) == 1 { // WORKLOG alone
+	if !slices.ContainsFunc(names, func(n string) bool {
+		return n != MarkerFile && n != MarkerFile+".tmp" && n != lockFile && n != "LOCK"
+	}) {
 		e := missing("", fmt.Sprintf("%s says a store exists, but the directory holds no database", MarkerFile)).(*OpenError)
 		e.Hint = "older builds wrote " + MarkerFile + " before the database: if one was interrupted while creating this store, it never held data and the directory can be deleted"
 		return e

@@ -189,8 +189,11 @@ func TestOpenMarkerWithoutDatabase(t *testing.T) {
 			t.Errorf("hint %q does not say the directory can be deleted", oe.Hint)
 		}
 	}
-	if after := listing(t, dir); !slices.Equal(before, after) {
-		t.Errorf("a refused Open changed the directory:\nbefore %q\nafter  %q", before, after)
+	after := slices.DeleteFunc(listing(t, dir), func(l string) bool {
+		return strings.HasPrefix(l, lockFile+" ") || strings.HasPrefix(l, "LOCK ")
+	})
+	if !slices.Equal(before, after) {
+		t.Errorf("a refused Open changed the directory (lock files aside):\nbefore %q\nafter  %q", before, after)
 	}
 }
 
