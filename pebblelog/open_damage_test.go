@@ -99,6 +99,9 @@ func TestFailedOpenChangesNothing(t *testing.T) {
 					st, err := Open(dir, &Options{ReadOnly: ro})
 					if err == nil {
 						st.Close()
+						if mustRefuse(file, damage, flushed) {
+							t.Errorf("%s: Open succeeded, want it refused", name)
+						}
 						continue
 					}
 					failures++
@@ -133,6 +136,21 @@ func TestFailedOpenChangesNothing(t *testing.T) {
 			t.Fatalf("flushed=%v: no damage made Open fail", flushed)
 		}
 	}
+}
+
+// mustRefuse says which damage Open must refuse rather than open: a store without its marker,
+// its MANIFEST, its MANIFEST marker or its format marker; an sstable; and the WAL of a store
+// whose data is all in the WAL (Pebble opens that as an empty database).
+func mustRefuse(file, damage string, flushed bool) bool {
+	switch {
+	case file == MarkerFile, strings.HasPrefix(file, "MANIFEST-"), strings.HasSuffix(file, ".sst"):
+		return true
+	case strings.HasPrefix(file, "marker."):
+		return damage == "deleted" // a marker is an empty file: its name is its content
+	case strings.HasSuffix(file, ".log"):
+		return !flushed
+	}
+	return false
 }
 
 // The directory that made Pebble create a new database: a closed store without its
