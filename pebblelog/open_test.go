@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // wantOpenErr checks that err is an *OpenError of kind that names dir, and returns it.
@@ -152,8 +154,14 @@ func TestOpenRefusesNewerFormatKey(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// The key is read on a read-only open first: the refusal leaves every file as it was
+	// (a read-write pebble.Open would have flushed the WAL and rewritten the MANIFEST).
+	before := fileHashes(t, dir)
 	_, err := Open(dir, &Options{})
 	wantOpenErr(t, err, ErrFormatTooNew, dir)
+	if after := fileHashes(t, dir); !maps.Equal(before, after) {
+		t.Errorf("the refused Open changed the store:\nbefore %v\nafter  %v", before, after)
+	}
 }
 
 // A directory with a valid marker but someone else's Pebble database is refused.
@@ -408,4 +416,35 @@ func (quietLogger) Infof(string, ...any)  {}
 func (quietLogger) Errorf(string, ...any) {}
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic("pebble fatal: " + format)
+}
+
+// A process that holds Pebble's LOCK but not WORKLOG.lock (a raw Pebble open, a tool) makes
+// Open fail with ErrLocked from pebble.LockDirectory, typed: replay used to recognise Pebble's
+// lock error by its message.
+func TestOpenPebbleLockHeld(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, nil)
+	seedStore(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := pebble.LockDirectory(dir, vfs.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		_, err := Open(dir, &Options{ReadOnly: ro})
+		oe := wantOpenErr(t, err, ErrLocked, dir)
+		if oe.File != "LOCK" {
+			t.Errorf("OpenError.File = %q, want LOCK", oe.File)
+		}
+	}
+	// WORKLOG.lock was released with the refusal: once Pebble's lock goes, the store opens.
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, nil)
+	if got := len(readAll(t, s)); got != 6 {
+		t.Fatalf("%d events, want 6", got)
+	}
 }
