@@ -77,8 +77,8 @@ type Options struct {
 	NoSync bool
 	// ReadOnly opens an existing store without changing its contents; Update fails. The
 	// lock files (WORKLOG.lock, Pebble's LOCK) are created if missing, unless the directory
-	// cannot be written (a read-only mount, another user's store): then Open takes no lock
-	// and creates nothing (see Open). Default false.
+	// cannot be written (a read-only mount, another user's store): then Open takes shared
+	// locks and creates nothing (see Open). Default false.
 	ReadOnly bool
 	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize (24 MiB); at
 	// most MaxCacheSize. Pebble charges every memtable to the block cache too, so the cache
@@ -162,10 +162,12 @@ func (o *Options) Validate() error {
 // the read-write one (whose WAL recovery rewrites files). The lock files may be created.
 //
 // A ReadOnly Open of a directory it cannot write (a read-only mount, a backup, another
-// user's store: creating the lock file fails with EROFS or EACCES) takes no lock and creates
-// nothing. The cost: nothing stops a writer from opening the store while it is read. On a
-// read-only mount no writer can exist; on another user's store, open a checkpoint instead
-// if its owner may be running.
+// user's store: opening the lock file for writing fails with EROFS or EACCES) creates
+// nothing: it takes shared fcntl locks on the lock files that exist, opened read-only, so a
+// writer holding the store (another user's running service) still makes it ErrLocked, and a
+// writer cannot start while it reads. Where a lock file is missing, or fcntl locks do not
+// exist (not unix), it takes no lock: nothing then stops a writer from opening the store
+// while it is read, which on a read-only mount cannot happen.
 func Open(dir string, o *Options) (*Store, error) {
 	var opts Options
 	if o != nil {
@@ -281,17 +283,14 @@ type locks struct {
 
 func (l *locks) Close() error { return errors.Join(l.pebble.Close(), l.worklog.Close()) }
 
-// lockDir takes both locks. A read-only open of a directory it cannot write takes neither
-// (see Open): the lock file cannot be created there, and Pebble would fail the same way.
+// lockDir takes both locks. A read-only open of a directory it cannot write takes shared
+// locks instead, on the lock files that exist (see sharedLock and Open): the exclusive lock
+// needs the file open for writing, and Pebble's would fail the same way.
 func lockDir(fs vfs.FS, dir string, readOnly bool) (*locks, error) {
 	wl, err := fs.Lock(fs.PathJoin(dir, lockFile))
 	if err != nil && notWritable(err) {
 		if readOnly {
-			pl, err := pebble.LockDirectory(dir, noLockFS{fs})
-			if err != nil {
-				return nil, ioError(dir, "", "locking", err)
-			}
-			return &locks{worklog: noLock{}, pebble: pl}, nil
+			return sharedLocks(fs, dir)
 		}
 		return nil, &OpenError{Dir: dir, Kind: ErrReadOnlyStore, File: lockFile, Offset: -1,
 			Detail: "the directory cannot be written", Hint: "open it read-only", Err: err}
@@ -310,6 +309,19 @@ func lockDir(fs vfs.FS, dir string, readOnly bool) (*locks, error) {
 	return &locks{worklog: wl, pebble: pl}, nil
 }
 
+func sharedLocks(fs vfs.FS, dir string) (*locks, error) {
+	wl, err := sharedLock(fs, fs.PathJoin(dir, lockFile))
+	if err != nil {
+		return nil, lockedError(dir, lockFile, err)
+	}
+	pl, err := pebble.LockDirectory(dir, sharedLockFS{fs})
+	if err != nil {
+		wl.Close()
+		return nil, lockedError(dir, "LOCK", err)
+	}
+	return &locks{worklog: wl, pebble: pl}, nil
+}
+
 func lockedError(dir, file string, err error) error {
 	return &OpenError{Dir: dir, Kind: ErrLocked, File: file, Offset: -1, Err: err,
 		Hint: "to inspect a live store, take a checkpoint with Queue.Checkpoint and open that"}
@@ -321,10 +333,10 @@ func notWritable(err error) bool {
 	return errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS)
 }
 
-// noLockFS is fs whose Lock takes no lock and creates nothing.
-type noLockFS struct{ vfs.FS }
+// sharedLockFS is fs whose Lock takes a shared lock and creates nothing (sharedLock).
+type sharedLockFS struct{ vfs.FS }
 
-func (noLockFS) Lock(string) (io.Closer, error) { return noLock{}, nil }
+func (fs sharedLockFS) Lock(name string) (io.Closer, error) { return sharedLock(fs.FS, name) }
 
 type noLock struct{}
 

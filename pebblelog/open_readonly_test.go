@@ -1,12 +1,15 @@
 package pebblelog
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -108,5 +111,80 @@ func TestOpenReadOnlyUnwritableDirectory(t *testing.T) {
 				t.Errorf("%v: the store changed:\nbefore %v\nafter  %v", errno, before, after)
 			}
 		}
+	}
+}
+
+// startHolder runs TestHelperHoldStore on dir in another process and returns its first line
+// ("ready", or "error ..." when its Open failed) and a function that ends it.
+func startHolder(t *testing.T, dir string) (string, func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldStore$", "-test.count=1")
+	cmd.Env = append(os.Environ(), holdStoreEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() {
+		stdin.Close() // the holder exits when its stdin closes
+		cmd.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		t.Fatalf("holder process: %v", err)
+	}
+	return strings.TrimSpace(line), stop
+}
+
+// On a directory it cannot write, a read-only Open still keeps out of a writer's way: it
+// takes shared locks on the existing lock files, opened read-only. A store another process
+// holds (another user's running service) is ErrLocked; while the reader holds it, a writer
+// cannot open it.
+func TestOpenReadOnlyUnwritableSharedLock(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, nil)
+	seedStore(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fs := &unwritableFS{FS: vfs.Default, errno: syscall.EACCES}
+
+	line, stop := startHolder(t, dir)
+	if line != "ready" {
+		stop()
+		t.Fatalf("holder: %s", line)
+	}
+	_, err := Open(dir, &Options{FS: fs, ReadOnly: true})
+	stop()
+	wantLocked(t, err, dir)
+
+	r, err := Open(dir, &Options{FS: fs, ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open once the holder is gone: %v", err)
+	}
+	line, stop = startHolder(t, dir)
+	stop()
+	if !strings.HasPrefix(line, "error ") || !strings.Contains(line, ErrLocked.Error()) {
+		t.Errorf("a writer opened the store while a read-only reader held it: %s", line)
+	}
+	if got := len(readAll(t, r)); got != 6 {
+		t.Errorf("%d events, want 6", got)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Released: a writer opens it again.
+	line, stop = startHolder(t, dir)
+	stop()
+	if line != "ready" {
+		t.Errorf("writer after the reader closed: %s", line)
 	}
 }

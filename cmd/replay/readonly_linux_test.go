@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,9 +17,20 @@ import (
 // where mounting is not permitted.
 func TestReadOnlyMount(t *testing.T) {
 	t.Parallel()
+	for _, lockFiles := range []bool{true, false} { // with them, replay takes shared locks
+		t.Run(fmt.Sprintf("lockfiles=%v", lockFiles), func(t *testing.T) { readOnlyMount(t, lockFiles) })
+	}
+}
+
+func readOnlyMount(t *testing.T, lockFiles bool) {
 	src := demoStore(t)
 	for _, f := range []string{"WORKLOG.lock", "LOCK"} { // a backup need not have them
-		if err := os.Remove(filepath.Join(src, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if lockFiles {
+			err := os.WriteFile(filepath.Join(src, f), nil, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Remove(filepath.Join(src, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
 		}
 	}
