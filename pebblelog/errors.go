@@ -6,38 +6,48 @@ import (
 	"strings"
 )
 
-// The kinds of error the store returns. Check with errors.Is; the values returned carry the
-// directory, the file and the cause (see OpenError).
+// The kinds of error the store returns. Check with errors.Is; the values Open returns are
+// *OpenError, which carries the directory, the file, the field and the cause.
 var (
 	// ErrNotAStore: Open was pointed at something that is not a worklog store (a foreign or
-	// non-empty directory without the marker, a file, a marker of an unknown form).
+	// non-empty directory without the marker, a file, a marker of an unknown form, a marker
+	// beside someone else's database; with ReadOnly, a missing or empty directory).
+	// Returned by Open.
 	ErrNotAStore = errors.New("pebblelog: not a worklog store")
-	// ErrFormatTooNew: the store was written by a newer build.
+	// ErrFormatTooNew: the store was written by a newer build (its marker or its format key
+	// names a newer format). Returned by Open.
 	ErrFormatTooNew = errors.New("pebblelog: store format is newer than this build")
-	// ErrLocked: another process (or another Open in this one) holds the store.
+	// ErrLocked: another process (or another Open in this one) holds the store: its
+	// WORKLOG.lock or Pebble's LOCK. Returned by Open.
 	ErrLocked = errors.New("pebblelog: store is open in another process")
-	// ErrCorruptStore: a file of the store is damaged, so acknowledged data may be missing or
-	// unreadable. Open refuses such a store; a running store that finds damage fails (every
-	// later call returns ErrStoreFailed wrapping it).
+	// ErrCorruptStore: a file of the store is damaged or missing, so acknowledged data may be
+	// missing or unreadable. Open refuses such a store (OpenError.File names the file when it
+	// is known) and changes none of its files; a running store that finds damage fails
+	// (every later call returns ErrStoreFailed wrapping it).
 	ErrCorruptStore = errors.New("pebblelog: store is damaged")
-	// ErrInvalidOptions: an Options field is out of range; the error names the field. Open
-	// checks options before it touches the directory.
+	// ErrInvalidOptions: an Options field is out of range; OpenError.Field names it. Returned
+	// by Options.Validate and by Open, which checks options before it touches the directory.
 	ErrInvalidOptions = errors.New("pebblelog: invalid options")
-	// ErrClosed: a call on a closed store.
+	// ErrClosed: a call on a closed store (every Store method but Close and Dir).
 	ErrClosed = errors.New("pebblelog: store closed")
 	// ErrStoreFailed: a write, an fsync or a read of the store failed in a way after which
 	// nothing can be assumed about what is on disk; every later call fails until the store is
-	// reopened.
+	// reopened. Open returns it (in an *OpenError, the cause wrapped) when reading or writing
+	// the directory fails for a reason other than what it holds: try again once the cause is
+	// fixed.
 	ErrStoreFailed = errors.New("pebblelog: store failed; reopen it")
-	// ErrReadOnlyStore: a write on a store opened read-only.
+	// ErrReadOnlyStore: Update on a store opened read-only; and Open for writing of a
+	// directory that cannot be written (a read-only mount, another user's store).
 	ErrReadOnlyStore = errors.New("pebblelog: store opened read-only")
 )
 
-// OpenError is the error Open returns when it refuses a directory. errors.Is(err, Kind)
-// holds, and errors.Unwrap gives the cause, if any.
+// OpenError is the error Open (and Options.Validate) returns when it refuses a directory or
+// options. errors.Is(err, Kind) holds, and errors.Unwrap gives the cause, if any: callers
+// read the fields instead of the message.
 type OpenError struct {
 	Dir    string // the store's directory, as given to Open
-	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrLocked, ErrCorruptStore or ErrInvalidOptions
+	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrLocked, ErrCorruptStore, ErrInvalidOptions, ErrReadOnlyStore or ErrStoreFailed
+	Field  string // ErrInvalidOptions: the Options field at fault ("MemTableSize")
 	File   string // the file at fault, relative to Dir, when one is ("000012.log", "MANIFEST-000001")
 	Offset int64  // the byte offset in File where the damage starts; -1 when unknown or no file
 	Detail string // what is wrong, as a sentence without the directory
@@ -47,7 +57,13 @@ type OpenError struct {
 
 func (e *OpenError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v: %s", e.Kind, e.Dir)
+	fmt.Fprintf(&b, "%v", e.Kind)
+	if e.Dir != "" {
+		fmt.Fprintf(&b, ": %s", e.Dir)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": Options.%s", e.Field)
+	}
 	if e.File != "" {
 		fmt.Fprintf(&b, ": %s", e.File)
 		if e.Offset >= 0 {

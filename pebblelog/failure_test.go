@@ -30,7 +30,7 @@ func TestHelperFailedSync(t *testing.T) {
 		}
 		return nil
 	})}
-	s, err := Open(dir, Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, inj)})
 	if err != nil {
 		say("error " + err.Error())
 		os.Exit(3)
@@ -82,7 +82,7 @@ func TestFailedSync(t *testing.T) {
 		t.Fatalf("helper ended with %v\nstdout:\n%s\nstderr (tail):\n%s", runErr, out, tail(stderr.String(), 2000))
 	}
 
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	last, err := s.LastSeq()
 	if err != nil {
 		t.Fatal(err)

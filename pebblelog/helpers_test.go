@@ -18,7 +18,7 @@ const testEpoch = int64(1_767_225_600_000_000_000) // 2026-01-01T00:00:00Z
 func sec(n int) int64 { return testEpoch + int64(n)*1e9 }
 
 // openT opens dir with o and closes the store at the end of the test.
-func openT(t *testing.T, dir string, o Options) *Store {
+func openT(t *testing.T, dir string, o *Options) *Store {
 	t.Helper()
 	s, err := Open(dir, o)
 	if err != nil {

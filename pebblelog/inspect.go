@@ -2,6 +2,7 @@ package pebblelog
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -54,7 +55,7 @@ func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64,
 		if err != nil {
 			return err
 		}
-		return fn(beUint64(k[1:]), v)
+		return fn(binary.BigEndian.Uint64(k[1:]), v)
 	})
 }
 

@@ -7,8 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -35,7 +38,37 @@ const lockFile = "WORKLOG.lock"
 
 const markerPrefix = "worklog store format "
 
-// Options configures Open. The zero value is usable: every zero field takes its default.
+// The defaults of Options, and the bounds Validate enforces. work.Options takes its defaults
+// from here too.
+const (
+	// DefaultCacheSize is the block cache, beside the two memtables (see Options.CacheSize).
+	DefaultCacheSize = 24 << 20
+	// DefaultMemTableSize is one memtable. Pebble's own 4 MiB stalls writers under bursts.
+	DefaultMemTableSize = 16 << 20
+	// DefaultMaxBatchCommands bounds the commands folded into one batch and one fsync.
+	DefaultMaxBatchCommands = 1024
+	// DefaultRecordCacheSize is the writer's record cache, in estimated bytes.
+	DefaultRecordCacheSize = 4 << 20
+
+	// MinMemTableSize is the smallest MemTableSize: Pebble's first memtable is 256 KiB and
+	// grows to MemTableSize, and below about 2 KiB (its empty skiplists) Pebble panics in
+	// Open. A smaller memtable than its first one would only flush more often.
+	MinMemTableSize = 256 << 10
+	// MaxMemTableSize is the largest MemTableSize. Pebble refuses 4 GiB and more; two
+	// memtables are charged to the block cache, and a memtable is replayed from the WAL
+	// on every Open, so worklog stops at 1 GiB.
+	MaxMemTableSize = 1 << 30
+	// MaxCacheSize is the largest CacheSize: the cache is made CacheSize + 2 × MemTableSize
+	// bytes, which must fit in an int64. Pebble allocates blocks as they are read, so a
+	// large bound costs nothing until used.
+	MaxCacheSize = 1 << 50
+	// MaxMaxBatchCommands is the largest MaxBatchCommands: the writer's queue and its group
+	// are allocated at that size up front, and group commit stops paying long before it.
+	MaxMaxBatchCommands = 1 << 16
+)
+
+// Options configures Open. The zero value is usable: every zero field takes its default
+// (EnsureDefaults), and Open checks the result (Validate) before it touches the directory.
 type Options struct {
 	// FS is the filesystem. Default vfs.Default.
 	FS vfs.FS
@@ -43,122 +76,348 @@ type Options struct {
 	// Default false: every acknowledged batch is synced.
 	NoSync bool
 	// ReadOnly opens an existing store without changing its contents; Update fails. The
-	// lock files (WORKLOG.lock, Pebble's LOCK) are still created if missing. Default false.
+	// lock files (WORKLOG.lock, Pebble's LOCK) are created if missing, unless the directory
+	// cannot be written (a read-only mount, another user's store): then Open takes shared
+	// locks and creates nothing (see Open). Default false.
 	ReadOnly bool
-	// CacheSize is Pebble's block cache in bytes. Default 24 MiB. Pebble charges every
-	// memtable to the block cache too, so the cache is created with room for two memtables
-	// on top (2 × MemTableSize): otherwise two 32 MiB memtables would leave a 64 MiB cache
-	// no room for a single block, and every read would go to the disk. With the defaults
-	// the cache and the memtables together stay within 56 MiB.
+	// CacheSize is Pebble's block cache in bytes. Default DefaultCacheSize (24 MiB); at
+	// most MaxCacheSize. Pebble charges every memtable to the block cache too, so the cache
+	// is created with room for two memtables on top (2 × MemTableSize): otherwise two 32 MiB
+	// memtables would leave a 64 MiB cache no room for a single block, and every read would
+	// go to the disk. With the defaults the cache and the memtables together stay within
+	// 56 MiB.
 	CacheSize int64
-	// MemTableSize is one Pebble memtable in bytes. Default 16 MiB.
+	// MemTableSize is one Pebble memtable in bytes. Default DefaultMemTableSize (16 MiB);
+	// between MinMemTableSize (256 KiB) and MaxMemTableSize (1 GiB).
 	MemTableSize uint64
-	// MaxBatchCommands bounds the commands folded into one batch. Default 1024.
+	// MaxBatchCommands bounds the commands folded into one batch. Default
+	// DefaultMaxBatchCommands (1024); at most MaxMaxBatchCommands.
 	MaxBatchCommands int
 	// RecordCacheSize bounds, in estimated bytes, the writer's cache of the task and wake
 	// records it committed last (read by the next commands on the same tasks instead of a
-	// Pebble Get). Default 4 MiB; negative disables it.
+	// Pebble Get). Default DefaultRecordCacheSize (4 MiB); negative disables it.
 	RecordCacheSize int
 	// Logger receives Pebble's messages. Default: discarded.
 	Logger *slog.Logger
 }
 
-// Open opens the store in dir, creating it when dir is missing or empty.
-func Open(dir string, o Options) (*Store, error) {
+// EnsureDefaults sets every zero field to its default. Open calls it; callers that show or
+// check the options first (work.Open) call it too.
+func (o *Options) EnsureDefaults() {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
 	if o.CacheSize == 0 {
-		o.CacheSize = 24 << 20
+		o.CacheSize = DefaultCacheSize
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 16 << 20
+		o.MemTableSize = DefaultMemTableSize
 	}
-	if o.MaxBatchCommands <= 0 {
-		o.MaxBatchCommands = 1024
+	if o.MaxBatchCommands == 0 {
+		o.MaxBatchCommands = DefaultMaxBatchCommands
 	}
 	if o.RecordCacheSize == 0 {
-		o.RecordCacheSize = 4 << 20
+		o.RecordCacheSize = DefaultRecordCacheSize
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	fs := o.FS
-	openErr := func(kind error, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", kind, dir, fmt.Sprintf(format, args...))
+}
+
+// Validate returns an *OpenError of kind ErrInvalidOptions naming the first field out of
+// range (OpenError.Field), or nil. A zero field stands for its default and is valid. Open
+// calls it before it touches the directory, so bad options never leave a half-made store.
+func (o *Options) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &OpenError{Kind: ErrInvalidOptions, Field: field, Offset: -1, Detail: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case o.CacheSize < 0 || o.CacheSize > MaxCacheSize:
+		return bad("CacheSize", "%d is out of range: 0 (the default, %d) to %d", o.CacheSize, DefaultCacheSize, int64(MaxCacheSize))
+	case o.MemTableSize != 0 && (o.MemTableSize < MinMemTableSize || o.MemTableSize > MaxMemTableSize):
+		return bad("MemTableSize", "%d is out of range: %d to %d, or 0 for the default %d", o.MemTableSize, MinMemTableSize, MaxMemTableSize, DefaultMemTableSize)
+	case o.MaxBatchCommands < 0 || o.MaxBatchCommands > MaxMaxBatchCommands:
+		return bad("MaxBatchCommands", "%d is out of range: 1 to %d, or 0 for the default %d", o.MaxBatchCommands, MaxMaxBatchCommands, DefaultMaxBatchCommands)
+	}
+	return nil
+}
+
+// Open opens the store in dir, creating it when dir is missing, empty, or holds a creation
+// that was interrupted. o may be nil (all defaults); Open does not modify *o.
+//
+// Every refusal is an *OpenError naming dir, matching its kind with errors.Is:
+//   - ErrInvalidOptions: a field of o is out of range (Validate); dir is not touched.
+//   - ErrNotAStore: dir is a file, or a non-empty directory that is not a worklog store
+//     (no WORKLOG marker, a marker of an unknown form, someone else's database), or, with
+//     ReadOnly, a missing or empty directory.
+//   - ErrFormatTooNew: the marker or the format key names a newer format.
+//   - ErrLocked: another process, or another Open in this one, holds the store.
+//   - ErrCorruptStore: the marker says a store exists but a file of its database is missing
+//     or damaged (OpenError.File names it when known).
+//   - ErrReadOnlyStore: a read-write Open of a directory that cannot be written.
+//   - ErrStoreFailed: reading or writing the directory failed (the cause is wrapped).
+//
+// A refused Open of an existing store changes none of its files: once the marker exists,
+// Pebble is never asked to create a database, and the checks run on a read-only open before
+// the read-write one (whose WAL recovery rewrites files). The lock files may be created.
+//
+// A ReadOnly Open of a directory it cannot write (a read-only mount, a backup, another
+// user's store: opening the lock file for writing fails with EROFS or EACCES) creates
+// nothing: it takes shared fcntl locks on the lock files that exist, opened read-only, so a
+// writer holding the store (another user's running service) still makes it ErrLocked, and a
+// writer cannot start while it reads. Where a lock file is missing, or fcntl locks do not
+// exist (not unix), it takes no lock: nothing then stops a writer from opening the store
+// while it is read, which on a read-only mount cannot happen.
+func Open(dir string, o *Options) (*Store, error) {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		err.(*OpenError).Dir = dir
+		return nil, err
+	}
+	fs := opts.FS
+	refuse := func(kind error, format string, args ...any) *OpenError {
+		return &OpenError{Dir: dir, Kind: kind, Offset: -1, Detail: fmt.Sprintf(format, args...)}
 	}
 
 	names, err := fs.List(dir)
 	switch {
 	case oserrNotExist(err):
-		if o.ReadOnly {
-			return nil, openErr(ErrNotAStore, "directory does not exist")
+		if opts.ReadOnly {
+			return nil, refuse(ErrNotAStore, "directory does not exist")
 		}
 		if err := mkdirAllSynced(fs, dir); err != nil {
-			return nil, fmt.Errorf("pebblelog: creating %s: %w", dir, err)
+			return nil, ioError(dir, "", "creating the directory", err)
 		}
 		names = nil
 	case err != nil:
 		if fi, serr := fs.Stat(dir); serr == nil && !fi.IsDir() {
-			return nil, openErr(ErrNotAStore, "not a directory")
+			return nil, refuse(ErrNotAStore, "not a directory")
 		}
-		return nil, fmt.Errorf("pebblelog: reading %s: %w", dir, err)
+		return nil, ioError(dir, "", "listing the directory", err)
 	}
-	hasMarker := false
-	var foreign []string
-	for _, n := range names {
-		switch n {
-		case MarkerFile:
-			hasMarker = true
-		case lockFile, MarkerFile + ".tmp":
-			// Our own files, created before the marker: a crash while a new store was being
-			// created leaves them alone in the directory, which is still ours to create.
-		default:
-			foreign = append(foreign, n)
-		}
-	}
-	if !hasMarker && len(foreign) > 0 {
-		return nil, openErr(ErrNotAStore, "the directory is not empty and has no %s file (found %s)", MarkerFile, firstNames(foreign))
-	}
-	if !hasMarker && o.ReadOnly {
-		return nil, openErr(ErrNotAStore, "the directory is empty")
-	}
-	if hasMarker {
+	state := dirState(names)
+	switch {
+	case state == dirForeign:
+		e := refuse(ErrNotAStore, "the directory is not empty and has no %s file (found %s)", MarkerFile, firstNames(foreignNames(names)))
+		return nil, e
+	case state == dirEmpty && opts.ReadOnly:
+		return nil, refuse(ErrNotAStore, "the directory is empty")
+	case state == dirCreating && opts.ReadOnly:
+		e := refuse(ErrNotAStore, "its creation was interrupted (%s.tmp without %s)", MarkerFile, MarkerFile)
+		e.Hint = "open it read-write once to finish creating it"
+		return nil, e
+	case state == dirStore:
 		if err := checkMarker(fs, dir); err != nil {
 			return nil, err
 		}
 	}
 
-	lock, err := fs.Lock(fs.PathJoin(dir, lockFile))
+	l, err := lockDir(fs, dir, opts.ReadOnly)
 	if err != nil {
-		return nil, openErr(ErrLocked, "%v; to inspect a live store, take a checkpoint with Queue.Checkpoint and open that", err)
+		return nil, err
 	}
-	s, err := open(dir, o, hasMarker, lock)
+	s, err := open(dir, opts, state == dirStore, l)
 	if err != nil {
-		lock.Close()
+		l.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
+// What a directory holds, from its listing.
+const (
+	dirEmpty    = iota // nothing, or only worklog's lock file: a new store is made here
+	dirCreating        // WORKLOG.tmp without WORKLOG: a creation interrupted after it began
+	dirStore           // WORKLOG: a store
+	dirForeign         // anything else: not ours
+)
+
+func dirState(names []string) int {
+	marker, tmp, foreign := false, false, false
+	for _, n := range names {
+		switch n {
+		case MarkerFile:
+			marker = true
+		case MarkerFile + ".tmp":
+			tmp = true
+		case lockFile:
+		default:
+			foreign = true
+		}
+	}
+	switch {
+	case marker:
+		return dirStore
+	case tmp:
+		// Creation writes WORKLOG.tmp first and renames it to WORKLOG last (see open), so
+		// Pebble's files beside WORKLOG.tmp are a creation that did not finish: no Open
+		// returned the store, so it holds nothing acknowledged, and opening it finishes it.
+		return dirCreating
+	case foreign:
+		return dirForeign
+	}
+	return dirEmpty
+}
+
+func foreignNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if n != lockFile && n != MarkerFile+".tmp" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// locks are the store's two inter-process locks: worklog's WORKLOG.lock, taken first so that
+// a store held by another process is reported as such, and Pebble's LOCK, taken once here and
+// handed to every pebble.Open of this Open (the read-only check and the read-write open).
+type locks struct {
+	worklog io.Closer
+	pebble  *pebble.Lock
+}
+
+func (l *locks) Close() error { return errors.Join(l.pebble.Close(), l.worklog.Close()) }
+
+// lockDir takes both locks. A read-only open of a directory it cannot write takes shared
+// locks instead, on the lock files that exist (see sharedLock and Open): the exclusive lock
+// needs the file open for writing, and Pebble's would fail the same way.
+func lockDir(fs vfs.FS, dir string, readOnly bool) (*locks, error) {
+	wl, err := fs.Lock(fs.PathJoin(dir, lockFile))
+	if err != nil && notWritable(err) {
+		if readOnly {
+			return sharedLocks(fs, dir)
+		}
+		return nil, &OpenError{Dir: dir, Kind: ErrReadOnlyStore, File: lockFile, Offset: -1,
+			Detail: "the directory cannot be written", Hint: "open it read-only", Err: err}
+	}
+	if err != nil {
+		return nil, lockedError(dir, lockFile, err)
+	}
+	pl, err := pebble.LockDirectory(dir, fs)
+	if err != nil {
+		wl.Close()
+		if notWritable(err) {
+			return nil, ioError(dir, "LOCK", "locking", err)
+		}
+		return nil, lockedError(dir, "LOCK", err)
+	}
+	return &locks{worklog: wl, pebble: pl}, nil
+}
+
+func sharedLocks(fs vfs.FS, dir string) (*locks, error) {
+	wl, err := sharedLock(fs, fs.PathJoin(dir, lockFile))
+	if err != nil {
+		return nil, lockedError(dir, lockFile, err)
+	}
+	pl, err := pebble.LockDirectory(dir, sharedLockFS{fs})
+	if err != nil {
+		wl.Close()
+		return nil, lockedError(dir, "LOCK", err)
+	}
+	return &locks{worklog: wl, pebble: pl}, nil
+}
+
+func lockedError(dir, file string, err error) error {
+	return &OpenError{Dir: dir, Kind: ErrLocked, File: file, Offset: -1, Err: err,
+		Hint: "to inspect a live store, take a checkpoint with Queue.Checkpoint and open that"}
+}
+
+// notWritable reports whether err says a file cannot be created or written for lack of
+// permission or on a read-only filesystem.
+func notWritable(err error) bool {
+	return errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
+// sharedLockFS is fs whose Lock takes a shared lock and creates nothing (sharedLock).
+type sharedLockFS struct{ vfs.FS }
+
+func (fs sharedLockFS) Lock(name string) (io.Closer, error) { return sharedLock(fs.FS, name) }
+
+type noLock struct{}
+
+func (noLock) Close() error { return nil }
+
+// ioError is an Open that failed for a reason other than what the directory holds: a read
+// or a write of the filesystem failed.
+func ioError(dir, file, doing string, err error) *OpenError {
+	return &OpenError{Dir: dir, Kind: ErrStoreFailed, File: file, Offset: -1, Detail: doing + " failed", Err: err}
+}
+
+// open opens Pebble on a directory Open has checked and locked. A new store (exists false)
+// is made in this order: WORKLOG.tmp, Pebble's database, the format key, then WORKLOG.tmp
+// renamed to WORKLOG; a crash anywhere leaves a directory the next Open finishes creating
+// (dirCreating). An existing store is first opened read-only and checked, so that a refusal
+// changes nothing; Pebble is never allowed to create its database there.
+func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	fs := o.FS
-	if !exists {
-		if err := writeMarker(fs, dir); err != nil {
+	if exists {
+		// Under the lock: a running store moves its MANIFEST marker as it goes.
+		if err := checkPebbleMarkers(fs, dir); err != nil {
 			return nil, err
 		}
+	} else if err := writeMarkerTmp(fs, dir); err != nil {
+		return nil, err
 	}
 	cache := newBlockCache(o.CacheSize, o.MemTableSize)
 	defer cache.Unref()
+	po := pebbleOptions(o, cache, l.pebble, exists)
+	if exists && !o.ReadOnly {
+		if err := checkReadOnly(dir, po); err != nil {
+			return nil, err
+		}
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, pebbleOpenError(fs, dir, err)
+	}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l}
+	fail := func(err error) (*Store, error) {
+		db.Close()
+		return nil, err
+	}
+	if err := checkFormatKey(dir, db, exists, o.ReadOnly); err != nil {
+		return fail(err)
+	}
+	if !exists {
+		if err := commitMarker(fs, dir); err != nil {
+			return fail(err)
+		}
+	}
+	last, err := reader{db}.LastSeq()
+	if err != nil {
+		return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the last sequence", Err: err})
+	}
+	s.lastSeq = last
+	if !o.ReadOnly {
+		if s.maxIDs, err = (reader{db}).maxIDs(); err != nil {
+			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the greatest record ids", Err: err})
+		}
+		s.reqs = make(chan *request, o.MaxBatchCommands)
+		s.done = make(chan struct{})
+		go s.writeLoop()
+	}
+	return s, nil
+}
+
+// pebbleOptions are the Pebble options of a store: the one place they are built.
+func pebbleOptions(o Options, cache *pebble.Cache, lock *pebble.Lock, exists bool) *pebble.Options {
 	po := &pebble.Options{
-		FS:                          fs,
+		FS:                          o.FS,
 		Cache:                       cache,
 		MemTableSize:                o.MemTableSize,
 		MemTableStopWritesThreshold: 2,
 		FormatMajorVersion:          pebbleFormat,
 		Logger:                      slogLogger{o.Logger},
 		ReadOnly:                    o.ReadOnly,
-		ErrorIfNotExists:            o.ReadOnly,
+		// Once the marker says a store exists, a missing database is damage, never a
+		// reason to make a new one (which would replace the MANIFEST and the WALs).
+		ErrorIfNotExists: exists,
+		Lock:             lock,
 	}
 	// Queue-shaped indexes leave tombstones at their head; this compacts them promptly.
 	po.Experimental.TombstoneDenseCompactionThreshold = 0.05
@@ -169,34 +428,118 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	db, err := pebble.Open(dir, po)
+	return po
+}
+
+// checkReadOnly opens the existing store read-only and checks it, before the read-write open.
+// A read-write pebble.Open recovers the WALs by flushing them into sstables, writes a new
+// MANIFEST and OPTIONS and deletes obsolete files: a refusal after it would leave the store
+// changed. A read-only open writes nothing. It costs a second replay of the unflushed WAL
+// (at most about two memtables).
+func checkReadOnly(dir string, po *pebble.Options) error {
+	ro := po.Clone()
+	ro.ReadOnly = true
+	db, err := pebble.Open(dir, ro)
 	if err != nil {
-		if errors.Is(err, pebble.ErrDBDoesNotExist) {
-			return nil, fmt.Errorf("%w: %s: the marker exists but the database was never created", ErrNotAStore, dir)
-		}
-		return nil, fmt.Errorf("pebblelog: opening %s: %w", dir, err)
+		return pebbleOpenError(po.FS, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: lock}
-	if err := s.checkFormatKey(); err != nil {
-		db.Close()
-		return nil, err
+	err = checkFormatKey(dir, db, true, true)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = ioError(dir, "", "closing the read-only check", cerr)
 	}
-	last, err := reader{db}.LastSeq()
+	return err
+}
+
+// checkPebbleMarkers checks, before Pebble is opened, that an existing store still has the
+// files that say where its database is: the MANIFEST marker and the MANIFEST it names, and
+// the format marker. Without them Pebble would see no database (or a new one) and report it
+// in its own words; here the missing file is named.
+func checkPebbleMarkers(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("pebblelog: %s: %w", dir, err)
+		return ioError(dir, "", "listing the directory", err)
 	}
-	s.lastSeq = last
-	if !o.ReadOnly {
-		if s.maxIDs, err = (reader{db}).maxIDs(); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("pebblelog: %s: %w", dir, err)
+	missing := func(file, detail string) error {
+		return &OpenError{Dir: dir, Kind: ErrCorruptStore, File: file, Offset: -1, Detail: detail,
+			Hint: "the store's Pebble database is incomplete; restore it from a backup or a checkpoint"}
+	}
+	manifestMarker, formatMarker := "", ""
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "marker.manifest.") && n > manifestMarker:
+			manifestMarker = n // marker.manifest.<iteration, zero-padded>.<MANIFEST file>
+		case strings.HasPrefix(n, "marker.format-version."):
+			formatMarker = n
 		}
-		s.reqs = make(chan *request, o.MaxBatchCommands)
-		s.done = make(chan struct{})
-		go s.writeLoop()
 	}
-	return s, nil
+	if !slices.ContainsFunc(names, func(n string) bool {
+		return n != MarkerFile && n != MarkerFile+".tmp" && n != lockFile && n != "LOCK"
+	}) {
+		e := missing("", fmt.Sprintf("%s says a store exists, but the directory holds no database", MarkerFile)).(*OpenError)
+		e.Hint = "older builds wrote " + MarkerFile + " before the database: if one was interrupted while creating this store, it never held data and the directory can be deleted"
+		return e
+	}
+	if manifestMarker == "" {
+		return missing("", fmt.Sprintf("%s says a store exists, but the MANIFEST marker (marker.manifest.*) is missing", MarkerFile))
+	}
+	if formatMarker == "" {
+		return missing("", "Pebble's format marker (marker.format-version.*) is missing")
+	}
+	parts := strings.SplitN(manifestMarker, ".", 4)
+	if len(parts) < 4 {
+		return missing(manifestMarker, "the MANIFEST marker names no MANIFEST")
+	}
+	if !slices.Contains(names, parts[3]) {
+		return missing(parts[3], "the MANIFEST named by "+manifestMarker+" is missing")
+	}
+	return nil
+}
+
+// pebbleOpenError turns a failed pebble.Open of an existing store into an *OpenError: a
+// filesystem failure other than a missing file is ErrStoreFailed; anything else (a missing
+// or damaged MANIFEST, sstable, WAL or marker) is ErrCorruptStore, with the file named when
+// Pebble's message names one.
+func pebbleOpenError(fs vfs.FS, dir string, err error) error {
+	if errors.Is(err, pebble.ErrDBDoesNotExist) {
+		return &OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Err: err,
+			Detail: fmt.Sprintf("%s says a store exists, but Pebble finds no database", MarkerFile),
+			Hint:   "restore the store from a backup or a checkpoint"}
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno != syscall.ENOENT {
+		return ioError(dir, pebbleFileIn(fs, dir, err), "opening Pebble", err)
+	}
+	return &OpenError{Dir: dir, Kind: ErrCorruptStore, File: pebbleFileIn(fs, dir, err), Offset: -1,
+		Detail: "Pebble cannot open the database", Err: err,
+		Hint: "restore the store from a backup or a checkpoint"}
+}
+
+var (
+	pebbleFileName = regexp.MustCompile(`\b(MANIFEST-[0-9]+|OPTIONS-[0-9]+|[0-9]{6,}\.(?:sst|log|blob)|marker\.[a-z-]+\.[0-9]+\.[A-Za-z0-9-]+)\b|\b([0-9]{6,})\b( \(type (sstable|blob)\))?`)
+	pebbleFileExt  = map[string]string{"sstable": ".sst", "blob": ".blob"}
+)
+
+// pebbleFileIn returns the first file of dir that Pebble's error message names, or "".
+// Pebble's open errors are not typed by file, so the message is all there is: a file name
+// ("MANIFEST-000001", "000005.sst"), a file number with its type ("file 000005 (type
+// sstable)", for a file that is missing), or a bare file number ("L0: 000005: ..."), matched
+// against the directory. Best effort: it only fills OpenError.File.
+func pebbleFileIn(fs vfs.FS, dir string, err error) string {
+	names, _ := fs.List(dir)
+	for _, m := range pebbleFileName.FindAllStringSubmatch(err.Error(), -1) {
+		switch {
+		case m[1] != "":
+			return m[1]
+		case m[4] != "":
+			return m[2] + pebbleFileExt[m[4]]
+		}
+		for _, n := range names {
+			if strings.HasPrefix(n, m[2]+".") {
+				return n
+			}
+		}
+	}
+	return ""
 }
 
 // newBlockCache makes a Pebble cache that keeps blockBytes for blocks beside the two
@@ -253,10 +596,19 @@ func oserrNotExist(err error) bool { return err != nil && errors.Is(err, os.ErrN
 // writeMarker writes the marker atomically: a temporary file, synced, renamed, and the
 // directory synced, so a crash leaves either no marker or a whole one.
 func writeMarker(fs vfs.FS, dir string) error {
+	if err := writeMarkerTmp(fs, dir); err != nil {
+		return err
+	}
+	return commitMarker(fs, dir)
+}
+
+// writeMarkerTmp writes WORKLOG.tmp, synced, and syncs the directory: the first step of
+// creating a store, which says a creation is under way (dirCreating).
+func writeMarkerTmp(fs vfs.FS, dir string) error {
 	tmp := fs.PathJoin(dir, MarkerFile+".tmp")
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return fmt.Errorf("pebblelog: creating marker in %s: %w", dir, err)
+		return ioError(dir, MarkerFile+".tmp", "creating the marker", err)
 	}
 	_, err = io.WriteString(f, markerPrefix+strconv.Itoa(FormatVersion)+"\n")
 	if err == nil {
@@ -266,78 +618,119 @@ func writeMarker(fs vfs.FS, dir string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = fs.Rename(tmp, fs.PathJoin(dir, MarkerFile))
-	}
-	if err == nil {
-		var d vfs.File
-		if d, err = fs.OpenDir(dir); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
+		err = syncDir(fs, dir)
 	}
 	if err != nil {
-		return fmt.Errorf("pebblelog: writing marker in %s: %w", dir, err)
+		return ioError(dir, MarkerFile+".tmp", "writing the marker", err)
 	}
 	return nil
+}
+
+// commitMarker renames WORKLOG.tmp to WORKLOG and syncs the directory: the last step of
+// creating a store.
+func commitMarker(fs vfs.FS, dir string) error {
+	err := fs.Rename(fs.PathJoin(dir, MarkerFile+".tmp"), fs.PathJoin(dir, MarkerFile))
+	if err == nil {
+		err = syncDir(fs, dir)
+	}
+	if err != nil {
+		return ioError(dir, MarkerFile, "writing the marker", err)
+	}
+	return nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func checkMarker(fs vfs.FS, dir string) error {
 	f, err := fs.Open(fs.PathJoin(dir, MarkerFile))
 	if err != nil {
-		return fmt.Errorf("pebblelog: reading marker in %s: %w", dir, err)
+		return ioError(dir, MarkerFile, "reading the marker", err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 256))
 	if err != nil {
-		return fmt.Errorf("pebblelog: reading marker in %s: %w", dir, err)
+		return ioError(dir, MarkerFile, "reading the marker", err)
+	}
+	refuse := func(kind error, format string, args ...any) error {
+		return &OpenError{Dir: dir, Kind: kind, File: MarkerFile, Offset: -1, Detail: fmt.Sprintf(format, args...)}
 	}
 	text := strings.TrimSpace(string(b))
 	if !strings.HasPrefix(text, markerPrefix) {
-		return fmt.Errorf("%w: %s: %s does not start with %q", ErrNotAStore, dir, MarkerFile, markerPrefix)
+		return refuse(ErrNotAStore, "does not start with %q", markerPrefix)
 	}
 	v, err := strconv.Atoi(strings.TrimPrefix(text, markerPrefix))
 	if err != nil || v < 1 {
-		return fmt.Errorf("%w: %s: %s names format %q", ErrNotAStore, dir, MarkerFile, strings.TrimPrefix(text, markerPrefix))
+		return refuse(ErrNotAStore, "names format %q", strings.TrimPrefix(text, markerPrefix))
 	}
 	if v > FormatVersion {
-		return fmt.Errorf("%w: %s: format %d, this build reads up to %d; use a newer worklog", ErrFormatTooNew, dir, v, FormatVersion)
+		e := refuse(ErrFormatTooNew, "format %d, this build reads up to %d", v, FormatVersion).(*OpenError)
+		e.Hint = "use a newer worklog"
+		return e
 	}
 	return nil
 }
 
 // checkFormatKey checks (or, on a new store, writes) the format key inside the database,
 // the second half of the marker: a directory with a marker but someone else's database in
-// it is refused.
-func (s *Store) checkFormatKey() error {
+// it is refused, and so is an existing store whose database is empty (its WAL or sstables
+// are gone: Pebble opens that as a new, empty database).
+func checkFormatKey(dir string, db *pebble.DB, exists, readOnly bool) error {
 	want := []byte(markerPrefix + strconv.Itoa(FormatVersion))
-	v, ok, err := reader{s.db}.get(keyFormat)
+	refuse := func(kind error, format string, args ...any) *OpenError {
+		return &OpenError{Dir: dir, Kind: kind, Offset: -1, Detail: fmt.Sprintf(format, args...)}
+	}
+	v, ok, err := reader{db}.get(keyFormat)
 	if err != nil {
-		return fmt.Errorf("pebblelog: %s: reading format key: %w", s.dir, err)
+		e := refuse(ErrCorruptStore, "reading the format key")
+		e.Err = err
+		return e
 	}
 	if !ok {
-		it, err := s.db.NewIter(nil)
+		it, err := db.NewIter(nil)
 		if err != nil {
-			return err
+			return refuse(ErrCorruptStore, "reading the database: %v", err)
 		}
 		empty := !it.First()
-		it.Close()
-		if !empty {
-			return fmt.Errorf("%w: %s: the database has data but no worklog format key", ErrNotAStore, s.dir)
+		err = it.Close()
+		switch {
+		case err != nil:
+			return refuse(ErrCorruptStore, "reading the database: %v", err)
+		case !empty:
+			return refuse(ErrNotAStore, "the database has data but no worklog format key")
+		case exists:
+			// Every store has the key from its creation on (it is written before WORKLOG).
+			e := refuse(ErrCorruptStore, "the database is empty: its write-ahead log or sstables are missing")
+			e.Hint = "restore the store from a backup or a checkpoint"
+			return e
+		case readOnly:
+			return nil
 		}
-		if s.opts.ReadOnly {
-			return nil // an empty store that was never written
+		if err := db.Set(keyFormat, want, pebble.Sync); err != nil {
+			return ioError(dir, "", "writing the format key", err)
 		}
-		return s.db.Set(keyFormat, want, pebble.Sync)
+		return nil
 	}
 	if !bytes.HasPrefix(v, []byte(markerPrefix)) {
-		return fmt.Errorf("%w: %s: format key holds %q", ErrNotAStore, s.dir, v)
+		return refuse(ErrNotAStore, "format key holds %q", v)
 	}
 	n, err := strconv.Atoi(string(v[len(markerPrefix):]))
 	if err != nil {
-		return fmt.Errorf("%w: %s: format key holds %q", ErrNotAStore, s.dir, v)
+		return refuse(ErrNotAStore, "format key holds %q", v)
 	}
 	if n > FormatVersion {
-		return fmt.Errorf("%w: %s: format %d, this build reads up to %d", ErrFormatTooNew, s.dir, n, FormatVersion)
+		e := refuse(ErrFormatTooNew, "format %d, this build reads up to %d", n, FormatVersion)
+		e.Hint = "use a newer worklog"
+		return e
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +14,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// wantOpenErr checks that err matches kind and names dir.
-func wantOpenErr(t *testing.T, err, kind error, dir string) {
+// wantOpenErr checks that err is an *OpenError of kind that names dir, and returns it.
+func wantOpenErr(t *testing.T, err, kind error, dir string) *OpenError {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("Open(%s) succeeded, want %v", dir, kind)
@@ -24,14 +26,22 @@ func wantOpenErr(t *testing.T, err, kind error, dir string) {
 	if !errors.Is(err, kind) {
 		t.Fatalf("Open(%s) = %v, want an error matching %v", dir, err, kind)
 	}
+	var oe *OpenError
+	if !errors.As(err, &oe) {
+		t.Fatalf("Open(%s) = %T %v, want an *OpenError", dir, err, err)
+	}
+	if oe.Kind != kind || oe.Dir != dir {
+		t.Errorf("OpenError kind %v dir %q, want %v %q", oe.Kind, oe.Dir, kind, dir)
+	}
 	if !strings.Contains(err.Error(), dir) {
 		t.Errorf("Open error %q does not name the directory %s", err, dir)
 	}
+	return oe
 }
 
 func TestOpenCreatesMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b", "store")
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	marker, err := os.ReadFile(filepath.Join(dir, MarkerFile))
 	if err != nil {
 		t.Fatalf("no marker after creating a store: %v", err)
@@ -46,7 +56,7 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openT(t, dir, Options{})
+	s = openT(t, dir, &Options{})
 	if last, err := s.LastSeq(); err != nil || last != 6 {
 		t.Fatalf("LastSeq after reopen = %d, %v; want 6", last, err)
 	}
@@ -55,7 +65,7 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 
 func TestOpenEmptyDirectoryBecomesStore(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	if last, err := s.LastSeq(); err != nil || last != 0 {
 		t.Fatalf("LastSeq of a new store = %d, %v", last, err)
 	}
@@ -74,7 +84,7 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 		}
 		writeFile(t, filepath.Join(dir, "photos", "cat.jpg"), "meow")
 		before := listing(t, dir)
-		_, err := Open(dir, Options{ReadOnly: readOnly})
+		_, err := Open(dir, &Options{ReadOnly: readOnly})
 		wantOpenErr(t, err, ErrNotAStore, dir)
 		if after := listing(t, dir); !slices.Equal(before, after) {
 			t.Errorf("read-only %v: a refused Open changed the directory:\nbefore %q\nafter  %q", readOnly, before, after)
@@ -85,14 +95,14 @@ func TestOpenRefusesForeignDirectory(t *testing.T) {
 func TestOpenRefusesNewerFormat(t *testing.T) {
 	t.Run("existing store", func(t *testing.T) {
 		dir := t.TempDir()
-		s := openT(t, dir, Options{})
+		s := openT(t, dir, &Options{})
 		seedStore(t, s)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 		writeFile(t, filepath.Join(dir, MarkerFile), "worklog store format 99\n")
 		before := listing(t, dir)
-		_, err := Open(dir, Options{})
+		_, err := Open(dir, &Options{})
 		wantOpenErr(t, err, ErrFormatTooNew, dir)
 		if !strings.Contains(err.Error(), "99") {
 			t.Errorf("error %q does not name the format found", err)
@@ -106,7 +116,7 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 		writeFile(t, filepath.Join(dir, MarkerFile), "worklog store format 99")
 		before := listing(t, dir)
 		for _, ro := range []bool{false, true} {
-			_, err := Open(dir, Options{ReadOnly: ro})
+			_, err := Open(dir, &Options{ReadOnly: ro})
 			wantOpenErr(t, err, ErrFormatTooNew, dir)
 		}
 		if after := listing(t, dir); !slices.Equal(before, after) {
@@ -123,7 +133,7 @@ func TestOpenRefusesGarbageMarker(t *testing.T) {
 		dir := t.TempDir()
 		writeFile(t, filepath.Join(dir, MarkerFile), marker)
 		before := listing(t, dir)
-		_, err := Open(dir, Options{})
+		_, err := Open(dir, &Options{})
 		if err == nil || !errors.Is(err, ErrNotAStore) || !strings.Contains(err.Error(), dir) {
 			t.Errorf("marker %q: Open = %v, want ErrNotAStore naming %s", marker, err, dir)
 		}
@@ -136,7 +146,7 @@ func TestOpenRefusesGarbageMarker(t *testing.T) {
 // The format key inside the database is the second half of the marker.
 func TestOpenRefusesNewerFormatKey(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	seedStore(t, s)
 	if err := s.db.Set(keyFormat, []byte("worklog store format 99"), pebble.Sync); err != nil {
 		t.Fatal(err)
@@ -144,8 +154,14 @@ func TestOpenRefusesNewerFormatKey(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(dir, Options{})
+	// The key is read on a read-only open first: the refusal leaves every file as it was
+	// (a read-write pebble.Open would have flushed the WAL and rewritten the MANIFEST).
+	before := fileHashes(t, dir)
+	_, err := Open(dir, &Options{})
 	wantOpenErr(t, err, ErrFormatTooNew, dir)
+	if after := fileHashes(t, dir); !maps.Equal(before, after) {
+		t.Errorf("the refused Open changed the store:\nbefore %v\nafter  %v", before, after)
+	}
 }
 
 // A directory with a valid marker but someone else's Pebble database is refused.
@@ -162,18 +178,61 @@ func TestOpenRefusesForeignDatabaseWithMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(dir, MarkerFile), "worklog store format 1\n")
-	_, err = Open(dir, Options{})
+	_, err = Open(dir, &Options{})
 	wantOpenErr(t, err, ErrNotAStore, dir)
 }
 
-// A crash while a new store was being created, after the marker was written but before Pebble
-// created its files, leaves only the marker: that directory opens as a new store.
+// Builds before this one wrote the marker first: a crash of one after the marker, before
+// Pebble created its files, left only the marker. Once the marker says a store exists, Open
+// never creates a database, so that directory is refused (nothing in it is changed), with
+// the advice to delete it.
 func TestOpenMarkerWithoutDatabase(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, MarkerFile), "worklog store format 1\n")
-	s := openT(t, dir, Options{})
+	before := listing(t, dir)
+	for _, ro := range []bool{false, true} {
+		_, err := Open(dir, &Options{ReadOnly: ro})
+		oe := wantOpenErr(t, err, ErrCorruptStore, dir)
+		if !strings.Contains(oe.Hint, "deleted") {
+			t.Errorf("hint %q does not say the directory can be deleted", oe.Hint)
+		}
+	}
+	after := slices.DeleteFunc(listing(t, dir), func(l string) bool {
+		return strings.HasPrefix(l, lockFile+" ") || strings.HasPrefix(l, "LOCK ")
+	})
+	if !slices.Equal(before, after) {
+		t.Errorf("a refused Open changed the directory (lock files aside):\nbefore %q\nafter  %q", before, after)
+	}
+}
+
+// Creation writes WORKLOG.tmp, then Pebble's files, then renames WORKLOG.tmp to WORKLOG. A
+// crash before the rename leaves Pebble's files beside WORKLOG.tmp: the next read-write Open
+// finishes the creation; a read-only one refuses it without writing.
+func TestOpenInterruptedCreation(t *testing.T) {
+	dir := t.TempDir()
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebbleFormat, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, MarkerFile+".tmp"), "worklog store format 1\n")
+	before := listing(t, dir)
+	_, err = Open(dir, &Options{ReadOnly: true})
+	wantOpenErr(t, err, ErrNotAStore, dir)
+	if after := listing(t, dir); !slices.Equal(before, after) {
+		t.Errorf("a refused read-only Open changed the directory:\nbefore %q\nafter  %q", before, after)
+	}
+	s := openT(t, dir, nil)
 	seedStore(t, s)
 	mustVerify(t, s)
+	if _, err := os.Stat(filepath.Join(dir, MarkerFile)); err != nil {
+		t.Errorf("no marker after finishing the creation: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, MarkerFile+".tmp")); !os.IsNotExist(err) {
+		t.Errorf("WORKLOG.tmp left behind: %v", err)
+	}
 }
 
 // A crash while a new store was being created, after the lock file was created but before the
@@ -188,7 +247,7 @@ func TestOpenAfterCrashDuringCreation(t *testing.T) {
 		for _, f := range files {
 			writeFile(t, filepath.Join(dir, f), "")
 		}
-		s, err := Open(dir, Options{})
+		s, err := Open(dir, &Options{})
 		if err != nil {
 			t.Errorf("directory holding only %v: Open = %v, want a new store", files, err)
 			continue
@@ -204,7 +263,7 @@ func TestOpenAfterCrashDuringCreation(t *testing.T) {
 func TestOpenRefusesFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "store")
 	writeFile(t, path, "I am a file")
-	_, err := Open(path, Options{})
+	_, err := Open(path, &Options{})
 	wantOpenErr(t, err, ErrNotAStore, path)
 	if b, _ := os.ReadFile(path); string(b) != "I am a file" {
 		t.Errorf("the file was changed: %q", b)
@@ -213,13 +272,13 @@ func TestOpenRefusesFile(t *testing.T) {
 
 func TestOpenReadOnlyMissingOrEmpty(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
-	_, err := Open(missing, Options{ReadOnly: true})
+	_, err := Open(missing, &Options{ReadOnly: true})
 	wantOpenErr(t, err, ErrNotAStore, missing)
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Errorf("a read-only Open created %s", missing)
 	}
 	empty := t.TempDir()
-	_, err = Open(empty, Options{ReadOnly: true})
+	_, err = Open(empty, &Options{ReadOnly: true})
 	wantOpenErr(t, err, ErrNotAStore, empty)
 	if l := listing(t, empty); len(l) != 1 { // "." itself
 		t.Errorf("a read-only Open wrote into an empty directory: %q", l)
@@ -228,12 +287,12 @@ func TestOpenReadOnlyMissingOrEmpty(t *testing.T) {
 
 func TestOpenReadOnlyRefusesWrites(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	seedStore(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ro := openT(t, dir, Options{ReadOnly: true})
+	ro := openT(t, dir, &Options{ReadOnly: true})
 	if got := len(readAll(t, ro)); got != 6 {
 		t.Fatalf("read-only store has %d events, want 6", got)
 	}
@@ -254,10 +313,10 @@ func wantLocked(t *testing.T, err error, dir string) {
 
 func TestOpenLockedInProcess(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	seedStore(t, s)
 	for _, ro := range []bool{false, true} {
-		_, err := Open(dir, Options{ReadOnly: ro})
+		_, err := Open(dir, &Options{ReadOnly: ro})
 		wantLocked(t, err, dir)
 	}
 	// The refused opens left the holder working.
@@ -265,7 +324,7 @@ func TestOpenLockedInProcess(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openT(t, dir, Options{})
+	s = openT(t, dir, &Options{})
 	if last, _ := s.LastSeq(); last != 7 {
 		t.Fatalf("LastSeq = %d, want 7", last)
 	}
@@ -281,7 +340,7 @@ func TestHelperHoldStore(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestOpenLockedByAnotherProcess")
 	}
-	s, err := Open(dir, Options{})
+	s, err := Open(dir, &Options{})
 	if err != nil {
 		os.Stdout.WriteString("error " + err.Error() + "\n")
 		os.Exit(3)
@@ -295,7 +354,7 @@ func TestHelperHoldStore(t *testing.T) {
 
 func TestOpenLockedByAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	seedStore(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -329,7 +388,7 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 	}
 
 	for _, ro := range []bool{false, true} {
-		_, err := Open(dir, Options{ReadOnly: ro})
+		_, err := Open(dir, &Options{ReadOnly: ro})
 		wantLocked(t, err, dir)
 	}
 
@@ -343,7 +402,7 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 	}
 
 	// The kernel dropped the dead holder's lock: the store opens, with its history.
-	s = openT(t, dir, Options{})
+	s = openT(t, dir, &Options{})
 	if got := len(readAll(t, s)); got != 6 {
 		t.Fatalf("store has %d events after the holder was killed, want 6", got)
 	}
@@ -357,4 +416,35 @@ func (quietLogger) Infof(string, ...any)  {}
 func (quietLogger) Errorf(string, ...any) {}
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic("pebble fatal: " + format)
+}
+
+// A process that holds Pebble's LOCK but not WORKLOG.lock (a raw Pebble open, a tool) makes
+// Open fail with ErrLocked from pebble.LockDirectory, typed: replay used to recognise Pebble's
+// lock error by its message.
+func TestOpenPebbleLockHeld(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, nil)
+	seedStore(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := pebble.LockDirectory(dir, vfs.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		_, err := Open(dir, &Options{ReadOnly: ro})
+		oe := wantOpenErr(t, err, ErrLocked, dir)
+		if oe.File != "LOCK" {
+			t.Errorf("OpenError.File = %q, want LOCK", oe.File)
+		}
+	}
+	// WORKLOG.lock was released with the refusal: once Pebble's lock goes, the store opens.
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, nil)
+	if got := len(readAll(t, s)); got != 6 {
+		t.Fatalf("%d events, want 6", got)
+	}
 }

@@ -2,9 +2,9 @@ package pebblelog
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -20,7 +20,7 @@ type Store struct {
 	fs   vfs.FS
 	opts Options
 	db   *pebble.DB
-	lock io.Closer
+	lock *locks // WORKLOG.lock and Pebble's LOCK, released after the database is closed
 
 	reqs    chan *request
 	done    chan struct{} // closed when the writer exits
@@ -134,18 +134,12 @@ func decodeAt(it *pebble.Iterator, d *events.Decoder) (events.Event, error) {
 	if len(k) != 9 {
 		return nil, fmt.Errorf("%w: event key %q has the wrong length", events.ErrCorrupt, k)
 	}
-	seq := beUint64(k[1:])
+	seq := binary.BigEndian.Uint64(k[1:])
 	v, err := it.ValueAndErr()
 	if err != nil {
 		return nil, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
 	}
 	return d.Decode(v, seq)
-}
-
-func beUint64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
 // walk runs fn at every key of [lower, upper) in order, until fn returns an error: the one
@@ -181,7 +175,7 @@ func (s *Store) SessionSeqs(ctx context.Context, session string, from uint64, fn
 		if len(k) != len(p)+8 {
 			return fmt.Errorf("%w: session index key %q", ErrCorruptRecord, k)
 		}
-		return fn(beUint64(k[len(p):]))
+		return fn(binary.BigEndian.Uint64(k[len(p):]))
 	})
 }
 
@@ -230,8 +224,21 @@ func (s *Store) Checkpoint(dir string) error {
 	return writeMarker(s.fs, dir)
 }
 
-// Metrics returns Pebble's metrics, for benchmarks and the replay tool's stats.
-func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+// Metrics returns Pebble's metrics, for benchmarks and the replay tool's stats; ErrClosed
+// after Close.
+func (s *Store) Metrics() (*pebble.Metrics, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+	return s.db.Metrics(), nil
+}
 
-// DiskUsage returns the bytes the store occupies on disk.
-func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
+// DiskUsage returns the bytes the store occupies on disk; ErrClosed after Close.
+func (s *Store) DiskUsage() (uint64, error) {
+	m, err := s.Metrics()
+	if err != nil {
+		return 0, err
+	}
+	return m.DiskSpaceUsage(), nil
+}

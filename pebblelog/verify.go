@@ -130,7 +130,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 			}
 			continue
 		}
-		seq := beUint64(k[1:])
+		seq := binary.BigEndian.Uint64(k[1:])
 		if seq != prev+1 {
 			if !add("log: gap: seq %d follows %d", seq, prev) {
 				return nil
@@ -316,7 +316,7 @@ func describeKey(k []byte) string {
 		}
 	case prefixSession:
 		if session, rest, ok := splitScoped(k); ok && len(rest) == 8 {
-			return fmt.Sprintf("session index (session %q, seq %d)", session, beUint64([]byte(rest)))
+			return fmt.Sprintf("session index (session %q, seq %d)", session, binary.BigEndian.Uint64([]byte(rest)))
 		}
 	case prefixMeta:
 		return "meta " + string(k[1:])

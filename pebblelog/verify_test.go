@@ -18,7 +18,7 @@ import (
 // seeded returns an open store holding seedStore's six events.
 func seeded(t *testing.T) *Store {
 	t.Helper()
-	s := openT(t, t.TempDir(), Options{})
+	s := openT(t, t.TempDir(), &Options{})
 	seedStore(t, s)
 	mustVerify(t, s)
 	return s

@@ -24,7 +24,7 @@ import (
 // gap-free in commit order, and a command that fails after appending keeps nothing even when
 // it shared a batch with others.
 func TestUpdateGroupCommit(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
+	s := openT(t, t.TempDir(), &Options{})
 	ctx := context.Background()
 	errBoom := errors.New("boom")
 	const workers, perWorker = 8, 40
@@ -116,7 +116,7 @@ func TestUpdateCanceledContextAppendsNothing(t *testing.T) {
 
 func TestCloseWaitsAndRefuses(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	results := make([]error, 16)
@@ -160,7 +160,7 @@ func TestCloseWaitsAndRefuses(t *testing.T) {
 		}
 	}
 	// Every acknowledged command is in the store.
-	s = openT(t, dir, Options{})
+	s = openT(t, dir, &Options{})
 	if n := len(readAll(t, s)); n != acked {
 		t.Fatalf("store holds %d events, %d commands were acknowledged", n, acked)
 	}
@@ -171,7 +171,7 @@ func TestCloseWaitsAndRefuses(t *testing.T) {
 // of the live log that includes everything committed before Checkpoint was called.
 func TestCheckpointWhileWriting(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, dir, Options{})
+	s := openT(t, dir, &Options{})
 	ctx := context.Background()
 	const writers = 3
 	var wg sync.WaitGroup
@@ -237,7 +237,7 @@ func TestCheckpointWhileWriting(t *testing.T) {
 		t.Error("a second Checkpoint into an existing directory succeeded")
 	}
 
-	c := openT(t, cp, Options{ReadOnly: true})
+	c := openT(t, cp, &Options{ReadOnly: true})
 	last, err := c.LastSeq()
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestCheckpointWhileWriting(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w := openT(t, cp, Options{})
+	w := openT(t, cp, &Options{})
 	appendEvents(t, w, submitted("s9", "after-checkpoint", sec(1), false))
 	mustVerify(t, w)
 }
@@ -282,7 +282,7 @@ func TestCrashCloneStore(t *testing.T) {
 	for _, noSync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoSync=%v", noSync), func(t *testing.T) {
 			fs := vfs.NewCrashableMem()
-			s, err := Open("/store", Options{FS: fs, NoSync: noSync})
+			s, err := Open("/store", &Options{FS: fs, NoSync: noSync})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +295,7 @@ func TestCrashCloneStore(t *testing.T) {
 					continue
 				}
 				clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-				c, err := Open("/store", Options{FS: clone})
+				c, err := Open("/store", &Options{FS: clone})
 				if err != nil {
 					t.Fatalf("opening the crash clone: %v", err)
 				}
@@ -313,7 +313,7 @@ func TestCrashCloneStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-			c, err := Open("/store", Options{FS: clone})
+			c, err := Open("/store", &Options{FS: clone})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,14 +398,14 @@ func waitQueued(t *testing.T, s *Store, n int) {
 func TestOpenNewDirectorySurvivesCrash(t *testing.T) {
 	for _, dir := range []string{"/store", "/a/b/c/store", "rel/store"} {
 		fs := vfs.NewCrashableMem()
-		s, err := Open(dir, Options{FS: fs})
+		s, err := Open(dir, &Options{FS: fs})
 		if err != nil {
 			t.Fatal(err)
 		}
 		seedStore(t, s)
 		clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 		s.Close()
-		c, err := Open(dir, Options{FS: clone})
+		c, err := Open(dir, &Options{FS: clone})
 		if err != nil {
 			t.Fatalf("%s: opening the crash clone: %v", dir, err)
 		}
@@ -424,7 +424,7 @@ func TestDuplicateRecordIDsRefused(t *testing.T) {
 	for _, cache := range []int{0, -1} {
 		t.Run(fmt.Sprintf("recordcache=%d", cache), func(t *testing.T) {
 			dir := t.TempDir()
-			s := openT(t, dir, Options{RecordCacheSize: cache})
+			s := openT(t, dir, &Options{RecordCacheSize: cache})
 			appendEvents(t, s, submitted("s1", "t5", sec(1), false), requestedWake("s1", "w5", sec(1)))
 			appendEvents(t, s, submitted("s1", "t9", sec(2), false), requestedWake("s1", "w9", sec(2)))
 			refused := func(s *Store, evs ...events.Event) {
@@ -445,7 +445,7 @@ func TestDuplicateRecordIDsRefused(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s = openT(t, dir, Options{RecordCacheSize: cache})
+			s = openT(t, dir, &Options{RecordCacheSize: cache})
 			check(s)
 			appendEvents(t, s, submitted("s1", "ta", sec(4), false)) // above the max: still accepted
 			mustVerify(t, s)
@@ -474,7 +474,7 @@ func TestAnswerWaitsForEarlierSyncs(t *testing.T) {
 	})
 	var release sync.Once
 	letSyncsThrough := func() { release.Do(func() { holding.Store(false); close(gate) }) }
-	s := openT(t, t.TempDir(), Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	s := openT(t, t.TempDir(), &Options{FS: errorfs.Wrap(vfs.Default, inj)})
 	t.Cleanup(letSyncsThrough) // runs before the store's Close (cleanups run last-in first-out)
 	holding.Store(true)
 	first := make(chan error, 1)

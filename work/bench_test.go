@@ -106,8 +106,8 @@ func benchSubmitWorklog(b *testing.B, callers int) {
 func benchPebbleOptions(fs vfs.FS) *pebble.Options {
 	return &pebble.Options{
 		FS:                          fs,
-		Cache:                       pebble.NewCache(24<<20 + 2*16<<20), // as pebblelog.Open: 24 MiB of blocks beside two memtables
-		MemTableSize:                16 << 20,
+		Cache:                       pebble.NewCache(pebblelog.DefaultCacheSize + 2*pebblelog.DefaultMemTableSize), // as pebblelog.Open: blocks beside two memtables
+		MemTableSize:                pebblelog.DefaultMemTableSize,
 		MemTableStopWritesThreshold: 2,
 		FormatMajorVersion:          pebble.FormatValueSeparation,
 		Logger:                      quietLogger{},
@@ -532,7 +532,7 @@ func benchRebuildFold(b *testing.B, dir string) {
 }
 
 func openReadOnly(b *testing.B, dir string) *pebblelog.Store {
-	st, err := pebblelog.Open(dir, pebblelog.Options{ReadOnly: true})
+	st, err := pebblelog.Open(dir, &pebblelog.Options{ReadOnly: true})
 	if err != nil {
 		b.Fatal(err)
 	}

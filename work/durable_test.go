@@ -187,6 +187,7 @@ func TestOpenOptionsValidation(t *testing.T) {
 		{work.Options{MaxValueBytes: 64<<20 + 1}, "options.MaxValueBytes"},
 		{work.Options{CacheSize: -1}, "options.CacheSize"},
 		{work.Options{MemTableSize: 1<<30 + 1}, "options.MemTableSize"},
+		{work.Options{MemTableSize: 1000}, "options.MemTableSize"}, // below Pebble's minimum: it panicked in Open
 		{work.Options{MaxBatchCommands: -1}, "options.MaxBatchCommands"},
 	} {
 		dir := filepath.Join(t.TempDir(), "store")

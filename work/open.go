@@ -10,32 +10,27 @@ import (
 )
 
 // Open opens (or creates) a durable queue in dir. A missing or empty directory becomes a new
-// store; a non-empty directory that is not a worklog store, a store of a newer format, or a
-// store another process holds open is refused with an ErrBackend error that names the
-// directory and wraps pebblelog.ErrNotAStore, ErrFormatTooNew or ErrLocked. Invalid options
-// give ErrInvalidRequest naming the field ("options.MaxValueBytes").
+// store. A refusal is an ErrBackend error wrapping a *pebblelog.OpenError (errors.As), whose
+// kind says why: a non-empty directory that is not a worklog store (pebblelog.ErrNotAStore),
+// a store of a newer format (ErrFormatTooNew), a store another process holds open
+// (ErrLocked), a store with a missing or damaged file (ErrCorruptStore, which names the
+// file), a directory that cannot be written (ErrReadOnlyStore). A refused Open changes none
+// of the store's files. Invalid options give ErrInvalidRequest naming the field
+// ("options.MaxValueBytes", "options.MemTableSize"), before dir is touched.
 //
 // Open does not replay the log: the projection is on disk. With the default SyncAlways every
 // call returns only after its events are fsynced, and a crash of the process or the machine
 // loses no acknowledged call.
 func Open(dir string, opts *Options) (*Queue, error) {
-	if opts != nil {
-		if err := opts.validate(); err != nil {
-			return nil, err
-		}
-	}
 	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	if blank(dir) {
 		return nil, invalid("dir", "must not be blank")
 	}
-	st, err := pebblelog.Open(dir, pebblelog.Options{
-		FS:               o.FS,
-		NoSync:           o.Sync == SyncNever,
-		CacheSize:        o.CacheSize,
-		MemTableSize:     o.MemTableSize,
-		MaxBatchCommands: o.MaxBatchCommands,
-		Logger:           o.Logger,
-	})
+	so := o.storeOptions()
+	st, err := pebblelog.Open(dir, &so)
 	if err != nil {
 		return nil, backendErr(err)
 	}

@@ -1,11 +1,14 @@
 package work
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/worklog/worklog/pebblelog"
 )
 
 // SyncMode says when an acknowledged write is durable.
@@ -45,17 +48,21 @@ type Options struct {
 	// (DefaultMaxValueBytes); at most 64 MiB.
 	MaxValueBytes int
 
-	// CacheSize is Pebble's block cache in bytes. Default 24 MiB. The cache is created
-	// with room for two memtables on top, which Pebble charges to it: with the defaults,
-	// blocks and memtables together stay within 56 MiB.
+	// CacheSize is Pebble's block cache in bytes. Default pebblelog.DefaultCacheSize
+	// (24 MiB); at most pebblelog.MaxCacheSize. The cache is created with room for two
+	// memtables on top, which Pebble charges to it: with the defaults, blocks and memtables
+	// together stay within 56 MiB.
 	CacheSize int64
 
 	// MemTableSize is the size of one Pebble memtable in bytes; two may exist at once.
-	// Default 16 MiB (Pebble's own 4 MiB stalls writers under bursts).
+	// Default pebblelog.DefaultMemTableSize (16 MiB; Pebble's own 4 MiB stalls writers
+	// under bursts); between pebblelog.MinMemTableSize (256 KiB) and
+	// pebblelog.MaxMemTableSize (1 GiB).
 	MemTableSize uint64
 
 	// MaxBatchCommands bounds how many waiting commands the writer folds into one batch and
-	// one fsync. Default 1024.
+	// one fsync. Default pebblelog.DefaultMaxBatchCommands (1024); at most
+	// pebblelog.MaxMaxBatchCommands.
 	MaxBatchCommands int
 
 	// Logger receives Pebble's and worklog's messages. Default: discarded.
@@ -72,7 +79,8 @@ type Options struct {
 
 const maxMaxValueBytes = 64 << 20
 
-// withDefaults returns a copy of o with every zero field set to its default.
+// withDefaults returns a copy of o with MaxValueBytes set to its default when zero. The
+// store's fields take their defaults from pebblelog (storeOptions), the one source of them.
 func (o *Options) withDefaults() Options {
 	var c Options
 	if o != nil {
@@ -81,25 +89,25 @@ func (o *Options) withDefaults() Options {
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = DefaultMaxValueBytes
 	}
-	if c.CacheSize == 0 {
-		c.CacheSize = 24 << 20
-	}
-	if c.MemTableSize == 0 {
-		c.MemTableSize = 16 << 20
-	}
-	if c.MaxBatchCommands == 0 {
-		c.MaxBatchCommands = 1024
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.FS == nil {
-		c.FS = vfs.Default
-	}
 	return c
 }
 
-// validate names the first field that is out of range.
+// storeOptions returns the store's options for o, with pebblelog's defaults.
+func (o *Options) storeOptions() pebblelog.Options {
+	po := pebblelog.Options{
+		FS:               o.FS,
+		NoSync:           o.Sync == SyncNever,
+		CacheSize:        o.CacheSize,
+		MemTableSize:     o.MemTableSize,
+		MaxBatchCommands: o.MaxBatchCommands,
+		Logger:           o.Logger,
+	}
+	po.EnsureDefaults()
+	return po
+}
+
+// validate names the first field that is out of range: work's own here, the store's by
+// pebblelog's Options.Validate, whose bounds are the ones Pebble accepts.
 func (o *Options) validate() error {
 	bad := func(field, msg string) error { return invalid("options."+field, msg) }
 	switch {
@@ -107,12 +115,13 @@ func (o *Options) validate() error {
 		return bad("Sync", fmt.Sprintf("unknown mode %d", int(o.Sync)))
 	case o.MaxValueBytes < 0 || o.MaxValueBytes > maxMaxValueBytes:
 		return bad("MaxValueBytes", fmt.Sprintf("must be between 1 and %d", maxMaxValueBytes))
-	case o.CacheSize < 0:
-		return bad("CacheSize", "must not be negative")
-	case o.MemTableSize > 1<<30:
-		return bad("MemTableSize", "must be at most 1 GiB")
-	case o.MaxBatchCommands < 0:
-		return bad("MaxBatchCommands", "must not be negative")
+	}
+	so := o.storeOptions()
+	var oe *pebblelog.OpenError
+	if err := so.Validate(); errors.As(err, &oe) {
+		return bad(oe.Field, oe.Detail)
+	} else if err != nil {
+		return bad("", err.Error())
 	}
 	return nil
 }

@@ -91,7 +91,11 @@ type statsJSON struct {
 }
 
 func (a *app) stats(ctx context.Context, st *pebblelog.Store, dir string) (*statsJSON, error) {
-	s := &statsJSON{Dir: dir, DiskBytes: st.DiskUsage(), Events: map[string]uint64{}}
+	disk, err := st.DiskUsage()
+	if err != nil {
+		return nil, err
+	}
+	s := &statsJSON{Dir: dir, DiskBytes: disk, Events: map[string]uint64{}}
 	if b, err := os.ReadFile(filepath.Join(dir, pebblelog.MarkerFile)); err == nil {
 		s.Format = strings.TrimSpace(string(b))
 	}

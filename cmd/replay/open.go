@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/term"
@@ -17,8 +15,9 @@ import (
 )
 
 // openStore opens dir read-only and turns every way that can fail into one clear sentence
-// that names the directory. Nothing is written into dir except the lock file WORKLOG.lock,
-// which the lock itself creates.
+// that names the directory. Nothing is written into dir except the lock files WORKLOG.lock
+// and LOCK, which the locks themselves create; on a directory replay cannot write (a
+// read-only mount, a backup, another user's store) nothing at all (see pebblelog.Open).
 func openStore(dir string) (*pebblelog.Store, error) {
 	fi, err := os.Stat(dir)
 	switch {
@@ -29,30 +28,46 @@ func openStore(dir string) (*pebblelog.Store, error) {
 	case !fi.IsDir():
 		return nil, fmt.Errorf("%s is a file, not a worklog store directory", dir)
 	}
-	st, err := pebblelog.Open(dir, pebblelog.Options{ReadOnly: true, CacheSize: 32 << 20})
-	switch {
-	case err == nil:
+	st, err := pebblelog.Open(dir, &pebblelog.Options{ReadOnly: true, CacheSize: 32 << 20})
+	if err == nil {
 		return st, nil
-	case errors.Is(err, pebblelog.ErrLocked) || isLockError(err):
-		return nil, lockedError(dir)
-	case errors.Is(err, pebblelog.ErrFormatTooNew):
-		return nil, fmt.Errorf("%s was written by a newer worklog: store %s: build replay from that worklog version or later",
-			dir, strings.TrimSuffix(detail(err, dir), "; use a newer worklog"))
-	case errors.Is(err, pebblelog.ErrNotAStore):
-		return nil, fmt.Errorf("%s is not a worklog store: %s", dir, detail(err, dir))
-	case errors.Is(err, fs.ErrPermission):
-		return nil, fmt.Errorf("%s: permission denied (replay needs to read the store and create its lock file %s)", dir, pebblelog.MarkerFile+".lock")
 	}
-	return nil, fmt.Errorf("cannot open the store in %s: %v", dir, err)
+	var oe *pebblelog.OpenError
+	if !errors.As(err, &oe) {
+		return nil, fmt.Errorf("cannot open the store in %s: %v", dir, err)
+	}
+	switch oe.Kind {
+	case pebblelog.ErrLocked:
+		return nil, lockedError(dir)
+	case pebblelog.ErrFormatTooNew:
+		return nil, fmt.Errorf("%s was written by a newer worklog: store %s: build replay from that worklog version or later", dir, oe.Detail)
+	case pebblelog.ErrNotAStore:
+		return nil, fmt.Errorf("%s is not a worklog store: %s%s", dir, oe.Detail, hint(oe))
+	case pebblelog.ErrCorruptStore:
+		what := oe.Detail
+		if oe.File != "" {
+			what = oe.File + ": " + what
+		}
+		if oe.Err != nil {
+			what += ": " + oe.Err.Error()
+		}
+		return nil, fmt.Errorf("%s is a damaged worklog store: %s%s", dir, what, hint(oe))
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("%s: permission denied (replay needs to read the store)", dir)
+	}
+	if oe.Err != nil {
+		return nil, fmt.Errorf("cannot open the store in %s: %s: %v", dir, oe.Detail, unwrapPathError(oe.Err))
+	}
+	return nil, fmt.Errorf("cannot open the store in %s: %s", dir, oe.Detail)
 }
 
-// detail is what pebblelog says after "<kind>: <dir>: ".
-func detail(err error, dir string) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, dir+": "); i >= 0 {
-		return msg[i+len(dir)+2:]
+// hint is the advice of an open error, as a clause to end a sentence with.
+func hint(oe *pebblelog.OpenError) string {
+	if oe.Hint == "" {
+		return ""
 	}
-	return msg
+	return "; " + oe.Hint
 }
 
 func unwrapPathError(err error) error {
@@ -61,13 +76,6 @@ func unwrapPathError(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// isLockError recognises Pebble's own lock failure, in case a process holds Pebble's LOCK
-// without worklog's lock file (an older build, or a raw Pebble open).
-func isLockError(err error) bool {
-	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) ||
-		strings.Contains(err.Error(), "lock held by current process")
 }
 
 func lockedError(dir string) error {
