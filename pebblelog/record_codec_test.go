@@ -15,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/msgp"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -141,7 +142,7 @@ func TestRecordCodecCompactIntegers(t *testing.T) {
 // TestRecordCodecShortAndLongArrays: a record of an older layout (fewer fields) decodes with
 // the missing fields zero; extra scalar fields of a later layout are skipped.
 func TestRecordCodecShortAndLongArrays(t *testing.T) {
-	short := appendStr(appendStr(appendArrayLen(nil, 2), "t1"), "s1")
+	short := msgp.AppendStr(msgp.AppendStr(msgp.AppendArrayLen(nil, 2), "t1"), "s1")
 	got, err := decodeTask([]byte("k"), short)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +152,7 @@ func TestRecordCodecShortAndLongArrays(t *testing.T) {
 	}
 	full := appendTask(nil, &projection.Task{ID: "t1"})
 	long := append([]byte{0xdc, 0, taskFields + 2}, full[3:]...)
-	long = appendStr(appendUint64(long, 9), "later")
+	long = msgp.AppendStr(msgp.AppendUint64(long, 9), "later")
 	if got, err = decodeTask([]byte("k"), long); err != nil || got.ID != "t1" {
 		t.Fatalf("long: got %+v, %v", got, err)
 	}
