@@ -18,38 +18,29 @@ import (
 
 // AppendArrayLen appends an array header of n elements in its smallest form
 // (msgpack's EncodeArrayLen).
-func AppendArrayLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x90|byte(n))
-	case n < 1<<16:
-		return append(b, 0xdc, byte(n>>8), byte(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
-}
+func AppendArrayLen(b []byte, n int) []byte { return appendLen(b, n, 0x90, 0xdc) }
 
 // AppendMapLen appends a map header of n pairs in its smallest form (EncodeMapLen).
-func AppendMapLen(b []byte, n int) []byte {
+func AppendMapLen(b []byte, n int) []byte { return appendLen(b, n, 0x80, 0xde) }
+
+// appendLen appends an array or map header: fix is the fix form's high nibble, c16 the 16-bit
+// form's code (the 32-bit form's is the next).
+func appendLen(b []byte, n int, fix, c16 byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, 0x80|byte(n))
+		return append(b, fix|byte(n))
 	case n < 1<<16:
-		return append(b, 0xde, byte(n>>8), byte(n))
+		return append(b, c16, byte(n>>8), byte(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, c16+1), uint32(n))
 }
 
 // AppendStr appends s as a str in its smallest form (EncodeString).
 func AppendStr(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n < 256:
-		b = append(b, 0xd9, byte(n))
-	case n < 1<<16:
-		b = append(b, 0xda, byte(n>>8), byte(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
+	if len(s) < 32 {
+		b = append(b, 0xa0|byte(len(s))) // fixstr
+	} else {
+		b = appendDataLen(b, len(s), 0xd9)
 	}
 	return append(b, s...)
 }
@@ -60,15 +51,19 @@ func AppendBin(b []byte, v []byte) []byte {
 	if v == nil {
 		return append(b, 0xc0)
 	}
-	switch n := len(v); {
+	return append(appendDataLen(b, len(v), 0xc4), v...)
+}
+
+// appendDataLen appends the header of a str or bin of n bytes in its 8, 16 or 32-bit form:
+// c8 is the 8-bit form's code, the next two are the wider forms'.
+func appendDataLen(b []byte, n int, c8 byte) []byte {
+	switch {
 	case n < 256:
-		b = append(b, 0xc4, byte(n))
+		return append(b, c8, byte(n))
 	case n < 1<<16:
-		b = append(b, 0xc5, byte(n>>8), byte(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
+		return append(b, c8+1, byte(n>>8), byte(n))
 	}
-	return append(b, v...)
+	return binary.BigEndian.AppendUint32(append(b, c8+2), uint32(n))
 }
 
 // AppendBool appends true or false (EncodeBool).

@@ -147,32 +147,39 @@ func (r *Reader) Int() (uint64, IntKind, error) {
 
 // Uint reads an integer of any width whose value is in [0, max]; nil is refused.
 func (r *Reader) Uint(max uint64) (uint64, error) {
-	v, k, err := r.Int()
+	v, k, err := r.number()
 	switch {
 	case err != nil:
-		return 0, err
-	case k == Nil:
-		return 0, &CodeError{Code: 0xc0, Want: "integer"}
 	case k == Signed && int64(v) < 0:
-		return 0, fmt.Errorf("%w: %d for an unsigned field", ErrRange, int64(v))
+		err = fmt.Errorf("%w: %d for an unsigned field", ErrRange, int64(v))
 	case v > max:
-		return 0, fmt.Errorf("%w: %d (max %d)", ErrRange, v, max)
+		err = fmt.Errorf("%w: %d (max %d)", ErrRange, v, max)
+	}
+	if err != nil {
+		return 0, err
 	}
 	return v, nil
 }
 
 // Int64 reads an integer of any width whose value fits an int64; nil is refused.
 func (r *Reader) Int64() (int64, error) {
-	v, k, err := r.Int()
-	switch {
-	case err != nil:
-		return 0, err
-	case k == Nil:
-		return 0, &CodeError{Code: 0xc0, Want: "integer"}
-	case k == Unsigned && v > math.MaxInt64:
+	v, k, err := r.number()
+	if err == nil && k == Unsigned && v > math.MaxInt64 {
 		return 0, fmt.Errorf("%w: %d (max %d)", ErrRange, v, uint64(math.MaxInt64))
 	}
+	if err != nil {
+		return 0, err
+	}
 	return int64(v), nil
+}
+
+// number is Int refusing nil.
+func (r *Reader) number() (uint64, IntKind, error) {
+	v, k, err := r.Int()
+	if err == nil && k == Nil {
+		err = &CodeError{Code: 0xc0, Want: "integer"}
+	}
+	return v, k, err
 }
 
 // Bool reads true, false or nil (isNil, with v false).
