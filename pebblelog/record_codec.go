@@ -172,7 +172,9 @@ func (r *recordReader) outcome(o *events.Outcome) {
 	}
 	r.fail(err)
 	for i := 0; i < n && r.err == nil; i++ {
-		switch k := r.str(); k {
+		k, _, err := r.Raw() // a nil key is "", refused below
+		r.fail(err)
+		switch string(k) { // compared without a copy
 		case "State":
 			o.State = events.TaskState(r.uint(8))
 		case "Summary":
