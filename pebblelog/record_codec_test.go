@@ -215,6 +215,22 @@ func TestRecordCodecCorrupt(t *testing.T) {
 	}
 }
 
+// TestRecordDecodeAllocs: decoding a record allocates the record, its non-empty strings and
+// its byte strings, nothing more (the outcome's keys are compared, not copied). The store reads
+// a record for every command that touches a task.
+func TestRecordDecodeAllocs(t *testing.T) {
+	task := &projection.Task{ID: "task-1", SessionID: "session-1", Kind: "thumbnail", Input: []byte("{}"), LeaseToken: "token-1"}
+	enc := appendTask(nil, task)
+	const want = 1 + 4 + 1 // the Task, four strings, the input
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := decodeTask(nil, enc); err != nil {
+			t.Fatal(err)
+		}
+	}); n != want {
+		t.Fatalf("decodeTask allocates %v times, want %d", n, want)
+	}
+}
+
 func BenchmarkRecordCodec(b *testing.B) {
 	task := &projection.Task{ID: "01JDQ6Y8M2Q0000000000000000", SessionID: "session-001", Kind: "thumbnail",
 		Input: bytes.Repeat([]byte("x"), 200), CreatedAt: 1, ScheduledAt: 1, SubmitSeq: 9, LeaseToken: "0123456789abcdef0123456789abcdef"}
