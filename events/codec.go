@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/worklog/worklog/internal/msgp"
 )
 
 // EnvelopeV1 is the only envelope version so far.
@@ -74,143 +74,124 @@ func (e *DecodeError) Error() string {
 
 func (e *DecodeError) Unwrap() error { return e.Kind }
 
-var encPool = sync.Pool{New: func() any {
-	buf := new(bytes.Buffer)
-	enc := msgpack.NewEncoder(buf)
-	return &encoder{buf: buf, enc: enc}
-}}
-
-type encoder struct {
-	buf *bytes.Buffer
-	enc *msgpack.Encoder
-	err error
-}
-
-func (w *encoder) arr(n int)    { w.check(w.enc.EncodeArrayLen(n)) }
-func (w *encoder) u64(v uint64) { w.check(w.enc.EncodeUint(v)) }
-func (w *encoder) i64(v int64)  { w.check(w.enc.EncodeInt(v)) }
-func (w *encoder) str(v string) { w.check(w.enc.EncodeString(v)) }
-func (w *encoder) bin(v []byte) { w.check(w.enc.EncodeBytes(v)) }
-func (w *encoder) bool(v bool)  { w.check(w.enc.EncodeBool(v)) }
-func (w *encoder) check(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-
-// Append encodes e and appends the encoding to dst.
+// Append encodes e and appends the encoding to dst. The body is written with the shared
+// msgpack primitives (internal/msgp), in msgpack's smallest forms, exactly the bytes
+// msgpack's Encoder wrote for format 1 (the golden files hold them).
 func Append(dst []byte, e Event) ([]byte, error) {
 	t := e.Type()
 	if !t.Known() {
 		return dst, fmt.Errorf("events: cannot encode %s", t)
 	}
-	w := encPool.Get().(*encoder)
-	defer encPool.Put(w)
-	w.buf.Reset()
-	w.err = nil
-	w.buf.Write([]byte{EnvelopeV1, byte(t), schemaVersion[t]})
+	start := len(dst)
+	b := append(dst, EnvelopeV1, byte(t), schemaVersion[t])
 	h := e.Head()
+	// Per-field codec boilerplate: one line a field, in the order of the catalogue (doc.go).
 	switch e := e.(type) {
 	case *TaskSubmitted:
-		w.arr(10)
-		w.header(h)
-		w.str(e.TaskID)
-		w.str(e.Kind)
-		w.bin(e.Input)
-		w.bool(e.HasRunAt)
-		w.i64(e.RunAt)
-		w.str(e.IdempotencyKey)
-		w.bool(e.WakeOnCompletion)
+		b = appendHeader(msgp.AppendArrayLen(b, 10), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendStr(b, e.Kind)
+		b = msgp.AppendBin(b, e.Input)
+		b = msgp.AppendBool(b, e.HasRunAt)
+		b = msgp.AppendInt(b, e.RunAt)
+		b = msgp.AppendStr(b, e.IdempotencyKey)
+		b = msgp.AppendBool(b, e.WakeOnCompletion)
 	case *TaskClaimed:
-		w.arr(7)
-		w.header(h)
-		w.str(e.TaskID)
-		w.u64(uint64(e.Attempt))
-		w.str(e.LeaseToken)
-		w.i64(e.LeaseExpiresAt)
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendStr(b, e.LeaseToken)
+		b = msgp.AppendInt(b, e.LeaseExpiresAt)
 	case *TaskSettled:
-		w.arr(7)
-		w.header(h)
-		w.str(e.TaskID)
-		w.u64(uint64(e.Attempt))
-		w.str(e.LeaseToken)
-		w.outcome(&e.Outcome)
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendStr(b, e.LeaseToken)
+		b = appendOutcome(b, &e.Outcome)
 	case *TaskCancelRequested:
-		w.arr(4)
-		w.header(h)
-		w.str(e.TaskID)
+		b = appendHeader(msgp.AppendArrayLen(b, 4), h)
+		b = msgp.AppendStr(b, e.TaskID)
 	case *WakeRecorded:
-		w.arr(9)
-		w.header(h)
-		w.str(e.WakeID)
-		w.u64(uint64(e.Reason))
-		w.bin(e.Payload)
-		w.str(e.IdempotencyKey)
-		w.str(e.TaskID)
-		w.outcome(&e.Outcome)
+		b = appendHeader(msgp.AppendArrayLen(b, 9), h)
+		b = msgp.AppendStr(b, e.WakeID)
+		b = msgp.AppendUint(b, uint64(e.Reason))
+		b = msgp.AppendBin(b, e.Payload)
+		b = msgp.AppendStr(b, e.IdempotencyKey)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = appendOutcome(b, &e.Outcome)
 	case *WakeClaimed:
-		w.arr(7)
-		w.header(h)
-		w.str(e.WakeID)
-		w.u64(uint64(e.Attempt))
-		w.str(e.LeaseToken)
-		w.i64(e.LeaseExpiresAt)
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.WakeID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendStr(b, e.LeaseToken)
+		b = msgp.AppendInt(b, e.LeaseExpiresAt)
 	case *WakeAcked:
-		w.arr(6)
-		w.header(h)
-		w.str(e.WakeID)
-		w.u64(uint64(e.Attempt))
-		w.str(e.LeaseToken)
+		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
+		b = msgp.AppendStr(b, e.WakeID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendStr(b, e.LeaseToken)
 	case *TaskSettleRejected:
-		w.arr(6)
-		w.header(h)
-		w.str(e.TaskID)
-		w.u64(uint64(e.Attempt))
-		w.u64(uint64(e.Reason))
+		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendUint(b, uint64(e.Reason))
 	case *WakeAckRejected:
-		w.arr(6)
-		w.header(h)
-		w.str(e.WakeID)
-		w.u64(uint64(e.Attempt))
-		w.u64(uint64(e.Reason))
+		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
+		b = msgp.AppendStr(b, e.WakeID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendUint(b, uint64(e.Reason))
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
-	if w.err != nil {
-		return dst, fmt.Errorf("events: encoding %s: %w", t, w.err)
-	}
-	dst = append(dst, w.buf.Bytes()...)
-	start := len(dst) - w.buf.Len()
-	sum := crc32.Checksum(dst[start:], castagnoli)
-	return binary.BigEndian.AppendUint32(dst, sum), nil
+	sum := crc32.Checksum(b[start:], castagnoli)
+	return binary.BigEndian.AppendUint32(b, sum), nil
 }
 
-// Encode returns the encoding of e.
-func Encode(e Event) ([]byte, error) { return Append(nil, e) }
+// Encode returns the encoding of e, in one allocation of its exact size: the bytes are
+// appended to a pooled scratch buffer first, so the result does not grow as they are written.
+func Encode(e Event) ([]byte, error) {
+	p := scratch.Get().(*[]byte)
+	b, err := Append((*p)[:0], e)
+	var out []byte
+	if err == nil {
+		out = make([]byte, len(b))
+		copy(out, b)
+	}
+	if cap(b) <= maxScratch { // a rare huge event does not pin its buffer in the pool
+		*p = b
+		scratch.Put(p)
+	}
+	return out, err
+}
 
-func (w *encoder) header(h *Header) {
-	w.u64(h.Seq)
-	w.str(h.SessionID)
-	w.i64(h.At)
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxScratch = 64 << 10
+
+func appendHeader(b []byte, h *Header) []byte {
+	b = msgp.AppendUint(b, h.Seq)
+	b = msgp.AppendStr(b, h.SessionID)
+	return msgp.AppendInt(b, h.At)
 }
 
 // An outcome is a nested array: [state, summary, output, error].
-func (w *encoder) outcome(o *Outcome) {
-	w.arr(4)
-	w.u64(uint64(o.State))
-	w.str(o.Summary)
-	w.bin(o.Output)
-	w.str(o.Error)
+func appendOutcome(b []byte, o *Outcome) []byte {
+	b = msgp.AppendArrayLen(b, 4)
+	b = msgp.AppendUint(b, uint64(o.State))
+	b = msgp.AppendStr(b, o.Summary)
+	b = msgp.AppendBin(b, o.Output)
+	return msgp.AppendStr(b, o.Error)
 }
 
-// The decoder reads msgpack straight from the body slice. It accepts exactly what msgpack's
-// Decoder accepts for each field (DecodeUint64, DecodeInt64, DecodeString, DecodeBytes,
-// DecodeBool, DecodeArrayLen and Skip of msgpack v5): any integer width for an integer,
-// str or bin for a string or byte string, nil for any of them (as the zero value; a nil
-// byte string is nil). The tests check it against that original implementation.
+// The decoder reads the body slice with the shared msgpack primitives (internal/msgp). It
+// accepts exactly what msgpack's Decoder accepts for each field (DecodeUint64, DecodeInt64,
+// DecodeString, DecodeBytes, DecodeBool, DecodeArrayLen and Skip of msgpack v5): any integer
+// width for an integer, str or bin for a string or byte string, nil for any of them (as the
+// zero value; a nil byte string is nil). The tests check it against that original
+// implementation.
 type decoder struct {
-	b    []byte // the body
-	off  int    // read position in b
+	msgp.Reader
+	b    []byte // the body, which the Reader reads
 	err  *DecodeError
 	seq  uint64
 	typ  Type
@@ -235,8 +216,6 @@ type span struct {
 	off, len int
 }
 
-var errShort = errors.New("unexpected end of body")
-
 func (r *decoder) fail(field string, err error) {
 	if r.err == nil {
 		r.err = &DecodeError{Seq: r.seq, Type: r.typ, Field: field, Kind: ErrCorrupt, Detail: err.Error()}
@@ -255,125 +234,13 @@ func (r *decoder) next(field string) bool {
 	return true
 }
 
-// code reads one byte.
-func (r *decoder) code() (byte, bool) {
-	if r.off >= len(r.b) {
-		return 0, false
-	}
-	c := r.b[r.off]
-	r.off++
-	return c, true
-}
-
-// take returns the next n bytes.
-func (r *decoder) take(n uint64) ([]byte, bool) {
-	if n > uint64(len(r.b)-r.off) {
-		r.off = len(r.b)
-		return nil, false
-	}
-	p := r.b[r.off : r.off+int(n)]
-	r.off += int(n)
-	return p, true
-}
-
-// fixed reads a big-endian unsigned integer of n (1, 2, 4 or 8) bytes.
-func (r *decoder) fixed(n int) (uint64, bool) {
-	p, ok := r.take(uint64(n))
-	if !ok {
-		return 0, false
-	}
-	switch n {
-	case 1:
-		return uint64(p[0]), true
-	case 2:
-		return uint64(binary.BigEndian.Uint16(p)), true
-	case 4:
-		return uint64(binary.BigEndian.Uint32(p)), true
-	}
-	return binary.BigEndian.Uint64(p), true
-}
-
-func invalid(c byte, what string) error {
-	return fmt.Errorf("msgpack: invalid code=%x decoding %s", c, what)
-}
-
-// integer reads any msgpack integer (or nil, as 0) as the 64 bits msgpack's DecodeInt64 and
-// DecodeUint64 both give: signed widths sign-extended, unsigned ones zero-extended.
-func (r *decoder) integer(what string) (uint64, error) {
-	c, ok := r.code()
-	if !ok {
-		return 0, errShort
-	}
-	if c <= 0x7f || c >= 0xe0 { // positive and negative fixint
-		return uint64(int64(int8(c))), nil
-	}
-	var v uint64
-	switch c {
-	case 0xc0: // nil
-		return 0, nil
-	case 0xcc:
-		v, ok = r.fixed(1)
-	case 0xcd:
-		v, ok = r.fixed(2)
-	case 0xce:
-		v, ok = r.fixed(4)
-	case 0xcf, 0xd3:
-		v, ok = r.fixed(8)
-	case 0xd0:
-		v, ok = r.fixed(1)
-		v = uint64(int64(int8(v)))
-	case 0xd1:
-		v, ok = r.fixed(2)
-		v = uint64(int64(int16(v)))
-	case 0xd2:
-		v, ok = r.fixed(4)
-		v = uint64(int64(int32(v)))
-	default:
-		return 0, invalid(c, what)
-	}
-	if !ok {
-		return 0, errShort
-	}
-	return v, nil
-}
-
-// strLen reads the header of a str or bin (msgpack does not tell them apart when decoding);
-// -1 means nil.
-func (r *decoder) strLen() (int, error) {
-	c, ok := r.code()
-	if !ok {
-		return 0, errShort
-	}
-	var n uint64
-	switch {
-	case c >= 0xa0 && c <= 0xbf: // fixstr
-		n = uint64(c & 0x1f)
-	case c == 0xc0:
-		return -1, nil
-	case c == 0xd9 || c == 0xc4:
-		n, ok = r.fixed(1)
-	case c == 0xda || c == 0xc5:
-		n, ok = r.fixed(2)
-	case c == 0xdb || c == 0xc6:
-		n, ok = r.fixed(4)
-	default:
-		return 0, invalid(c, "string/bytes length")
-	}
-	if !ok {
-		return 0, errShort
-	}
-	if n > uint64(len(r.b)-r.off) {
-		// Checked before anything is allocated: a corrupt length must not cost its size.
-		return 0, fmt.Errorf("length %d, %d bytes left: %w", n, len(r.b)-r.off, errShort)
-	}
-	return int(n), nil
-}
-
+// u64 reads an unsigned field as msgpack's DecodeUint64 does (any width, a negative one as
+// its 64 bits, nil as 0) and checks it against the field's max.
 func (r *decoder) u64(field string, max uint64) uint64 {
 	if !r.next(field) {
 		return 0
 	}
-	v, err := r.integer("uint64")
+	v, _, err := r.Int()
 	if err != nil {
 		r.fail(field, err)
 		return 0
@@ -385,11 +252,13 @@ func (r *decoder) u64(field string, max uint64) uint64 {
 	return v
 }
 
+// i64 reads a signed field as msgpack's DecodeInt64 does: any width, a uint 64 as its 64
+// bits, nil as 0.
 func (r *decoder) i64(field string) int64 {
 	if !r.next(field) {
 		return 0
 	}
-	v, err := r.integer("int64")
+	v, _, err := r.Int()
 	if err != nil {
 		r.fail(field, err)
 	}
@@ -399,17 +268,19 @@ func (r *decoder) i64(field string) int64 {
 // str reads a string field into *dst, which strings sets once the body is read.
 func (r *decoder) str(field string, dst *string) {
 	if n := r.strField(field); n > 0 {
-		r.span(dst, n)
+		off := r.Pos()
+		_, _ = r.Take(n) // strField checked n
+		r.span(dst, off, n)
 	}
 }
 
 // strField reads a string field's header and returns its length; 0 when the field is
-// absent, empty or bad (the error is recorded).
+// absent, empty, nil or bad (the error is recorded).
 func (r *decoder) strField(field string) int {
 	if !r.next(field) {
 		return 0
 	}
-	n, err := r.strLen()
+	n, err := r.StrLen()
 	if err != nil {
 		r.fail(field, err)
 		return 0
@@ -426,25 +297,24 @@ func (r *decoder) shared(field string, dst *string, tab *internTable) {
 	if n == 0 {
 		return
 	}
-	b := r.b[r.off : r.off+n]
+	off := r.Pos()
+	b, _ := r.Take(n) // strField checked n
 	if s, ok := tab.lookup(b, r.evSeq); ok {
 		*dst = s
-		r.off += n
 		return
 	}
-	r.span(dst, n)
+	r.span(dst, off, n)
 }
 
-// span records the string field of n bytes at the read position (see strings).
-func (r *decoder) span(dst *string, n int) {
+// span records the string field of n bytes at off in the body (see strings).
+func (r *decoder) span(dst *string, off, n int) {
 	if r.nspans == len(r.spans) { // more strings than any event has: one more allocation
-		*dst = string(r.b[r.off : r.off+n])
-	} else {
-		r.spans[r.nspans] = span{dst: dst, off: r.off, len: n}
-		r.nspans++
-		r.nbytes += n
+		*dst = string(r.b[off : off+n])
+		return
 	}
-	r.off += n
+	r.spans[r.nspans] = span{dst: dst, off: off, len: n}
+	r.nspans++
+	r.nbytes += n
 }
 
 // strings sets the string fields str read. They share one allocation: an event's strings
@@ -471,7 +341,7 @@ func (r *decoder) bin(field string) []byte {
 	if !r.next(field) {
 		return nil
 	}
-	n, err := r.strLen()
+	n, err := r.StrLen()
 	if err != nil {
 		r.fail(field, err)
 		return nil
@@ -479,51 +349,22 @@ func (r *decoder) bin(field string) []byte {
 	if n == -1 {
 		return nil
 	}
+	p, _ := r.Take(n)    // StrLen checked n
 	v := make([]byte, n) // its own allocation: the caller may change it
-	copy(v, r.b[r.off:])
-	r.off += n
+	copy(v, p)
 	return v
 }
 
+// bool reads a bool field; nil is false.
 func (r *decoder) bool(field string) bool {
 	if !r.next(field) {
 		return false
 	}
-	c, ok := r.code()
-	switch {
-	case !ok:
-		r.fail(field, errShort)
-	case c == 0xc3:
-		return true
-	case c != 0xc2 && c != 0xc0: // false, nil
-		r.fail(field, invalid(c, "bool"))
+	v, _, err := r.Bool()
+	if err != nil {
+		r.fail(field, err)
 	}
-	return false
-}
-
-// arrayLen reads an array header; -1 means nil.
-func (r *decoder) arrayLen() (int, error) {
-	c, ok := r.code()
-	if !ok {
-		return 0, errShort
-	}
-	var n uint64
-	switch {
-	case c >= 0x90 && c <= 0x9f:
-		return int(c & 0x0f), nil
-	case c == 0xc0:
-		return -1, nil
-	case c == 0xdc:
-		n, ok = r.fixed(2)
-	case c == 0xdd:
-		n, ok = r.fixed(4)
-	default:
-		return 0, invalid(c, "array length")
-	}
-	if !ok {
-		return 0, errShort
-	}
-	return int(n), nil
+	return v
 }
 
 func (r *decoder) header(h *Header) {
@@ -539,7 +380,7 @@ func (r *decoder) outcome(o *Outcome) {
 	if !r.next(field) {
 		return
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen() // nil is -1, refused below
 	if err != nil {
 		r.fail(field, err)
 		return
@@ -563,84 +404,10 @@ func (r *decoder) outcome(o *Outcome) {
 func (r *decoder) skipRest(field string) {
 	for r.err == nil && r.left > 0 {
 		r.left--
-		if err := r.skip(); err != nil {
+		if err := r.Skip(); err != nil {
 			r.fail(field, err)
 		}
 	}
-}
-
-// skip skips one msgpack value of any type, nested ones included, without recursion: pending
-// counts the values still to skip.
-func (r *decoder) skip() error {
-	for pending := uint64(1); pending > 0; pending-- {
-		c, ok := r.code()
-		if !ok {
-			return errShort
-		}
-		var size int // bytes of a length field to read, then that many bytes to skip
-		var fix uint64
-		switch {
-		case c <= 0x7f || c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3: // fixint, nil, bool
-			continue
-		case c >= 0x80 && c <= 0x8f: // fixmap
-			pending += 2 * uint64(c&0x0f)
-			continue
-		case c >= 0x90 && c <= 0x9f: // fixarray
-			pending += uint64(c & 0x0f)
-			continue
-		case c >= 0xa0 && c <= 0xbf: // fixstr
-			fix = uint64(c & 0x1f)
-		case c == 0xcc || c == 0xd0:
-			fix = 1
-		case c == 0xcd || c == 0xd1:
-			fix = 2
-		case c == 0xce || c == 0xd2 || c == 0xca:
-			fix = 4
-		case c == 0xcf || c == 0xd3 || c == 0xcb:
-			fix = 8
-		case c >= 0xd4 && c <= 0xd8: // fixext 1, 2, 4, 8, 16 and the type byte
-			fix = 1<<(c-0xd4) + 1
-		case c == 0xc4 || c == 0xd9:
-			size = 1
-		case c == 0xc5 || c == 0xda:
-			size = 2
-		case c == 0xc6 || c == 0xdb:
-			size = 4
-		case c == 0xc7, c == 0xc8, c == 0xc9: // ext 8, 16, 32: length, type byte, data
-			n, ok := r.fixed(1 << (c - 0xc7))
-			if !ok {
-				return errShort
-			}
-			fix = n + 1
-		case c == 0xdc || c == 0xdd: // array 16, 32
-			n, ok := r.fixed(2 << (c - 0xdc))
-			if !ok {
-				return errShort
-			}
-			pending += n
-			continue
-		case c == 0xde || c == 0xdf: // map 16, 32
-			n, ok := r.fixed(2 << (c - 0xde))
-			if !ok {
-				return errShort
-			}
-			pending += 2 * n
-			continue
-		default: // 0xc1, never used
-			return fmt.Errorf("msgpack: unknown code %x", c)
-		}
-		if size > 0 {
-			n, ok := r.fixed(size)
-			if !ok {
-				return errShort
-			}
-			fix = n
-		}
-		if _, ok := r.take(fix); !ok {
-			return errShort
-		}
-	}
-	return nil
 }
 
 // openEnvelope checks an event's envelope (length, envelope version, checksum, type, schema
@@ -723,8 +490,8 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		return nil, envErr
 	}
 
-	r := decoder{b: body, seq: seq, typ: t}
-	n, derr := r.arrayLen()
+	r := decoder{Reader: msgp.NewReader(body), b: body, seq: seq, typ: t}
+	n, derr := r.ArrayLen() // nil is -1: too few fields
 	if derr != nil {
 		return nil, &DecodeError{Seq: seq, Type: t, Field: "body", Kind: ErrCorrupt, Detail: derr.Error()}
 	}
@@ -804,8 +571,8 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		ev = e
 	}
 	r.skipRest("body")
-	if r.err == nil && r.off != len(r.b) {
-		r.fail("body", fmt.Errorf("%d trailing bytes after the body", len(r.b)-r.off))
+	if r.err == nil && r.Left() != 0 {
+		r.fail("body", fmt.Errorf("%d trailing bytes after the body", r.Left()))
 	}
 	if r.err == nil {
 		r.strings()

@@ -3,8 +3,11 @@ package pebblelog
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/msgp"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -63,6 +67,32 @@ func randWake(r *rand.Rand) *projection.Wake {
 	}
 }
 
+// taskRef and wakeRef are the reference for the record layout: projection.Task and Wake as
+// msgpack's reflection encoder writes them with the tag they carried when format 1 was
+// written (`as_array`; the projection's types carry no storage tags now). The fields are
+// inlined, so a field added to Task changes the reference too and this test fails until the
+// codec writes it.
+type taskRef struct {
+	_msgpack        struct{} `msgpack:",as_array"`
+	projection.Task `msgpack:",inline"`
+}
+
+type wakeRef struct {
+	_msgpack        struct{} `msgpack:",as_array"`
+	projection.Wake `msgpack:",inline"`
+}
+
+// refMarshal is msgpack's reflection encoding of a record.
+func refMarshal[T projection.Task | projection.Wake](rec *T) ([]byte, error) {
+	switch rec := any(rec).(type) {
+	case *projection.Task:
+		return msgpack.Marshal(&taskRef{Task: *rec})
+	case *projection.Wake:
+		return msgpack.Marshal(&wakeRef{Wake: *rec})
+	}
+	panic("unreachable")
+}
+
 // TestRecordCodecMatchesMsgpack: the hand-written codec writes the bytes the msgpack
 // reflection encoder writes (stores written before it stay byte-identical) and both decoders
 // read both encodings to the same record.
@@ -70,7 +100,7 @@ func TestRecordCodecMatchesMsgpack(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 400 {
 		task := randTask(r)
-		want, err := msgpack.Marshal(task)
+		want, err := refMarshal(task)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,13 +115,16 @@ func TestRecordCodecMatchesMsgpack(t *testing.T) {
 		if !reflect.DeepEqual(back, task) {
 			t.Fatalf("task %d: decode(msgpack) = %+v, want %+v", i, back, task)
 		}
-		var lib projection.Task
+		var lib taskRef
 		if err := msgpack.Unmarshal(got, &lib); err != nil {
 			t.Fatal(err)
 		}
+		if d := projection.DiffRecords("task", &lib.Task, task); len(d) != 0 {
+			t.Fatalf("task %d: msgpack decodes the hand encoding to %+v, want %+v", i, lib.Task, task)
+		}
 
 		wake := randWake(r)
-		if want, err = msgpack.Marshal(wake); err != nil {
+		if want, err = refMarshal(wake); err != nil {
 			t.Fatal(err)
 		}
 		if got = appendWake(nil, wake); !bytes.Equal(got, want) {
@@ -116,7 +149,7 @@ func TestRecordCodecCompactIntegers(t *testing.T) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.UseCompactInts(true)
-	if err := enc.Encode(task); err != nil {
+	if err := enc.Encode(&taskRef{Task: *task}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := decodeTask([]byte("k"), buf.Bytes())
@@ -138,7 +171,7 @@ func TestRecordCodecCompactIntegers(t *testing.T) {
 // TestRecordCodecShortAndLongArrays: a record of an older layout (fewer fields) decodes with
 // the missing fields zero; extra scalar fields of a later layout are skipped.
 func TestRecordCodecShortAndLongArrays(t *testing.T) {
-	short := appendStr(appendStr(appendArrayLen(nil, 2), "t1"), "s1")
+	short := msgp.AppendStr(msgp.AppendStr(msgp.AppendArrayLen(nil, 2), "t1"), "s1")
 	got, err := decodeTask([]byte("k"), short)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +181,7 @@ func TestRecordCodecShortAndLongArrays(t *testing.T) {
 	}
 	full := appendTask(nil, &projection.Task{ID: "t1"})
 	long := append([]byte{0xdc, 0, taskFields + 2}, full[3:]...)
-	long = appendStr(appendUint64(long, 9), "later")
+	long = msgp.AppendStr(msgp.AppendUint64(long, 9), "later")
 	if got, err = decodeTask([]byte("k"), long); err != nil || got.ID != "t1" {
 		t.Fatalf("long: got %+v, %v", got, err)
 	}
@@ -182,6 +215,22 @@ func TestRecordCodecCorrupt(t *testing.T) {
 	}
 }
 
+// TestRecordDecodeAllocs: decoding a record allocates the record, its non-empty strings and
+// its byte strings, nothing more (the outcome's keys are compared, not copied). The store reads
+// a record for every command that touches a task.
+func TestRecordDecodeAllocs(t *testing.T) {
+	task := &projection.Task{ID: "task-1", SessionID: "session-1", Kind: "thumbnail", Input: []byte("{}"), LeaseToken: "token-1"}
+	enc := appendTask(nil, task)
+	const want = 1 + 4 + 1 // the Task, four strings, the input
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := decodeTask(nil, enc); err != nil {
+			t.Fatal(err)
+		}
+	}); n != want {
+		t.Fatalf("decodeTask allocates %v times, want %d", n, want)
+	}
+}
+
 func BenchmarkRecordCodec(b *testing.B) {
 	task := &projection.Task{ID: "01JDQ6Y8M2Q0000000000000000", SessionID: "session-001", Kind: "thumbnail",
 		Input: bytes.Repeat([]byte("x"), 200), CreatedAt: 1, ScheduledAt: 1, SubmitSeq: 9, LeaseToken: "0123456789abcdef0123456789abcdef"}
@@ -194,7 +243,7 @@ func BenchmarkRecordCodec(b *testing.B) {
 	})
 	b.Run("encode/msgpack", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := msgpack.Marshal(task); err != nil {
+			if _, err := refMarshal(task); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -208,10 +257,142 @@ func BenchmarkRecordCodec(b *testing.B) {
 	})
 	b.Run("decode/msgpack", func(b *testing.B) {
 		for b.Loop() {
-			var t projection.Task
+			var t taskRef
 			if err := msgpack.Unmarshal(enc, &t); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+// go test ./pebblelog -run RecordGolden -update writes testdata/records from the fixtures.
+// Records are a wire format too (store format 1): the files were generated by the encoder of
+// format 1 and must never be rewritten for that format; a new layout is a new store format.
+var updateRecords = flag.Bool("update", false, "rewrite testdata/records from the fixtures")
+
+const recordGoldenDir = "testdata/records"
+
+// recordFixture is one golden record file: the record it must encode to and decode from,
+// forever. The values are literals on purpose, as in events/golden_test.go.
+type recordFixture struct {
+	name string // testdata/records/<name>.bin
+	task *projection.Task
+	wake *projection.Wake
+}
+
+const (
+	gSession = "sess_0192f3a4-0000-7000-8000-00000000abcd"
+	gTask    = "task_0192f3a4-7b1c-7d2e-8f90-a1b2c3d4e5f6"
+	gWake    = "wake_0192f3a4-8c2d-7e3f-9a01-b2c3d4e5f607"
+	gToken   = "lease_9f86d081884c7d659a2feaa0c55ad015"
+	gAt      = int64(1767225600123456789) // 2026-01-01T00:00:00.123456789Z
+)
+
+// The fixtures cover every field, nil and empty byte strings, and every length class of str
+// (fix, 8, 16, 32) and bin (8, 16, 32) the encoder writes.
+var recordFixtures = []recordFixture{
+	{name: "task_pending", task: &projection.Task{
+		ID: gTask, SessionID: gSession, Kind: "email.send",
+		Input:    []byte(`{"to":"ada@example.com","subject":"héllo ✓"}`),
+		HasRunAt: true, RunAt: gAt + 90e9, IdempotencyKey: "signup-42", WakeOnCompletion: true,
+		CreatedAt: gAt, ScheduledAt: gAt + 90e9, SubmitSeq: 1, State: events.StatePending,
+		UpdatedSeq: 1,
+	}},
+	{name: "task_running", task: &projection.Task{
+		ID: gTask, SessionID: gSession, Kind: "k", Input: []byte{},
+		CreatedAt: gAt, ScheduledAt: gAt, SubmitSeq: 70000, State: events.StateRunning,
+		CancelRequested: true, CancelRequestedAt: gAt + 1, Attempts: 3, LeaseToken: gToken,
+		LeaseExpiresAt: gAt + 30e9, RejectedAttempt: 2, UpdatedSeq: 70_001,
+	}},
+	{name: "task_succeeded", task: &projection.Task{
+		ID: gTask, SessionID: gSession, Kind: "thumbnail", Input: []byte(`{}`),
+		CreatedAt: -1, ScheduledAt: math.MinInt64, SubmitSeq: math.MaxUint64, State: events.StateSucceeded,
+		Attempts: math.MaxUint32, LeaseExpiresAt: math.MaxInt64, FinishedAt: gAt + 2e9,
+		Outcome:      events.Outcome{State: events.StateSucceeded, Summary: "done", Output: []byte(`{"ok":true}`)},
+		SettledToken: gToken, CompletionWakeID: gWake, RejectedAttempt: math.MaxUint32, UpdatedSeq: 1 << 40,
+	}},
+	{name: "task_wide", task: &projection.Task{
+		ID: strings.Repeat("i", 31), SessionID: strings.Repeat("s", 32), Kind: strings.Repeat("k", 255),
+		Input: bytes.Repeat([]byte{0xa5}, 65536), IdempotencyKey: strings.Repeat("y", 256),
+		State: events.StateFailed, LeaseToken: strings.Repeat("t", 300),
+		Outcome: events.Outcome{State: events.StateFailed, Summary: strings.Repeat("m", 65536),
+			Output: bytes.Repeat([]byte{1}, 256), Error: strings.Repeat("e", 255)},
+	}},
+	{name: "wake_requested", wake: &projection.Wake{
+		ID: gWake, SessionID: gSession, Reason: events.WakeRequested, Payload: []byte(`{"n":1}`),
+		IdempotencyKey: "nudge-1", CreatedAt: gAt, RecordSeq: 12, UpdatedSeq: 12,
+	}},
+	{name: "wake_task_finished", wake: &projection.Wake{
+		ID: gWake, SessionID: gSession, Reason: events.WakeTaskFinished, TaskID: gTask,
+		Outcome:   events.Outcome{State: events.StateFailed, Error: "boom"},
+		CreatedAt: gAt, RecordSeq: 300, Attempts: 2, LeaseToken: gToken, LeaseExpiresAt: gAt + 5e9,
+		RejectedAttempt: 1, UpdatedSeq: 301,
+	}},
+	{name: "wake_acked", wake: &projection.Wake{
+		ID: gWake, SessionID: gSession, Reason: events.WakeTaskFinished, Payload: bytes.Repeat([]byte{7}, 300),
+		TaskID: gTask, Outcome: events.Outcome{State: events.StateCanceled},
+		CreatedAt: math.MinInt64, RecordSeq: math.MaxUint64, Attempts: 1, Acked: true, AckedToken: gToken,
+		LeaseExpiresAt: -5, UpdatedSeq: math.MaxUint64,
+	}},
+}
+
+func (f recordFixture) encode() []byte {
+	if f.task != nil {
+		return appendTask(nil, f.task)
+	}
+	return appendWake(nil, f.wake)
+}
+
+// TestRecordGolden: today's encoder writes the golden records byte for byte, and the decoder
+// reads each file back to its fixture.
+func TestRecordGolden(t *testing.T) {
+	if *updateRecords {
+		if err := os.MkdirAll(recordGoldenDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range recordFixtures {
+		t.Run(f.name, func(t *testing.T) {
+			path := filepath.Join(recordGoldenDir, f.name+".bin")
+			got := f.encode()
+			if *updateRecords {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				i := 0
+				for i < len(got) && i < len(want) && got[i] == want[i] {
+					i++
+				}
+				t.Fatalf("record %s differs from %s at byte %d (len %d, golden %d): the record format must not change",
+					f.name, path, i, len(got), len(want))
+			}
+			var lib []byte
+			if f.task != nil {
+				lib, err = refMarshal(f.task)
+			} else {
+				lib, err = refMarshal(f.wake)
+			}
+			if err != nil || !bytes.Equal(lib, want) {
+				t.Fatalf("msgpack's reflection encoder writes %s differently (%v)", path, err)
+			}
+			key := []byte(f.name)
+			if f.task != nil {
+				back, err := decodeTask(key, want)
+				if err != nil || !reflect.DeepEqual(back, f.task) {
+					t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, f.task)
+				}
+				return
+			}
+			back, err := decodeWake(key, want)
+			if err != nil || !reflect.DeepEqual(back, f.wake) {
+				t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, f.wake)
+			}
+		})
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
@@ -136,11 +135,7 @@ func TestVerifyDamagedTaskRecord(t *testing.T) {
 	}
 	rec.State = events.StateRunning
 	rec.Attempts = 7
-	v, err := msgpack.Marshal(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rawSet(t, s, key, v)
+	rawSet(t, s, key, appendTask(nil, rec))
 
 	p := verifyProblems(t, s)
 	mustHaveProblem(t, p, "task t3: field State: ", "(stored vs rebuilt)")
@@ -158,11 +153,7 @@ func TestVerifyDamagedWakeRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.Acked = true
-	v, err := msgpack.Marshal(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rawSet(t, s, key, v)
+	rawSet(t, s, key, appendWake(nil, rec))
 	mustHaveProblem(t, verifyProblems(t, s), "wake w1: field Acked: ", "(stored vs rebuilt)")
 }
 

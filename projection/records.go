@@ -6,11 +6,10 @@ import (
 	"github.com/worklog/worklog/events"
 )
 
-// Task is the projected state of one task. The msgpack array layout is part of the store
-// format (pebblelog.FormatVersion): append fields only.
+// Task is the projected state of one task. Its stored form (pebblelog/record_codec.go) is a
+// msgpack array of these fields in this order, part of the store format: append fields only,
+// and add each to the record codec.
 type Task struct {
-	_msgpack struct{} `msgpack:",as_array"`
-
 	ID               string
 	SessionID        string
 	Kind             string
@@ -51,10 +50,8 @@ func (t *Task) EligibleAt() (int64, bool) {
 	return 0, false
 }
 
-// Wake is the projected state of one wake.
+// Wake is the projected state of one wake. Its stored form is like Task's.
 type Wake struct {
-	_msgpack struct{} `msgpack:",as_array"`
-
 	ID             string
 	SessionID      string
 	Reason         events.WakeReason

@@ -241,8 +241,9 @@ func (c *segCache) checkSegment(end uint64) error {
 // readSegment adds the records of one segment that tasks and wakes do not hold yet (they
 // hold newer versions) and returns how many records the segment has.
 //
-// A segment is: the header; the number of tasks, then for each its id and its msgpack
-// record as bytes; the same for wakes; a CRC-32C of everything before it.
+// A segment is: the header; the number of tasks, then for each its id and its record as
+// bytes, in the store's record format (pebblelog's record codec: the bytes a store keeps
+// under the task's key); the same for wakes; a CRC-32C of everything before it.
 func (c *segCache) readSegment(end uint64, tasks map[string]*projection.Task, wakes map[string]*projection.Wake) (int, error) {
 	b, err := os.ReadFile(c.segPath(end))
 	if err != nil {
@@ -259,11 +260,11 @@ func (c *segCache) readSegment(end uint64, tasks map[string]*projection.Task, wa
 	if h.End != end {
 		return 0, errors.New("header does not match the file name")
 	}
-	nt, err := readRecords(d, tasks, func(t *projection.Task) string { return t.ID })
+	nt, err := readRecords(d, tasks, pebblelog.DecodeTaskRecord, func(t *projection.Task) string { return t.ID })
 	if err != nil {
 		return 0, err
 	}
-	nw, err := readRecords(d, wakes, func(w *projection.Wake) string { return w.ID })
+	nw, err := readRecords(d, wakes, pebblelog.DecodeWakeRecord, func(w *projection.Wake) string { return w.ID })
 	if err != nil {
 		return 0, err
 	}
@@ -273,7 +274,9 @@ func (c *segCache) readSegment(end uint64, tasks map[string]*projection.Task, wa
 	return nt + nw, nil
 }
 
-func readRecords[T any](d *msgpack.Decoder, into map[string]*T, idOf func(*T) string) (int, error) {
+// readRecords reads one array of (id, record) pairs; decode is pebblelog's record decoder.
+func readRecords[T any](d *msgpack.Decoder, into map[string]*T,
+	decode func(key, v []byte) (*T, error), idOf func(*T) string) (int, error) {
 	n, err := d.DecodeArrayLen()
 	if err != nil {
 		return 0, err
@@ -293,8 +296,8 @@ func readRecords[T any](d *msgpack.Decoder, into map[string]*T, idOf func(*T) st
 		if err != nil {
 			return 0, err
 		}
-		rec := new(T)
-		if err := msgpack.Unmarshal(raw, rec); err != nil {
+		rec, err := decode([]byte(id), raw)
+		if err != nil {
 			return 0, err
 		}
 		if idOf(rec) != id {
@@ -386,10 +389,10 @@ func (c *segCache) writeSegment(st *pebblelog.Store, m *projection.Mem, rec *rec
 	if err := e.Encode(&h); err != nil {
 		return err
 	}
-	if err := writeRecords(e, ts, func(t *projection.Task) string { return t.ID }); err != nil {
+	if err := writeRecords(e, ts, pebblelog.AppendTaskRecord, func(t *projection.Task) string { return t.ID }); err != nil {
 		return err
 	}
-	if err := writeRecords(e, ws, func(w *projection.Wake) string { return w.ID }); err != nil {
+	if err := writeRecords(e, ws, pebblelog.AppendWakeRecord, func(w *projection.Wake) string { return w.ID }); err != nil {
 		return err
 	}
 	buf.Write(binary.BigEndian.AppendUint32(nil, crc32.Checksum(buf.Bytes(), castagnoli)))
@@ -414,15 +417,14 @@ func (c *segCache) writeSegment(st *pebblelog.Store, m *projection.Mem, rec *rec
 	return err
 }
 
-func writeRecords[T any](e *msgpack.Encoder, recs []*T, idOf func(*T) string) error {
+// writeRecords writes one array of (id, record) pairs; appendRec is pebblelog's record encoder.
+func writeRecords[T any](e *msgpack.Encoder, recs []*T, appendRec func([]byte, *T) []byte, idOf func(*T) string) error {
 	if err := e.EncodeArrayLen(len(recs)); err != nil {
 		return err
 	}
+	var raw []byte
 	for _, r := range recs {
-		raw, err := msgpack.Marshal(r)
-		if err != nil {
-			return err
-		}
+		raw = appendRec(raw[:0], r)
 		if err := errors.Join(e.EncodeString(idOf(r)), e.EncodeBytes(raw)); err != nil {
 			return err
 		}

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
@@ -57,17 +57,13 @@ func TestVerifyDamagedProjection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var task projection.Task
-		if err := msgpack.Unmarshal(v, &task); err != nil {
+		task, err := pebblelog.DecodeTaskRecord(key, v)
+		if err != nil {
 			t.Fatal(err)
 		}
 		closer.Close()
 		task.Attempts = 7 // the log says 2
-		b, err := msgpack.Marshal(&task)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Set(key, b, pebble.Sync); err != nil {
+		if err := db.Set(key, pebblelog.AppendTaskRecord(nil, task), pebble.Sync); err != nil {
 			t.Fatal(err)
 		}
 	})
