@@ -150,17 +150,21 @@ type pending struct {
 // commands wrote nothing, or NoSync) is answered only after every batch queued before it is
 // durable: its commands may have read what those batches wrote (a duplicate submit finding
 // the task submitted one batch earlier must not be acknowledged before that task is durable).
+// For the same reason, once any batch has failed, every later group fails too, with or
+// without a batch of its own: it may have read what the failed batch wrote.
 func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 	defer close(done)
 	for p := range q {
 		if p.b != nil {
 			if err := p.b.SyncWait(); err != nil {
-				err = s.fail(err)
-				for i := range p.results {
-					p.results[i] = err
-				}
+				s.fail(err)
 			} else {
 				p.b.Close()
+			}
+		}
+		if err := s.failure(); err != nil {
+			for i := range p.results {
+				p.results[i] = err
 			}
 		}
 		for i, r := range p.group {
