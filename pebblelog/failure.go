@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,18 +283,22 @@ func (f *failures) fatal(format, msg string) {
 //     iterator in the reader's goroutine; the read goes on, and the store has failed.
 //   - table_stats.go: "%s" with an object size mismatch: the stats loader skips the file.
 func returnableFatal(format string) bool {
-	switch format {
-	case "pebble: fatal commit error: %v",
-		"MANIFEST flush failed: %v", "MANIFEST sync failed: %v", "MANIFEST set current failed: %v":
+	if slices.Contains(returnableFatalFormats, format) {
 		return true
 	}
-	for _, p := range []string{"mergingIter: ", "levelIter %s: ", "pebble: prefix violation", "pebble: invariant violation"} {
+	for _, p := range returnableFatalPrefixes {
 		if strings.HasPrefix(format, p) {
 			return true
 		}
 	}
 	return false
 }
+
+var (
+	returnableFatalFormats = []string{"pebble: fatal commit error: %v",
+		"MANIFEST flush failed: %v", "MANIFEST sync failed: %v", "MANIFEST set current failed: %v"}
+	returnableFatalPrefixes = []string{"mergingIter: ", "levelIter %s: ", "pebble: prefix violation", "pebble: invariant violation"}
+)
 
 // fatalLogger is the store's Pebble logger: Logger for messages, failures for Fatalf.
 type fatalLogger struct {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -244,4 +246,41 @@ func TestDuplicateOfFailedBatchFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustVerify(t, s)
+}
+
+// TestReturnableFatalFormats: the Fatalf formats that fatalLogger returns from must still be
+// Pebble's (a Pebble upgrade that rewords one would silently park a goroutine where Pebble
+// copes with a return, or worse, the other way round: see failures.fatal). It reads the
+// source of the Pebble module this test was built with.
+func TestReturnableFatalFormats(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cockroachdb/pebble/v2").Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		t.Skipf("Pebble's source is not available: %v", err)
+	}
+	var src strings.Builder
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for _, f := range returnableFatalFormats {
+		if !strings.Contains(src.String(), "Fatalf("+strconv.Quote(f)) {
+			t.Errorf("no Fatalf(%q) in %s", f, dir)
+		}
+	}
+	for _, p := range returnableFatalPrefixes {
+		if q := strconv.Quote(p); !strings.Contains(src.String(), "Fatalf("+q[:len(q)-1]) {
+			t.Errorf("no Fatalf format starting %q in %s", p, dir)
+		}
+	}
 }
