@@ -284,3 +284,68 @@ func TestReturnableFatalFormats(t *testing.T) {
 		}
 	}
 }
+
+const walRotationEnv = "WORKLOG_TEST_WAL_ROTATION_STORE"
+
+// TestHelperWALRotationAfterFailedWrite is not a test: see TestWALRotationAfterFailedWrite.
+func TestHelperWALRotationAfterFailedWrite(t *testing.T) {
+	dir := os.Getenv(walRotationEnv)
+	if dir == "" {
+		t.Skip("helper process for TestWALRotationAfterFailedWrite")
+	}
+	say := func(s string) { os.Stdout.WriteString(s + "\n") }
+	var armed atomic.Bool
+	release := make(chan struct{})
+	held := make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			if armed.CompareAndSwap(true, false) {
+				close(held)
+				<-release
+			}
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	s, err := Open(dir, Options{FS: errorfs.Wrap(vfs.Default, inj), MemTableSize: 256 << 10, StallTimeout: time.Second})
+	if err != nil {
+		say("error " + err.Error())
+		os.Exit(3)
+	}
+	seedStore(t, s)
+	say("seeded")
+	armed.Store(true)
+	small := make(chan error, 1)
+	go func() { small <- update(s, submitted("s1", "small", sec(20), false)) }()
+	<-held // the WAL writer is writing small's batch
+	big := make(chan error, 1)
+	go func() {
+		ev := submitted("s1", "big", sec(21), false)
+		ev.Input = []byte(`"` + strings.Repeat("b", 200<<10) + `"`) // larger than half a memtable: rotates the WAL
+		big <- update(s, ev)
+	}()
+	time.Sleep(200 * time.Millisecond) // big's commit waits in the WAL rotation for the writer
+	close(release)                     // small's WAL write fails
+	say(outcome("small", <-small))
+	say(outcome("big", <-big))
+	say(outcome("close", s.Close()))
+	os.Exit(0)
+}
+
+// A commit that rotates the WAL while the WAL writer's write fails: Pebble's rotation gets the
+// write's error from closing the old WAL and panics with its mutex unlocked, a fatal runtime
+// error that no recover catches. walFS parks the writer in that close instead: the store
+// fails, both callers get ErrStoreFailed, Close returns, the process survives, and a new
+// process opens the store.
+func TestWALRotationAfterFailedWrite(t *testing.T) {
+	dir := t.TempDir()
+	out := runHelper(t, "TestHelperWALRotationAfterFailedWrite", walRotationEnv, dir)
+	if want := "seeded\nrefused small\nrefused big\nrefused close\n"; out != want {
+		t.Fatalf("helper said:\n%s\nwant:\n%s", out, want)
+	}
+	s := openT(t, dir, Options{})
+	if last, err := s.LastSeq(); err != nil || last < 6 {
+		t.Fatalf("reopened: LastSeq %d, %v; want the seed's 6 at least", last, err)
+	}
+	mustVerify(t, s)
+}

@@ -330,14 +330,10 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		ws.syncq <- pending{group: group, results: results}
 		return
 	}
-	var err error
-	s.fh.inCommit()
-	if s.opts.NoSync {
-		err = b.Commit(pebble.NoSync)
-	} else {
-		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
+	err := s.fh.err() // a failed WAL write fails the store before its SyncWait returns
+	if err == nil {
+		err = s.commit(b)
 	}
-	s.fh.outOfCommit()
 	if err == nil {
 		err = s.fh.err() // a Fatalf in the commit pipeline returns nil to us
 	}
@@ -359,4 +355,23 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		b = nil
 	}
 	ws.syncq <- pending{b: b, group: group, results: results}
+}
+
+// commit commits b with the configured durability, inside the watchdog's bracket. Pebble
+// panics in the commit when its WAL writer failed earlier (DB.commitWrite); that panic is
+// the store's failure, and Pebble's commit mutex stays held, so the database is not closed
+// again (see walFS).
+func (s *Store) commit(b *pebble.Batch) (err error) {
+	s.fh.inCommit()
+	defer func() {
+		s.fh.outOfCommit()
+		if p := recover(); p != nil {
+			s.fh.parked.Store(true)
+			err = s.fh.fail(fmt.Errorf("pebble panicked in a commit: %v", p))
+		}
+	}()
+	if s.opts.NoSync {
+		return b.Commit(pebble.NoSync)
+	}
+	return s.db.ApplyNoSyncWait(b, pebble.Sync)
 }
