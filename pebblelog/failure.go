@@ -532,7 +532,11 @@ type walFS struct {
 	f *failures
 }
 
-func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
+// isWAL reports whether name is a WAL file of the store itself: a checkpoint's copies of the
+// WAL are written through the same FS, and a checkpoint that fails must not fail the store.
+func (fs walFS) isWAL(name string) bool {
+	return strings.HasSuffix(name, ".log") && fs.PathDir(name) == fs.PathDir(fs.PathJoin(fs.f.dir, "WORKLOG"))
+}
 
 func (fs walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	file, err := fs.FS.Create(name, category)
@@ -548,7 +552,7 @@ func (fs walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCat
 func (fs walFS) Unwrap() vfs.FS { return fs.FS }
 
 func (fs walFS) wal(name string, file vfs.File, err error) (vfs.File, error) {
-	if !isWAL(name) {
+	if !fs.isWAL(name) {
 		return file, err
 	}
 	if err != nil {

@@ -349,3 +349,22 @@ func TestWALRotationAfterFailedWrite(t *testing.T) {
 	}
 	mustVerify(t, s)
 }
+
+// A checkpoint whose copy of the WAL fails (a full destination disk) fails the checkpoint,
+// not the store: only the store's own WAL files are watched.
+func TestFailedCheckpointDoesNotFailStore(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "cp")
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasPrefix(op.Path, dest) && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	s := openT(t, t.TempDir(), Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	seedStore(t, s)
+	if err := s.Checkpoint(dest); !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Checkpoint: err = %v, want the injected error", err)
+	}
+	appendEvents(t, s, submitted("s1", "after", sec(30), false))
+	mustVerify(t, s)
+}
