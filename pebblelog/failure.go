@@ -38,9 +38,10 @@ type failures struct {
 	mu       sync.Mutex
 	first    error         // the first failure, wrapped in ErrStoreFailed
 	ch       chan struct{} // closed when first is set: wakes every waiting caller
-	// parked: a Pebble goroutine called Fatalf on a path that cannot continue and waits
-	// forever (see fatalLogger). It may hold Pebble's locks, so nothing may wait for Pebble
-	// again: Close leaves the database open.
+	// parked: a goroutine inside Pebble waits forever (a Fatalf on a path that cannot go on,
+	// see fatal; our writer in a WAL rotation that would panic, see walFS; a panic recovered
+	// in a commit). It may hold Pebble's locks, so nothing may wait for Pebble again: Close
+	// leaves the database open.
 	parked atomic.Bool
 
 	// The watchdog's view: when the writer entered Pebble's commit and when the syncer began
@@ -64,8 +65,9 @@ func newFailures(dir string, o Options) *failures {
 
 // installFailureHandling makes the store's failure state and installs its handlers on po:
 // Pebble's event listener (damage found by a read or a compaction, background errors, write
-// stalls) and a logger whose Fatalf fails the store instead of ending the process. It must be
-// called after po.Logger is set and before pebble.Open; the Store keeps the result.
+// stalls), a logger whose Fatalf fails the store instead of ending the process, and an FS
+// wrapper that watches the WAL files (walFS). It must be called after po.Logger and po.FS are
+// set and before pebble.Open; the Store keeps the result.
 func installFailureHandling(po *pebble.Options, dir string, o Options) *failures {
 	f := newFailures(dir, o)
 	l := pebble.EventListener{
