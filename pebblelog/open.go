@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -99,6 +100,13 @@ type Options struct {
 	RecordCacheSize int
 	// Logger receives Pebble's messages. Default: discarded.
 	Logger *slog.Logger
+	// StallTimeout bounds how long a commit or a WAL sync may wait inside Pebble (a write
+	// stall behind a flush that keeps failing on a full disk, a disk that stopped answering)
+	// before the store fails with ErrStoreFailed and every waiting call is answered; it also
+	// bounds how long Open waits for a recovery whose flush keeps failing. The failure is
+	// reported between StallTimeout and 1.25 × StallTimeout after the wait began. Default
+	// DefaultStallTimeout (30 s); negative: wait forever.
+	StallTimeout time.Duration
 }
 
 // EnsureDefaults sets every zero field to its default. Open calls it; callers that show or
@@ -121,6 +129,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.StallTimeout == 0 {
+		o.StallTimeout = DefaultStallTimeout
 	}
 }
 
@@ -223,7 +234,7 @@ func Open(dir string, o *Options) (*Store, error) {
 	s, err := open(dir, opts, state == dirStore, l)
 	if err != nil {
 		l.Close()
-		return nil, err
+		return nil, asOpenError(dir, err)
 	}
 	return s, nil
 }
@@ -366,16 +377,17 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	cache := newBlockCache(o.CacheSize, o.MemTableSize)
 	defer cache.Unref()
 	po := pebbleOptions(o, cache, l.pebble, exists)
+	fh := installFailureHandling(po, dir, o)
 	if exists && !o.ReadOnly {
-		if err := checkReadOnly(dir, po); err != nil {
+		if err := checkReadOnly(dir, po, fh); err != nil {
 			return nil, err
 		}
 	}
-	db, err := pebble.Open(dir, po)
+	db, err := fh.open(dir, po)
 	if err != nil {
 		return nil, pebbleOpenError(fs, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh}
 	fail := func(err error) (*Store, error) {
 		db.Close()
 		return nil, err
@@ -436,10 +448,10 @@ func pebbleOptions(o Options, cache *pebble.Cache, lock *pebble.Lock, exists boo
 // MANIFEST and OPTIONS and deletes obsolete files: a refusal after it would leave the store
 // changed. A read-only open writes nothing. It costs a second replay of the unflushed WAL
 // (at most about two memtables).
-func checkReadOnly(dir string, po *pebble.Options) error {
+func checkReadOnly(dir string, po *pebble.Options, fh *failures) error {
 	ro := po.Clone()
 	ro.ReadOnly = true
-	db, err := pebble.Open(dir, ro)
+	db, err := fh.open(dir, ro)
 	if err != nil {
 		return pebbleOpenError(po.FS, dir, err)
 	}
@@ -500,6 +512,12 @@ func checkPebbleMarkers(fs vfs.FS, dir string) error {
 // or damaged MANIFEST, sstable, WAL or marker) is ErrCorruptStore, with the file named when
 // Pebble's message names one.
 func pebbleOpenError(fs vfs.FS, dir string, err error) error {
+	// Already typed: a failure the store's handlers saw while Pebble opened (damage found
+	// by a read, a stalled recovery), which names its file better than Pebble's message.
+	var oe *OpenError
+	if e := asOpenError(dir, err); errors.As(e, &oe) {
+		return oe
+	}
 	if errors.Is(err, pebble.ErrDBDoesNotExist) {
 		return &OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Err: err,
 			Detail: fmt.Sprintf("%s says a store exists, but Pebble finds no database", MarkerFile),
