@@ -169,8 +169,14 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	if err := checkWAL(fs, dir); err != nil {
+		return nil, err
+	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		if werr := walReplayError(dir, err); werr != nil {
+			return nil, werr
+		}
 		if errors.Is(err, pebble.ErrDBDoesNotExist) {
 			return nil, fmt.Errorf("%w: %s: the marker exists but the database was never created", ErrNotAStore, dir)
 		}
