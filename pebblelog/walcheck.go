@@ -487,8 +487,11 @@ func checkWALFiles(fs vfs.FS, dir string) *OpenError {
 	}
 
 	// nextSeq is the sequence number the next batch must carry: Pebble assigns them without
-	// a gap, and every batch after the MANIFEST's last sequence is in a live WAL.
+	// a gap. The MANIFEST's last sequence is an upper bound on the numbers assigned when its
+	// last edit was written, which may include batches still in the live WALs; but every
+	// batch after it is in a live WAL, so the first live batch cannot lie beyond it.
 	nextSeq := max(m.lastSeq+1, pebbleSeqNumStart)
+	first := true
 	prevName := m.name
 	for i, num := range live {
 		name := walName(num)
@@ -517,6 +520,9 @@ func checkWALFiles(fs vfs.FS, dir string) *OpenError {
 			h, ok := batchrepr.ReadHeader(rec)
 			if !ok {
 				return corruptFile(name, -1, fmt.Sprintf("record %d is shorter than a batch header", j+1))
+			}
+			if first && uint64(h.SeqNum) <= nextSeq {
+				nextSeq, first = uint64(h.SeqNum), false
 			}
 			if uint64(h.SeqNum) != nextSeq {
 				if j == 0 && uint64(h.SeqNum) > nextSeq {
@@ -699,9 +705,13 @@ func writeFileAtomic(fs vfs.FS, dir, name, content string) error {
 // walReplayError turns an error of Pebble's Open that happened while replaying a WAL into an
 // *OpenError of kind ErrCorruptStore naming the WAL: Pebble puts the WAL's number and the
 // offset only into the error's details ("replaying wal 12, offset (/dir/000012.log: 33)"),
-// which %+v prints. It returns nil for any other error. checkWAL refuses every WAL Pebble
+// which %+v prints. It returns nil for any other error, including Pebble's refusals during
+// replay that are not about the WAL's contents (ErrDBNotPristine names the WAL too). checkWAL refuses every WAL Pebble
 // would fail to replay before Pebble reads it; this is the net under it.
 func walReplayError(dir string, err error) error {
+	if !pebble.IsCorruptionError(err) {
+		return nil // an I/O error, or a refusal that is not about the WAL's contents
+	}
 	m := walReplayRE.FindStringSubmatch(fmt.Sprintf("%+v", err))
 	if m == nil {
 		return nil

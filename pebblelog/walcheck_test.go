@@ -395,6 +395,11 @@ func TestWALReplayErrorNamesFile(t *testing.T) {
 	if walReplayError("/store", errors.New("pebble: something else")) != nil {
 		t.Error("an unrelated error was taken for a WAL replay error")
 	}
+	// Pebble names the WAL in the details of refusals that are not damage, too.
+	notPristine := fmt.Errorf("replaying wal 2, offset (/store/000002.log: 0): %w", pebble.ErrDBNotPristine)
+	if walReplayError("/store", notPristine) != nil {
+		t.Error("ErrDBNotPristine was taken for a damaged WAL")
+	}
 	_, err = Open("/store", Options{FS: clone})
 	wantCorrupt(t, err, w[0])
 }
