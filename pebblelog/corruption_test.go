@@ -166,11 +166,11 @@ func damagesFor(name string, b []byte, rng *rand.Rand) []damage {
 		}
 		var last int64 = -1
 		if num, ok := parseWALName(name); ok {
-			if recs := scanLog(b, uint32(num), false).offs; len(recs) > 0 {
+			if recs := scanLog(b, uint32(num), 0).offs; len(recs) > 0 {
 				last = recs[len(recs)-1]
 			}
 		} else if strings.HasPrefix(name, "MANIFEST-") {
-			if recs := scanLog(b, 0, false).offs; len(recs) > 0 {
+			if recs := scanLog(b, 0, 0).offs; len(recs) > 0 {
 				last = recs[len(recs)-1]
 			}
 		}

@@ -105,8 +105,8 @@ type logScan struct {
 // skipping anything: it stops at the first chunk that does not check out. walNum is the
 // WAL's number (its recyclable chunks must carry it; a chunk carrying walNum+1 at a record
 // start is the end-of-log trailer), or 0 for the MANIFEST, which uses legacy chunks. keep
-// says whether to keep the records' payloads.
-func scanLog(data []byte, walNum uint32, keep bool) logScan {
+// is how many bytes of each record to keep (-1: all; a WAL's batch header is enough).
+func scanLog(data []byte, walNum uint32, keep int) logScan {
 	s := logScan{size: int64(len(data))}
 	// A writer pads the end of a block with zeros when the next chunk header would not fit:
 	// record.Writer (the MANIFEST) when fewer than legacyHeaderLen bytes are left, Pebble's
@@ -195,13 +195,14 @@ func scanLog(data []byte, walNum uint32, keep bool) logScan {
 		default:
 			return invalid(off, "chunks out of order")
 		}
-		rec = append(rec, data[off+hlen:end]...)
+		if keep < 0 || len(rec) < keep {
+			rec = append(rec, data[off+hlen:end]...)
+		}
 		if pos == chunkFull || pos == chunkLast {
-			if keep {
-				s.records = append(s.records, slices.Clone(rec))
-			} else {
-				s.records = append(s.records, nil)
+			if keep >= 0 && len(rec) > keep {
+				rec = rec[:keep]
 			}
+			s.records = append(s.records, slices.Clone(rec))
 			s.offs = append(s.offs, recStart)
 			recStart = -1
 		}
@@ -320,7 +321,7 @@ func readManifest(fs vfs.FS, dir, name string) (manifestState, *OpenError) {
 		return m, nil
 	}
 	m.size = int64(len(data))
-	s := scanLog(data, 0, true)
+	s := scanLog(data, 0, -1)
 	m.cleanEnd = s.endOff
 	if s.end == endInvalid {
 		if q := manifestEvidence(data, s.endOff); q >= 0 {
@@ -424,7 +425,22 @@ func readFile(fs vfs.FS, path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// Read the size the file has now in one piece (io.ReadAll would grow and copy its buffer
+	// a dozen times for a 16 MiB WAL), then anything appended since.
+	b := make([]byte, fi.Size())
+	n, err := io.ReadFull(f, b)
+	if err == io.ErrUnexpectedEOF {
+		return b[:n], nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rest, err := io.ReadAll(f)
+	return append(b, rest...), err
 }
 
 // checkWAL checks the store's MANIFEST and WALs before Pebble replays them (see the comment
@@ -503,7 +519,7 @@ func checkWALFiles(fs vfs.FS, dir string) *OpenError {
 		if recorded && int64(len(data)) != recordedSize {
 			return corruptFile(name, min(int64(len(data)), recordedSize), fmt.Sprintf("the WAL is %d bytes long, but was %d when the store was last closed (%s)", len(data), recordedSize, cleanCloseFile))
 		}
-		s := scanLog(data, uint32(num), true)
+		s := scanLog(data, uint32(num), batchrepr.HeaderLen)
 		newest := i == len(live)-1
 		switch {
 		case s.end == endInvalid && (!newest || recorded):
