@@ -273,22 +273,8 @@ func TestCorruptionMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the corruption matrix runs in a child process")
 	}
-	counts := map[string]int{}
-	var known, failed []string
-	record := func(label, outcome string) {
-		if testing.Verbose() {
-			t.Logf("%s: %s", label, outcome)
-		}
-		kind, _, _ := strings.Cut(outcome, ":")
-		counts[kind]++
-		switch {
-		case kind == "refused" || kind == "intact" || kind == "read error":
-		case knownElsewhere(outcome) != "":
-			known = append(known, fmt.Sprintf("%s: %s [fixed by branch %s]", label, outcome, knownElsewhere(outcome)))
-		default:
-			failed = append(failed, label+": "+outcome)
-		}
-	}
+	type result struct{ label, outcome string }
+	results := map[int]result{}
 	cases, next := 0, 0
 	for children := 0; ; children++ {
 		if children > 50 {
@@ -299,7 +285,7 @@ func TestCorruptionMatrix(t *testing.T) {
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
-		started, label, ended := -1, "", false
+		started, lastDone, label, ended := -1, -1, "", false
 		for _, line := range strings.Split(string(out), "\n") {
 			verb, rest, _ := strings.Cut(line, " ")
 			numStr, text, _ := strings.Cut(rest, " ")
@@ -308,9 +294,8 @@ func TestCorruptionMatrix(t *testing.T) {
 			case "start":
 				started, label = n, text
 			case "done":
-				record(label, text)
-				started = -1
-				next = n + 1
+				results[n] = result{label, text}
+				started, lastDone, next = -1, n, n+1
 			case "end":
 				ended, cases = true, n
 			}
@@ -318,12 +303,38 @@ func TestCorruptionMatrix(t *testing.T) {
 		if ended {
 			break
 		}
-		if started < 0 {
-			t.Fatalf("the matrix child ended (%v) outside a case:\n%s", err, stderr.String())
-		}
 		msg, _, _ := strings.Cut(strings.TrimSpace(stderr.String()), "\n")
-		record(label, "panic in a background goroutine, the process ended: "+msg)
-		next = started + 1
+		switch {
+		case started >= 0:
+			results[started] = result{label, "panic in a background goroutine, the process ended: " + msg}
+			next = started + 1
+		case lastDone >= 0:
+			// A background goroutine of the last case's store outlived its Close.
+			r := results[lastDone]
+			results[lastDone] = result{r.label, "panic in a background goroutine after the store was closed, the process ended: " + msg}
+		default:
+			t.Fatalf("the matrix child ended (%v) before its first case:\n%s", err, stderr.String())
+		}
+	}
+	counts := map[string]int{}
+	var known, failed []string
+	for i := range cases {
+		r, ok := results[i]
+		if !ok {
+			t.Fatalf("case %d has no result", i)
+		}
+		if testing.Verbose() {
+			t.Logf("%s: %s", r.label, r.outcome)
+		}
+		kind, _, _ := strings.Cut(r.outcome, ":")
+		counts[kind]++
+		switch {
+		case kind == "refused" || kind == "intact" || kind == "read error":
+		case knownElsewhere(r.outcome) != "":
+			known = append(known, fmt.Sprintf("%s: %s [fixed by branch %s]", r.label, r.outcome, knownElsewhere(r.outcome)))
+		default:
+			failed = append(failed, r.label+": "+r.outcome)
+		}
 	}
 	t.Logf("%d cases: %v", cases, counts)
 	if len(known) > 0 {
