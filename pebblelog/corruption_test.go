@@ -129,7 +129,59 @@ func buildMatrixStores(t *testing.T) []matrixStore {
 		t.Fatal(err)
 	}
 	out = append(out, matrixStore{"flushed", mem, l})
+
+	// Crashed: written in one session and never closed, so no clean-close record; what a
+	// crash leaves of it (everything acknowledged was synced).
+	crash := vfs.NewCrashableMem()
+	s, err = Open("/store", Options{FS: crash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = nil
+	l.history(t, s, 0, 24)
+	clone := crash.CrashClone(vfs.CrashCloneCfg{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, matrixStore{"crashed", clone, l})
 	return out
+}
+
+// documentedLimit reports whether a silent loss is one design.md §7.5 says cannot be
+// detected: after a crash, damage to the newest WAL past its last intact chunk (a cut
+// anywhere, the file deleted, a flip inside the last record). Only the crashed store has
+// such cases; any other loss fails the matrix.
+func documentedLimit(c matrixCase) bool {
+	if c.store.name != "crashed" {
+		return false
+	}
+	w, err := c.store.fs.List("/store")
+	if err != nil {
+		return false
+	}
+	newest := ""
+	for _, n := range w {
+		if _, ok := parseWALName(n); ok && n > newest {
+			newest = n
+		}
+	}
+	if c.file != newest {
+		return false
+	}
+	if strings.HasPrefix(c.d.what, "truncate") || c.d.what == "delete" {
+		return true
+	}
+	var off int
+	if _, err := fmt.Sscanf(c.d.what, "flip@%d", &off); err != nil {
+		return false
+	}
+	num, _ := parseWALName(newest)
+	b, err := readFile(c.store.fs, "/store/"+newest)
+	if err != nil {
+		return false
+	}
+	recs := scanLog(b, uint32(num), 0).offs
+	return len(recs) > 0 && int64(off) >= recs[len(recs)-1]
 }
 
 // damage is one way of damaging a file.
@@ -263,6 +315,9 @@ func TestHelperCorruptionMatrix(t *testing.T) {
 	for i := first; i < len(cases); i++ {
 		fmt.Printf("start %d %s\n", i, cases[i].label)
 		outcome := cases[i].run(t)
+		if strings.HasPrefix(outcome, "LOST") && documentedLimit(cases[i]) {
+			outcome = "documented limit (design.md 7.5): " + outcome
+		}
 		fmt.Printf("done %d %s\n", i, strings.ReplaceAll(outcome, "\n", " "))
 	}
 	fmt.Printf("end %d\n", len(cases))
@@ -317,7 +372,7 @@ func TestCorruptionMatrix(t *testing.T) {
 		}
 	}
 	counts := map[string]int{}
-	var known, failed []string
+	var known, failed, limits []string
 	for i := range cases {
 		r, ok := results[i]
 		if !ok {
@@ -330,6 +385,8 @@ func TestCorruptionMatrix(t *testing.T) {
 		counts[kind]++
 		switch {
 		case kind == "refused" || kind == "intact" || kind == "read error":
+		case kind == "documented limit (design.md 7.5)":
+			limits = append(limits, r.label+": "+r.outcome)
 		case knownElsewhere(r.outcome) != "":
 			known = append(known, fmt.Sprintf("%s: %s [fixed by branch %s]", r.label, r.outcome, knownElsewhere(r.outcome)))
 		default:
@@ -337,6 +394,9 @@ func TestCorruptionMatrix(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases: %v", cases, counts)
+	if len(limits) > 0 {
+		t.Logf("undetectable after a crash, as documented (%d):\n  %s", len(limits), strings.Join(limits, "\n  "))
+	}
 	if len(known) > 0 {
 		t.Logf("KNOWN, FIXED ON OTHER BRANCHES (%d; must be empty once they are merged):\n  %s", len(known), strings.Join(known, "\n  "))
 	}
