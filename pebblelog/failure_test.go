@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/worklog/worklog/projection"
 )
 
 const failedSyncEnv = "WORKLOG_TEST_FAILED_SYNC_STORE"
@@ -103,4 +106,77 @@ func tail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
+}
+
+// submitOnce is a submit made idempotent the way work's decide code does it: a task that
+// exists already is answered without writing anything.
+func submitOnce(s *Store, id string) error {
+	return s.Update(context.Background(), func(tx *Txn) error {
+		rec, err := tx.Reader().Task(id)
+		if err != nil || rec != nil {
+			return err
+		}
+		return tx.Append(submitted("s1", id, sec(20), false))
+	})
+}
+
+// TestDuplicateOfFailedBatchFails (issue 11.1): a duplicate submit writes nothing, so it has
+// no batch of its own; it read the task from an earlier batch that is applied but not yet
+// durable. When that batch's WAL write fails, the duplicate must fail with it: answering it
+// would tell the caller the task exists while it is gone after a reopen.
+func TestDuplicateOfFailedBatchFails(t *testing.T) {
+	var armed atomic.Bool
+	held := make(chan struct{})
+	gate := make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			if armed.CompareAndSwap(true, false) {
+				close(held)
+				<-gate // the WAL write is delayed until the duplicate has read the task
+			}
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	s := openT(t, dir, Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	seedStore(t, s)
+	armed.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- submitOnce(s, "k") }()
+	<-held // k's batch is applied (visible) and its WAL write hangs
+
+	ran := make(chan struct{})
+	second := make(chan error, 1)
+	go func() {
+		second <- s.Update(context.Background(), func(tx *Txn) error {
+			rec, err := tx.Reader().Task("k")
+			if err == nil && rec == nil {
+				err = errors.New("the duplicate did not see k: the test did not exercise a read of the failing batch")
+			}
+			close(ran)
+			return err
+		})
+	}()
+	<-ran
+	close(gate)
+	for name, ch := range map[string]chan error{"submit": first, "duplicate": second} {
+		if err := <-ch; !errors.Is(err, ErrStoreFailed) {
+			t.Errorf("%s of k after its batch's WAL write failed: err = %v, want ErrStoreFailed", name, err)
+		}
+	}
+	if err := submitOnce(s, "later"); !errors.Is(err, ErrStoreFailed) {
+		t.Errorf("a submit after the failure: err = %v, want ErrStoreFailed", err)
+	}
+	s.Close()
+
+	s = openT(t, dir, Options{})
+	if err := s.View(func(r projection.Reader) error {
+		rec, err := r.Task("k")
+		t.Logf("after reopen, task k exists: %v", rec != nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, s)
 }

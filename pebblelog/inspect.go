@@ -59,11 +59,11 @@ func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64,
 }
 
 // RawEvent returns a copy of the stored bytes of the event at seq, and whether there is one.
-func (s *Store) RawEvent(seq uint64) ([]byte, bool, error) {
+func (s *Store) RawEvent(seq uint64) (_ []byte, _ bool, err error) {
 	if err := s.enter(); err != nil {
 		return nil, false, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	return reader{s.db}.get(eventKey(seq))
 }
 
@@ -74,7 +74,7 @@ func (s *Store) Sessions(ctx context.Context, fn func(session string) error) (er
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixSession}, UpperBound: []byte{prefixSession + 1}})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -61,6 +62,13 @@ type Options struct {
 	RecordCacheSize int
 	// Logger receives Pebble's messages. Default: discarded.
 	Logger *slog.Logger
+	// StallTimeout bounds how long a commit or a WAL sync may wait inside Pebble (a write
+	// stall behind a flush that keeps failing on a full disk, a disk that stopped answering)
+	// before the store fails with ErrStoreFailed and every waiting call is answered; it also
+	// bounds how long Open waits for a recovery whose flush keeps failing. The failure is
+	// reported between StallTimeout and 1.25 × StallTimeout after the wait began. Default
+	// DefaultStallTimeout (30 s); negative: wait forever.
+	StallTimeout time.Duration
 }
 
 // Open opens the store in dir, creating it when dir is missing or empty.
@@ -82,6 +90,9 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.StallTimeout == 0 {
+		o.StallTimeout = DefaultStallTimeout
 	}
 	fs := o.FS
 	openErr := func(kind error, format string, args ...any) error {
@@ -136,7 +147,7 @@ func Open(dir string, o Options) (*Store, error) {
 	s, err := open(dir, o, hasMarker, lock)
 	if err != nil {
 		lock.Close()
-		return nil, err
+		return nil, asOpenError(dir, err)
 	}
 	return s, nil
 }
@@ -172,7 +183,8 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 	if err := checkWAL(fs, dir); err != nil {
 		return nil, err
 	}
-	db, err := pebble.Open(dir, po)
+	fh := installFailureHandling(po, dir, o)
+	db, err := fh.open(dir, po)
 	if err != nil {
 		if werr := walReplayError(dir, err); werr != nil {
 			return nil, werr
@@ -182,7 +194,7 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 		}
 		return nil, fmt.Errorf("pebblelog: opening %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: lock}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: lock, fh: fh}
 	if err := s.checkFormatKey(); err != nil {
 		db.Close()
 		return nil, err

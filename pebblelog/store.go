@@ -27,8 +27,7 @@ type Store struct {
 	closeMu sync.RWMutex  // held for reading by every call in flight; Close takes it for writing
 	closed  bool
 
-	failMu sync.Mutex
-	failed error // set when a commit failed: the store refuses further writes
+	fh *failures // the failure state and Pebble's handlers (failure.go)
 
 	lastSeq uint64  // owned by the writer goroutine after Open
 	maxIDs  *maxIDs // read at Open, then owned by the writer goroutine
@@ -38,26 +37,34 @@ type Store struct {
 func (s *Store) Dir() string { return s.dir }
 
 // LastSeq returns the sequence of the last committed event.
-func (s *Store) LastSeq() (uint64, error) {
+func (s *Store) LastSeq() (_ uint64, err error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	return reader{s.db}.LastSeq()
 }
 
-// enter registers a call in flight; the caller must s.closeMu.RUnlock() when done.
+// enter registers a call in flight; the caller must s.closeMu.RUnlock() when done. A failed
+// store refuses every call with its failure.
 func (s *Store) enter() error {
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
 		return ErrClosed
 	}
+	if err := s.fh.err(); err != nil {
+		s.closeMu.RUnlock()
+		return err
+	}
 	return nil
 }
 
 // Close stops the writer after the commands already queued, syncs, and closes the database.
-// Closing twice is fine.
+// Closing twice is fine. On a failed store Close returns within Options.StallTimeout: if
+// Pebble is still blocked then (a write stall on a full disk, a goroutine parked after a
+// fatal error), the database is left open and closed in the background once Pebble returns,
+// and Close returns an error saying so.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -68,8 +75,10 @@ func (s *Store) Close() error {
 	var err error
 	if s.reqs != nil {
 		close(s.reqs)
-		<-s.done
-		if s.opts.NoSync {
+		if !s.fh.waitWriter(s.done) {
+			return s.fh.abandon(s.done, func() { s.db.Close(); s.lock.Close() })
+		}
+		if s.opts.NoSync && s.fh.err() == nil {
 			err = s.db.LogData(nil, pebble.Sync)
 		}
 	}
@@ -79,20 +88,20 @@ func (s *Store) Close() error {
 }
 
 // View runs fn against the committed projection.
-func (s *Store) View(fn func(projection.Reader) error) error {
+func (s *Store) View(fn func(projection.Reader) error) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	return fn(reader{s.db})
 }
 
 // ViewSnapshot runs fn against a consistent point-in-time view of the whole store.
-func (s *Store) ViewSnapshot(fn func(projection.Reader) error) error {
+func (s *Store) ViewSnapshot(fn func(projection.Reader) error) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	return fn(reader{snap})
@@ -157,7 +166,7 @@ func (s *Store) walk(ctx context.Context, lower, upper []byte, fn func(key []byt
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
@@ -198,11 +207,11 @@ func (s *Store) SessionLog(ctx context.Context, session string, from uint64, fn 
 }
 
 // Event reads the event at seq.
-func (s *Store) Event(seq uint64) (events.Event, error) {
+func (s *Store) Event(seq uint64) (_ events.Event, err error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	v, ok, err := reader{s.db}.get(eventKey(seq))
 	if err != nil {
 		return nil, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
@@ -217,11 +226,11 @@ func (s *Store) Event(seq uint64) (events.Event, error) {
 // store keeps running. Files are hard-linked where possible. The copy opens like any store.
 // The marker is written last: a crash in between leaves a directory Open refuses as not a
 // store; delete it and take the checkpoint again.
-func (s *Store) Checkpoint(dir string) error {
+func (s *Store) Checkpoint(dir string) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	if _, err := s.fs.Stat(dir); err == nil {
 		return fmt.Errorf("pebblelog: checkpoint destination %s already exists", dir)
 	}

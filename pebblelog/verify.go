@@ -30,11 +30,11 @@ type VerifyOptions struct {
 // problem found (at most 1000), or none. The rebuild goes to a scratch Pebble store in a
 // temporary directory (in memory when the store is not on the OS filesystem), so memory stays
 // bounded on any log size. It reads a snapshot: writers may go on meanwhile.
-func (s *Store) Verify(ctx context.Context, vo VerifyOptions) ([]string, error) {
+func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.leave(&err)
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 

@@ -325,13 +325,13 @@ func readManifest(fs vfs.FS, dir, name string) (manifestState, *OpenError) {
 	m.cleanEnd = s.endOff
 	if s.end == endInvalid {
 		if q := manifestEvidence(data, s.endOff); q >= 0 {
-			return m, corruptFile(name, s.endOff, fmt.Sprintf("%s, but an intact version edit follows at offset %d: the edits after the damage would be dropped", s.why, q))
+			return m, damagedFile(name, s.endOff, fmt.Sprintf("%s, but an intact version edit follows at offset %d: the edits after the damage would be dropped", s.why, q))
 		}
 		m.tornAt, m.tornWhy = s.endOff, s.why
 	}
 	for i, rec := range s.records {
 		if err := m.decodeEdit(rec); err != nil {
-			return m, corruptFile(name, -1, fmt.Sprintf("version edit %d: %v", i+1, err))
+			return m, damagedFile(name, -1, fmt.Sprintf("version edit %d: %v", i+1, err))
 		}
 		m.recordsDecoded++
 	}
@@ -412,7 +412,7 @@ func parseManifestName(name string) (uint64, bool) {
 	return n, err == nil
 }
 
-func corruptFile(file string, off int64, detail string) *OpenError {
+func damagedFile(file string, off int64, detail string) *OpenError {
 	return &OpenError{
 		Kind: ErrCorruptStore, File: file, Offset: off, Detail: detail,
 		Hint: "acknowledged work may be missing, so the store is not opened; restore it from a checkpoint or a backup",
@@ -497,7 +497,7 @@ func checkWALFiles(fs vfs.FS, dir string) *OpenError {
 			}
 			closedSizes[w.num] = w.size
 			if _, found := slices.BinarySearch(live, w.num); !found {
-				return corruptFile(walName(w.num), -1, fmt.Sprintf("the WAL is missing; it held unflushed batches when the store was last closed (%s)", cleanCloseFile))
+				return damagedFile(walName(w.num), -1, fmt.Sprintf("the WAL is missing; it held unflushed batches when the store was last closed (%s)", cleanCloseFile))
 			}
 		}
 	}
@@ -517,34 +517,34 @@ func checkWALFiles(fs vfs.FS, dir string) *OpenError {
 		}
 		recordedSize, recorded := closedSizes[num]
 		if recorded && int64(len(data)) != recordedSize {
-			return corruptFile(name, min(int64(len(data)), recordedSize), fmt.Sprintf("the WAL is %d bytes long, but was %d when the store was last closed (%s)", len(data), recordedSize, cleanCloseFile))
+			return damagedFile(name, min(int64(len(data)), recordedSize), fmt.Sprintf("the WAL is %d bytes long, but was %d when the store was last closed (%s)", len(data), recordedSize, cleanCloseFile))
 		}
 		s := scanLog(data, uint32(num), batchrepr.HeaderLen)
 		newest := i == len(live)-1
 		switch {
 		case s.end == endInvalid && (!newest || recorded):
-			return corruptFile(name, s.endOff, s.why+": a WAL that was closed must read cleanly to its end")
+			return damagedFile(name, s.endOff, s.why+": a WAL that was closed must read cleanly to its end")
 		case s.end == endInvalid:
 			if ev := walEvidence(data, uint32(num), s.endOff); ev != "" {
-				return corruptFile(name, s.endOff, s.why+", but "+ev+": the batches from here on would be dropped")
+				return damagedFile(name, s.endOff, s.why+", but "+ev+": the batches from here on would be dropped")
 			}
 			// The torn tail of writes a crash cut short: never synced, never acknowledged.
 		case s.end == endEOF && (!newest || recorded):
-			return corruptFile(name, s.endOff, "the WAL ends without Pebble's end-of-log trailer although it was closed: it was cut")
+			return damagedFile(name, s.endOff, "the WAL ends without Pebble's end-of-log trailer although it was closed: it was cut")
 		}
 		for j, rec := range s.records {
 			h, ok := batchrepr.ReadHeader(rec)
 			if !ok {
-				return corruptFile(name, -1, fmt.Sprintf("record %d is shorter than a batch header", j+1))
+				return damagedFile(name, -1, fmt.Sprintf("record %d is shorter than a batch header", j+1))
 			}
 			if first && uint64(h.SeqNum) <= nextSeq {
 				nextSeq, first = uint64(h.SeqNum), false
 			}
 			if uint64(h.SeqNum) != nextSeq {
 				if j == 0 && uint64(h.SeqNum) > nextSeq {
-					return corruptFile(name, 0, fmt.Sprintf("the WAL starts at sequence number %d, but %s ends at %d: the batches in between are missing (a WAL was deleted or cut)", h.SeqNum, prevName, nextSeq-1))
+					return damagedFile(name, 0, fmt.Sprintf("the WAL starts at sequence number %d, but %s ends at %d: the batches in between are missing (a WAL was deleted or cut)", h.SeqNum, prevName, nextSeq-1))
 				}
-				return corruptFile(name, -1, fmt.Sprintf("record %d has sequence number %d, expected %d", j+1, h.SeqNum, nextSeq))
+				return damagedFile(name, -1, fmt.Sprintf("record %d has sequence number %d, expected %d", j+1, h.SeqNum, nextSeq))
 			}
 			nextSeq += uint64(h.Count)
 		}
@@ -564,13 +564,13 @@ func (c *cleanClose) checkManifest(m manifestState) *OpenError {
 	case !ok1 || !ok2:
 		return nil
 	case cur < rec:
-		return corruptFile(m.name, -1, fmt.Sprintf("the store's current MANIFEST is older than %s, current at the last clean close (%s)", c.manifest, cleanCloseFile))
+		return damagedFile(m.name, -1, fmt.Sprintf("the store's current MANIFEST is older than %s, current at the last clean close (%s)", c.manifest, cleanCloseFile))
 	case cur > rec:
 		return nil // rewritten since: the record is stale
 	case m.size < c.manifestSize:
-		return corruptFile(m.name, m.size, fmt.Sprintf("the MANIFEST is %d bytes long, but was %d when the store was last closed (%s)", m.size, c.manifestSize, cleanCloseFile))
+		return damagedFile(m.name, m.size, fmt.Sprintf("the MANIFEST is %d bytes long, but was %d when the store was last closed (%s)", m.size, c.manifestSize, cleanCloseFile))
 	case m.tornAt >= 0 && m.tornAt < c.manifestSize:
-		return corruptFile(m.name, m.tornAt, m.tornWhy+": this part of the MANIFEST was complete when the store was last closed")
+		return damagedFile(m.name, m.tornAt, m.tornWhy+": this part of the MANIFEST was complete when the store was last closed")
 	}
 	return nil
 }
@@ -582,7 +582,7 @@ func readCleanClose(fs vfs.FS, dir string) (*cleanClose, *OpenError) {
 		return nil, nil
 	}
 	bad := func(why string) *OpenError {
-		e := corruptFile(cleanCloseFile, -1, why)
+		e := damagedFile(cleanCloseFile, -1, why)
 		e.Hint = "the record of the last clean close is damaged; delete " + cleanCloseFile + " to open the store without checking its WALs against it"
 		return e
 	}
@@ -640,11 +640,11 @@ func cutLastLine(b []byte) (body []byte, last string, ok bool) {
 
 // recordCleanClose writes cleanCloseFile after Pebble closed the database: the MANIFEST's
 // name and size and every live WAL's size. closeErr is the error of the close so far; after
-// any error, and on a read-only store, nothing is written. An earlier record is replaced
+// any error, on a failed store, and on a read-only store, nothing is written. An earlier record is replaced
 // atomically; if writing fails, the earlier one stays, which is harmless (cleanCloseFile).
 func (s *Store) recordCleanClose(closeErr error) error {
-	if closeErr != nil || s.opts.ReadOnly {
-		return nil
+	if closeErr != nil || s.opts.ReadOnly || s.fh.err() != nil {
+		return nil // after a failure nothing is asserted about the files
 	}
 	if err := writeCleanClose(s.fs, s.dir); err != nil {
 		return fmt.Errorf("pebblelog: %s: recording the clean close: %w", s.dir, err)
@@ -740,7 +740,7 @@ func walReplayError(dir string, err error) error {
 	if m[2] != "" {
 		off, _ = strconv.ParseInt(m[2], 10, 64)
 	}
-	e := corruptFile(walName(num), off, "Pebble could not replay the WAL")
+	e := damagedFile(walName(num), off, "Pebble could not replay the WAL")
 	e.Dir, e.Err = dir, err
 	return e
 }

@@ -44,43 +44,63 @@ func (t *Txn) Append(ev events.Event) error {
 type request struct {
 	ctx  context.Context
 	fn   func(*Txn) error
-	done chan error
+	done chan error // buffered: the syncer never waits for a caller that has left
 }
 
 // Update runs fn in the store's single writer, alone against the latest state, and returns
 // once the batch holding its events has committed (and, unless NoSync, been fsynced). If fn
 // returns an error, nothing it appended is kept and Update returns that error.
+//
+// fn may run more than once: when another command of the same batch fails after writing, the
+// batch is discarded and every command runs again in a batch of its own. Only what fn does
+// through the Txn is undone; fn must reset anything else it sets (results captured in
+// variables) at its start.
+//
+// Update honours ctx while it waits, to be queued and to be answered. An abandoned call (ctx
+// done, Update returned ctx.Err()) may still run and commit: once queued, its command runs
+// unless ctx is done by the time the writer reaches it, and a command that ran commits with
+// its batch. Commands made idempotent (an idempotency key, a lease token) make a retry safe.
+//
+// Once the store has failed (a failed WAL write or fsync, damage found by a read or a
+// compaction, a commit or sync stalled longer than Options.StallTimeout, a fatal error of
+// Pebble's), Update returns that failure, an error wrapping ErrStoreFailed, and so does every
+// call waiting for an answer: a call that is not answered with success may or may not have
+// committed.
 func (s *Store) Update(ctx context.Context, fn func(*Txn) error) error {
 	if s.opts.ReadOnly {
 		return ErrReadOnlyStore
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
-	if err := s.failure(); err != nil {
-		s.closeMu.RUnlock()
-		return err
-	}
 	r := &request{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	s.reqs <- r
-	// The call stays registered until answered, so Close waits for it.
-	s.closeMu.RUnlock()
-	return <-r.done
-}
-
-func (s *Store) failure() error {
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	return s.failed
-}
-
-func (s *Store) fail(err error) error {
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	if s.failed == nil {
-		s.failed = fmt.Errorf("%w: %v", ErrStoreFailed, err)
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		s.closeMu.RUnlock()
+		return ctx.Err() // not queued: nothing runs
+	case <-s.fh.ch:
+		s.closeMu.RUnlock()
+		return s.fh.err()
 	}
-	return s.failed
+	// The call stays registered until queued, so Close waits for it.
+	s.closeMu.RUnlock()
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.fh.ch:
+		select {
+		case err := <-r.done: // answered before the failure: the answer stands
+			return err
+		default:
+			return s.fh.err()
+		}
+	}
 }
 
 // writeLoop is the single writer. It takes every command waiting (up to MaxBatchCommands),
@@ -102,9 +122,12 @@ func (s *Store) writeLoop() {
 	syncq := make(chan pending, syncDepth)
 	synced := make(chan struct{})
 	go s.syncLoop(syncq, synced)
+	stopWatch := make(chan struct{})
+	go s.fh.watch(stopWatch)
 	defer func() {
 		close(syncq)
 		<-synced
+		close(stopWatch)
 	}()
 	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
@@ -150,17 +173,24 @@ type pending struct {
 // commands wrote nothing, or NoSync) is answered only after every batch queued before it is
 // durable: its commands may have read what those batches wrote (a duplicate submit finding
 // the task submitted one batch earlier must not be acknowledged before that task is durable).
+// For the same reason, once any batch has failed, every later group fails too, with or
+// without a batch of its own: it may have read what the failed batch wrote.
 func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 	defer close(done)
 	for p := range q {
 		if p.b != nil {
-			if err := p.b.SyncWait(); err != nil {
-				err = s.fail(err)
-				for i := range p.results {
-					p.results[i] = err
-				}
+			s.fh.inSync()
+			err := p.b.SyncWait()
+			s.fh.outOfSync()
+			if err != nil {
+				s.fh.fail(fmt.Errorf("WAL write or sync: %w", err))
 			} else {
 				p.b.Close()
+			}
+		}
+		if err := s.fh.err(); err != nil {
+			for i := range p.results {
+				p.results[i] = err
 			}
 		}
 		for i, r := range p.group {
@@ -175,7 +205,7 @@ func (s *Store) newWriter(ws *writerState) *writer {
 }
 
 func (s *Store) runGroup(ws *writerState, group []*request) {
-	if err := s.failure(); err != nil {
+	if err := s.fh.err(); err != nil {
 		for _, r := range group {
 			r.done <- err
 		}
@@ -215,18 +245,20 @@ func (s *Store) runAlone(ws *writerState, group []*request) {
 			r.done <- err
 			continue
 		}
-		if err := s.failure(); err != nil {
+		if err := s.fh.err(); err != nil {
 			r.done <- err
 			continue
 		}
 		w := s.newWriter(ws)
-		if err := r.fn(&Txn{w: w}); err != nil {
-			w.b.Close()
-			r.done <- err
-			continue
+		err := r.fn(&Txn{w: w})
+		if err == nil {
+			err = w.finish(s.lastSeq)
 		}
-		if err := w.finish(s.lastSeq); err != nil {
+		if err != nil {
 			w.b.Close()
+			if ferr := s.fh.err(); ferr != nil {
+				err = ferr // e.g. fn's read found a damaged block: the store failed under it
+			}
 			r.done <- err
 			continue
 		}
@@ -236,11 +268,13 @@ func (s *Store) runAlone(ws *writerState, group []*request) {
 
 // publish commits the writer's batch with the configured durability and hands the group to
 // the syncer, which answers it once the batch is durable. Only a batch that Pebble accepted
-// moves the writer's state (last sequence, index lows, record cache) forward. Pebble treats a
-// failed WAL write or fsync as fatal: it calls Logger.Fatalf, which panics, and the process
-// ends without answering anyone (fail-stop); a restart recovers what Pebble made durable,
-// which may include unanswered batches. After any other commit error the store stops taking
-// writes until it is reopened (ErrStoreFailed).
+// moves the writer's state (last sequence, index lows, record cache) forward. A failed WAL
+// write or fsync surfaces in the syncer (SyncWait); a commit error fails the store here,
+// including one Pebble reports through Logger.Fatalf, after which ApplyNoSyncWait returns nil
+// (see failures.fatal): so the store's failure is checked after every commit. A commit that
+// waits in a write stall longer than Options.StallTimeout fails the store from the watchdog
+// and stays inside Pebble until the stall ends. Once failed, the store stops taking writes
+// until it is reopened (ErrStoreFailed).
 func (s *Store) publish(ws *writerState, w *writer, group []*request, results []error) {
 	b := w.b
 	if b.Empty() {
@@ -249,15 +283,20 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		return
 	}
 	var err error
+	s.fh.inCommit()
 	if s.opts.NoSync {
 		err = b.Commit(pebble.NoSync)
 	} else {
 		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
 	}
+	s.fh.outOfCommit()
+	if err == nil {
+		err = s.fh.err() // a Fatalf in the commit pipeline returns nil to us
+	}
 	if err != nil {
 		// The batch is not closed: after a failed ApplyNoSyncWait Pebble may still hold it
 		// in its commit queue. The store is failed from here on.
-		err = s.fail(err)
+		err = s.fh.fail(fmt.Errorf("commit: %w", err))
 		for i := range results {
 			results[i] = err
 		}
