@@ -113,18 +113,20 @@ func buildMatrixStores(t *testing.T) []matrixStore {
 		t.Fatal(err)
 	}
 	l = nil
-	l.history(t, s, 0, 12)
+	// Large enough that the sstables have several data blocks, so that damage can surface
+	// while reading the log, not only in the block Open reads the format key from.
+	l.history(t, s, 0, 160)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if s, err = Open("/store", Options{FS: mem}); err != nil {
 		t.Fatal(err)
 	}
-	l.history(t, s, 12, 12)
+	l.history(t, s, 160, 12)
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	l.history(t, s, 24, 8)
+	l.history(t, s, 172, 8)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
