@@ -35,10 +35,10 @@ import (
 //     Pebble assigned before its last version edit;
 //   - every live WAL but the newest must read cleanly up to the end-of-log trailer that
 //     Pebble writes when it closes a WAL;
-//   - the newest WAL may end early only when nothing after the stopping point shows that the
-//     log was synced past it: an intact chunk of this log whose synced offset lies beyond
-//     the point, or the end-of-log trailer. Every byte after the point is searched, not only
-//     the following blocks;
+//   - the newest WAL may end early only when nothing after the stopping point proves that the
+//     log had been synced past it: an intact chunk of this log whose synced offset lies
+//     beyond the point, or the end-of-log trailer. Every byte after the point is searched,
+//     not only the following blocks (walEvidence);
 //   - the batches' sequence numbers run without a gap from the MANIFEST's last sequence
 //     through every live WAL: a missing WAL, or one cut at a chunk boundary before a later
 //     WAL, leaves a gap;
@@ -219,46 +219,41 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// walEvidence searches every offset after from for an intact chunk of this log, or for its
-// end-of-log trailer, and returns a description of the first found, or "".
+// walEvidence searches every offset after from for proof that the WAL had been synced past
+// from, and returns a description of the first found, or "". The proof is an intact WAL sync
+// chunk of this log whose synced offset lies beyond from (Pebble writes into each chunk how
+// far the log had been synced before it was written), or the end-of-log trailer, which Pebble
+// writes only when it closes and syncs the log.
 //
-// Pebble writes a WAL front to back, so after a process crash its file ends at most in one
-// partial chunk: an intact chunk after a bad one means the bad one was damaged afterwards.
-// A WAL sync chunk also says how far the log had been synced before it was written; a synced
-// offset beyond from proves the damaged bytes had been synced, and the trailer is written
-// only when the log is closed and synced. Without that proof (a synced offset not beyond
-// from, or a WAL written before the store's format reached FormatWALSyncChunks, whose chunks
-// carry none, like a new store's first WAL) an intact chunk can also be a later page that a
-// machine crash wrote back before an earlier one, of writes never synced. Since acknowledged
-// batches may then be missing too, the store is refused either way; the message says which.
+// An intact chunk without such proof is no evidence: a machine crash may write back a later
+// page of unsynced data and lose an earlier one, which leaves a hole with intact chunks after
+// it, all of writes never synced (work's TestCrashClone makes exactly such clones). Pebble's
+// read-ahead uses the same proof, but only from the next 32 KiB block on, and only up to the
+// first bad chunk of each block; this searches every offset after from.
 func walEvidence(data []byte, walNum uint32, from int64) string {
 	for q := int(from) + 1; q+recyclableHeaderLen <= len(data); q++ {
 		h := data[q:]
 		typ := h[6]
-		if typ < recyclableFull || typ > walSyncLastType {
+		if typ != recyclableFull && (typ < 9 || typ > walSyncLastType) {
 			continue
 		}
 		n := binary.LittleEndian.Uint32(h[7:11])
 		sum := binary.LittleEndian.Uint32(h[0:4])
 		length := int(binary.LittleEndian.Uint16(h[4:6]))
-		if n == walNum+1 && sum == 0 && length == 0 && typ == recyclableFull {
-			return fmt.Sprintf("the end-of-log trailer at offset %d shows the log was closed, and synced, after it", q)
-		}
-		hlen := recyclableHeaderLen
-		if typ > 8 {
-			hlen = walSyncHeaderLen
+		if typ == recyclableFull {
+			if n == walNum+1 && sum == 0 && length == 0 {
+				return fmt.Sprintf("the end-of-log trailer at offset %d shows the log was closed, and synced, after it", q)
+			}
+			continue
 		}
 		blockEnd := (q/walBlockSize + 1) * walBlockSize
-		end := q + hlen + length
+		end := q + walSyncHeaderLen + length
 		if n != walNum || end > min(blockEnd, len(data)) || chunkCRC(data[q+6:end]) != sum {
 			continue
 		}
-		if hlen == walSyncHeaderLen {
-			if synced := binary.LittleEndian.Uint64(h[11:19]); synced > uint64(from) {
-				return fmt.Sprintf("an intact chunk at offset %d says the log was synced up to offset %d", q, synced)
-			}
+		if synced := binary.LittleEndian.Uint64(h[11:19]); synced > uint64(from) {
+			return fmt.Sprintf("an intact chunk at offset %d says the log had been synced up to offset %d", q, synced)
 		}
-		return fmt.Sprintf("an intact chunk of this log follows at offset %d (the damaged batches may have been synced and acknowledged; a machine crash writing back a later page before an earlier one can also leave this)", q)
 	}
 	return ""
 }
@@ -526,7 +521,7 @@ func checkWALFiles(fs vfs.FS, dir string) *OpenError {
 			return damagedFile(name, s.endOff, s.why+": a WAL that was closed must read cleanly to its end")
 		case s.end == endInvalid:
 			if ev := walEvidence(data, uint32(num), s.endOff); ev != "" {
-				return damagedFile(name, s.endOff, s.why+", but "+ev+": the batches from here on would be dropped")
+				return damagedFile(name, s.endOff, s.why+", but "+ev+": synced batches would be dropped")
 			}
 			// The torn tail of writes a crash cut short: never synced, never acknowledged.
 		case s.end == endEOF && (!newest || recorded):

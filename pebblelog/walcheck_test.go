@@ -108,16 +108,35 @@ func lastSeqOf(t *testing.T, fs vfs.FS) uint64 {
 	return last
 }
 
+// reopenedCrashStore writes n submits, one acknowledged command each, into a store opened
+// for the second time (so that its WAL carries synced offsets: a new store's first WAL is
+// created before Pebble ratchets the format to FormatWALSyncChunks) and returns what a crash
+// then leaves.
+func reopenedCrashStore(t *testing.T, n int) *vfs.MemFS {
+	t.Helper()
+	mem := vfs.NewCrashableMem()
+	s := ledgerStore(t, mem, 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open("/store", Options{FS: mem}); err != nil {
+		t.Fatal(err)
+	} else {
+		for i := range n {
+			appendEvents(t, s, submitted("s1", fmt.Sprintf("t%03d", i), sec(i), false))
+		}
+		defer s.Close()
+	}
+	return mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+}
+
 // The first defect: one flipped byte in the middle of the last WAL of a crashed
 // store. Pebble stops there, and since the WAL is smaller than one 32 KiB block its
 // read-ahead finds nothing after it and takes the rest for a torn tail: 34 of 41
-// acknowledged submits were gone and Verify said ok. The later chunks say the log was
+// acknowledged submits were gone and Verify said ok. The later chunks say the log had been
 // synced past the flipped byte, so Open must refuse, naming the WAL and the record.
 func TestWALFlipInCrashedStoreRefused(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	s := ledgerStore(t, mem, 41)
-	fs := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
+	fs := reopenedCrashStore(t, 41)
 	if got := lastSeqOf(t, fs.CrashClone(vfs.CrashCloneCfg{})); got != 41 {
 		t.Fatalf("the undamaged crash clone has LastSeq %d, want 41", got)
 	}
@@ -138,9 +157,57 @@ func TestWALFlipInCrashedStoreRefused(t *testing.T) {
 		if oe.Offset != recs[k] {
 			t.Errorf("record %d: the error gives offset %d, want %d (the damaged record): %v", k, oe.Offset, recs[k], err)
 		}
-		if !strings.Contains(err.Error(), "intact chunk") {
+		if !strings.Contains(err.Error(), "synced up to") {
 			t.Errorf("the error does not say why this is not a torn tail: %v", err)
 		}
+	}
+}
+
+// A machine crash can write back a later page of unsynced data and lose an earlier one: a
+// hole, then intact chunks, all of writes never synced. Without a synced offset beyond the
+// hole that is a torn tail, not damage; the store opens with every synced command.
+func TestWALUnsyncedHoleAccepted(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ledgerStore(t, mem, 0).Close() // reopened below, so that the WAL carries synced offsets
+	s, err := Open("/store", Options{FS: mem, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		appendEvents(t, s, submitted("s1", fmt.Sprintf("t%03d", i), sec(i), false))
+	}
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	w := wals(t, mem, "/store")
+	name := w[len(w)-1]
+	synced := int64(len(readFileT(t, mem, "/store/"+name)))
+	for i := range 30 {
+		appendEvents(t, s, submitted("s1", fmt.Sprintf("u%03d", i), sec(100+i), false))
+	}
+	s.Close()
+	full := mem.CrashClone(vfs.CrashCloneCfg{})
+	data := readFileT(t, full, "/store/"+name)
+	recs := walRecords(t, full, "/store", name)
+	holes := 0
+	for i, r := range recs {
+		if r < synced || i+3 >= len(recs) {
+			continue
+		}
+		holes++
+		clone := full.CrashClone(vfs.CrashCloneCfg{})
+		if err := clone.Remove("/store/" + cleanCloseFile); err != nil {
+			t.Fatal(err)
+		}
+		b := slices.Clone(data[:recs[i+3]]) // no trailer: the log was never closed
+		clear(b[r : recs[i+1]+5])           // a hole over one record and into the next
+		writeAll(t, clone, "/store/"+name, b)
+		if got := lastSeqOf(t, clone); got < 10 {
+			t.Fatalf("hole at %d: LastSeq %d, want at least the 10 synced submits", r, got)
+		}
+	}
+	if holes < 5 {
+		t.Fatalf("only %d holes tried", holes)
 	}
 }
 
