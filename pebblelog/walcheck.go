@@ -39,9 +39,9 @@ import (
 //     log had been synced past it: an intact chunk of this log whose synced offset lies
 //     beyond the point, or the end-of-log trailer. Every byte after the point is searched,
 //     not only the following blocks (walEvidence);
-//   - the batches' sequence numbers run without a gap from the MANIFEST's last sequence
-//     through every live WAL: a missing WAL, or one cut at a chunk boundary before a later
-//     WAL, leaves a gap;
+//   - the batches' sequence numbers run without a gap through the live WALs, starting no
+//     later than just after the MANIFEST's last sequence number: a missing WAL, or one cut
+//     at a chunk boundary before a later WAL, leaves a gap;
 //   - after a clean close, Store.Close records the MANIFEST's size and every live WAL's size
 //     (cleanCloseFile). While those files are still current, each must still have that size
 //     and read cleanly to its end: this catches what no check inside the WAL can, a newest WAL
