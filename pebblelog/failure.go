@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // DefaultStallTimeout is Options.StallTimeout's default: how long a commit or a WAL sync may
@@ -36,9 +38,10 @@ type failures struct {
 	mu       sync.Mutex
 	first    error         // the first failure, wrapped in ErrStoreFailed
 	ch       chan struct{} // closed when first is set: wakes every waiting caller
-	// parked: a Pebble goroutine called Fatalf on a path that cannot continue and waits
-	// forever (see fatalLogger). It may hold Pebble's locks, so nothing may wait for Pebble
-	// again: Close leaves the database open.
+	// parked: a goroutine inside Pebble waits forever (a Fatalf on a path that cannot go on,
+	// see fatal; our writer in a WAL rotation that would panic, see walFS; a panic recovered
+	// in a commit). It may hold Pebble's locks, so nothing may wait for Pebble again: Close
+	// leaves the database open.
 	parked atomic.Bool
 
 	// The watchdog's view: when the writer entered Pebble's commit and when the syncer began
@@ -62,8 +65,9 @@ func newFailures(dir string, o Options) *failures {
 
 // installFailureHandling makes the store's failure state and installs its handlers on po:
 // Pebble's event listener (damage found by a read or a compaction, background errors, write
-// stalls) and a logger whose Fatalf fails the store instead of ending the process. It must be
-// called after po.Logger is set and before pebble.Open; the Store keeps the result.
+// stalls), a logger whose Fatalf fails the store instead of ending the process, and an FS
+// wrapper that watches the WAL files (walFS). It must be called after po.Logger and po.FS are
+// set and before pebble.Open; the Store keeps the result.
 func installFailureHandling(po *pebble.Options, dir string, o Options) *failures {
 	f := newFailures(dir, o)
 	l := pebble.EventListener{
@@ -95,6 +99,7 @@ func installFailureHandling(po *pebble.Options, dir string, o Options) *failures
 	}
 	po.Logger = fatalLogger{Logger: base, f: f}
 	po.LoggerAndTracer = nil // Pebble derives it from Logger
+	po.FS = walFS{FS: po.FS, f: f}
 	return f
 }
 
@@ -282,18 +287,22 @@ func (f *failures) fatal(format, msg string) {
 //     iterator in the reader's goroutine; the read goes on, and the store has failed.
 //   - table_stats.go: "%s" with an object size mismatch: the stats loader skips the file.
 func returnableFatal(format string) bool {
-	switch format {
-	case "pebble: fatal commit error: %v",
-		"MANIFEST flush failed: %v", "MANIFEST sync failed: %v", "MANIFEST set current failed: %v":
+	if slices.Contains(returnableFatalFormats, format) {
 		return true
 	}
-	for _, p := range []string{"mergingIter: ", "levelIter %s: ", "pebble: prefix violation", "pebble: invariant violation"} {
+	for _, p := range returnableFatalPrefixes {
 		if strings.HasPrefix(format, p) {
 			return true
 		}
 	}
 	return false
 }
+
+var (
+	returnableFatalFormats = []string{"pebble: fatal commit error: %v",
+		"MANIFEST flush failed: %v", "MANIFEST sync failed: %v", "MANIFEST set current failed: %v"}
+	returnableFatalPrefixes = []string{"mergingIter: ", "levelIter %s: ", "pebble: prefix violation", "pebble: invariant violation"}
+)
 
 // fatalLogger is the store's Pebble logger: Logger for messages, failures for Fatalf.
 type fatalLogger struct {
@@ -499,4 +508,127 @@ func (s *Store) leave(err *error) {
 	if ferr := s.fh.err(); ferr != nil {
 		*err = ferr
 	}
+}
+
+// WAL files.
+//
+// A failed WAL write or sync reaches us through a batch's SyncWait, a moment later. Meanwhile
+// Pebble's own code panics on two paths, and one of them cannot be recovered from:
+//
+//   - a commit whose record fills a WAL block after the WAL writer failed gets the writer's
+//     error from LogWriter.SyncRecord, and DB.commitWrite panics with it (in our writer,
+//     with Pebble's commit mutex held): publish recovers it;
+//   - a commit that fills the memtable rotates the WAL inside the commit (DB.rotateWAL): when
+//     closing the old WAL returns the writer's error, or creating the new WAL file fails, it
+//     panics with DB.mu unlocked, and the deferred unlock of its caller is then a fatal
+//     runtime error ("unlock of unlocked mutex") that no recover catches.
+//
+// walFS wraps the FS Pebble uses so that the store fails the moment a WAL file operation
+// fails (the writer checks before every commit, so it rarely gets that far), and so that a
+// rotation that would panic never returns to Pebble: closing a WAL file whose write failed,
+// or failing to create a WAL file, while our writer is inside a commit parks the writer for
+// good (Pebble's commit mutex is held, so the database is not closed again; see fatal).
+// Nothing else changes: every other call goes straight to the wrapped FS.
+type walFS struct {
+	vfs.FS
+	f *failures
+}
+
+// isWAL reports whether name is a WAL file of the store itself: a checkpoint's copies of the
+// WAL are written through the same FS, and a checkpoint that fails must not fail the store.
+func (fs walFS) isWAL(name string) bool {
+	return strings.HasSuffix(name, ".log") && fs.PathDir(name) == fs.PathDir(fs.PathJoin(fs.f.dir, "WORKLOG"))
+}
+
+func (fs walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	file, err := fs.FS.Create(name, category)
+	return fs.wal(name, file, err)
+}
+
+func (fs walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	file, err := fs.FS.ReuseForWrite(oldname, newname, category)
+	return fs.wal(newname, file, err)
+}
+
+// Unwrap lets Pebble and errorfs-style helpers reach the wrapped FS.
+func (fs walFS) Unwrap() vfs.FS { return fs.FS }
+
+func (fs walFS) wal(name string, file vfs.File, err error) (vfs.File, error) {
+	if !fs.isWAL(name) {
+		return file, err
+	}
+	if err != nil {
+		fs.f.walFailed(name, "create", err)
+		fs.f.parkIfRotating()
+		return nil, err
+	}
+	return &walFile{File: file, f: fs.f, name: name}, nil
+}
+
+// walError is a failed operation on a WAL file.
+type walError struct {
+	File string // the WAL file's name
+	Op   string // "write", "sync", "create", "close"
+	Err  error
+}
+
+func (e *walError) Error() string { return fmt.Sprintf("WAL %s %s: %v", e.File, e.Op, e.Err) }
+func (e *walError) Unwrap() error { return e.Err }
+
+func (f *failures) walFailed(name, op string, err error) {
+	name = name[strings.LastIndexAny(name, `/\`)+1:]
+	f.fail(&walError{File: name, Op: op, Err: err})
+}
+
+// parkIfRotating parks the calling goroutine if it is our writer inside a commit: Pebble is
+// rotating the WAL there and panics fatally once this returns (see walFS).
+func (f *failures) parkIfRotating() {
+	if f.commitSince.Load() == 0 {
+		return
+	}
+	f.parked.Store(true)
+	f.log.Error("the writer is parked for good: Pebble cannot rotate its WAL after a failed WAL write; restart the process to reopen the store",
+		"component", "pebblelog", "dir", f.dir)
+	select {}
+}
+
+type walFile struct {
+	vfs.File
+	f      *failures
+	name   string
+	failed atomic.Bool
+}
+
+func (w *walFile) check(op string, err error) error {
+	if err != nil {
+		w.failed.Store(true)
+		w.f.walFailed(w.name, op, err)
+	}
+	return err
+}
+
+func (w *walFile) Write(p []byte) (int, error) {
+	n, err := w.File.Write(p)
+	return n, w.check("write", err)
+}
+
+func (w *walFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := w.File.WriteAt(p, off)
+	return n, w.check("write", err)
+}
+
+func (w *walFile) Sync() error     { return w.check("sync", w.File.Sync()) }
+func (w *walFile) SyncData() error { return w.check("sync", w.File.SyncData()) }
+
+func (w *walFile) SyncTo(length int64) (bool, error) {
+	full, err := w.File.SyncTo(length)
+	return full, w.check("sync", err)
+}
+
+func (w *walFile) Close() error {
+	err := w.check("close", w.File.Close())
+	if w.failed.Load() {
+		w.f.parkIfRotating()
+	}
+	return err
 }

@@ -133,6 +133,7 @@ func TestFullDiskStallFailsStore(t *testing.T) {
 	}
 
 	disk.on.Store(false) // space returns: the flush goes through and the writer gets out
+	waitFor(t, "the writer to leave its stalled commit", func() bool { return s.fh.commitSince.Load() == 0 })
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close after space returned: %v", err)
 	}
@@ -153,7 +154,8 @@ func TestStalledUpdateHonoursContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a submit during the stall: err = %v, want context.DeadlineExceeded", err)
 	}
-	// The writer is stuck and its queue (4) fills: later calls cannot even be queued.
+	// The writer is stuck in the stall and its queue (4) fills: later calls cannot even be queued.
+	waitFor(t, "a write stall", func() bool { return s.fh.stallReason.Load() != nil && s.fh.commitSince.Load() != 0 })
 	for i := range 8 {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		err := s.Update(ctx, func(tx *Txn) error { return tx.Append(submitted("s1", fmt.Sprint("late-", i), sec(3), false)) })
@@ -248,5 +250,18 @@ func reopenWhenUnlocked(t *testing.T, dir string) {
 			t.Fatalf("reopen after space returned: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitFor waits until cond holds, or fails the test after 10 s (a bound on a hang, not a
+// timing assertion).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

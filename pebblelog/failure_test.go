@@ -6,9 +6,12 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -19,8 +22,9 @@ import (
 const failedSyncEnv = "WORKLOG_TEST_FAILED_SYNC_STORE"
 
 // TestHelperFailedSync is not a test: TestFailedSync runs the test binary again with
-// failedSyncEnv set. This seeds a store, makes every WAL sync fail, and reports what the
-// next commands return, one line each. Pebble may end the process instead.
+// failedSyncEnv set (in a process of its own, so that a regression back to ending the process
+// fails the test instead of killing it). This seeds a store, makes every WAL sync fail, and
+// reports what the next commands return, one line each.
 func TestHelperFailedSync(t *testing.T) {
 	dir := os.Getenv(failedSyncEnv)
 	if dir == "" {
@@ -42,55 +46,57 @@ func TestHelperFailedSync(t *testing.T) {
 	say("seeded")
 	inj.On()
 	for _, id := range []string{"doomed", "after"} {
-		err := s.Update(context.Background(), func(tx *Txn) error {
-			return tx.Append(submitted("s1", id, sec(20), false))
-		})
-		switch {
-		case err == nil:
-			say("acked " + id)
-		case errors.Is(err, ErrStoreFailed):
-			say("refused " + id)
-		default:
-			say("error " + id + ": " + err.Error())
-		}
+		say(outcome(id, update(s, submitted("s1", id, sec(20), false))))
 	}
+	say(outcome("view", s.View(func(projection.Reader) error { return nil })))
+	say(outcome("close", s.Close()))
 	os.Exit(0)
 }
 
-// A failed WAL fsync leaves the store's state on disk unknown. The command whose sync failed
-// must never be acknowledged, and no later one either: either the store refuses every write
-// with ErrStoreFailed, or the process ends (Pebble treats a failed WAL write as fatal and
-// calls its logger's Fatalf, which panics). Reopened, the store holds every acknowledged
-// command, is consistent, and holds the unacknowledged one whole or not at all.
-func TestFailedSync(t *testing.T) {
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFailedSync$", "-test.count=1")
-	cmd.Env = append(os.Environ(), failedSyncEnv+"="+dir)
+func outcome(what string, err error) string {
+	switch {
+	case err == nil:
+		return "acked " + what
+	case errors.Is(err, ErrStoreFailed):
+		return "refused " + what
+	default:
+		return "error " + what + ": " + err.Error()
+	}
+}
+
+// runHelper runs the test binary's helper test name with env=dir and returns its stdout; the
+// helper must exit 0 (it does not end by a panic or a fatal error).
+func runHelper(t *testing.T, name, env, dir string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+dir)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	out := stdout.String()
-	if !strings.Contains(out, "seeded\n") {
-		t.Fatalf("helper did not seed the store: %v\nstdout:\n%s\nstderr:\n%s", runErr, out, stderr.String())
+	err := cmd.Run()
+	if err != nil {
+		t.Fatalf("%s ended with %v\nstdout:\n%s\nstderr (tail):\n%s", name, err, stdout.String(), tail(stderr.String(), 3000))
 	}
-	if strings.Contains(out, "acked ") {
-		t.Fatalf("a command was acknowledged although the WAL sync failed:\n%s", out)
-	}
-	switch {
-	case runErr != nil && strings.Contains(stderr.String(), "fatal commit error"):
-		t.Logf("the failed sync ended the process (fail-stop): %v", runErr)
-	case runErr == nil && strings.Contains(out, "refused doomed\nrefused after\n"):
-		t.Logf("the store refused every write after the failed sync")
-	default:
-		t.Fatalf("helper ended with %v\nstdout:\n%s\nstderr (tail):\n%s", runErr, out, tail(stderr.String(), 2000))
-	}
+	return stdout.String()
+}
 
+// A failed WAL fsync leaves the store's state on disk unknown. The command whose sync failed
+// must never be acknowledged, and no later one either: the store refuses every call with
+// ErrStoreFailed (before, Pebble could end the process through our logger's Fatalf, which
+// panicked). Reopened, the store holds every acknowledged command, is consistent, and holds
+// the unacknowledged one whole or not at all.
+func TestFailedSync(t *testing.T) {
+	dir := t.TempDir()
+	out := runHelper(t, "TestHelperFailedSync", failedSyncEnv, dir)
+	// Close may report Pebble's own error closing the failed WAL: it still closes.
+	if want := "seeded\nrefused doomed\nrefused after\nrefused view\n"; !strings.HasPrefix(out, want) || !strings.Contains(out, " close") {
+		t.Fatalf("helper said:\n%s\nwant:\n%s(and Close's outcome)", out, want)
+	}
 	s := openT(t, dir, Options{})
 	last, err := s.LastSeq()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The write reached the OS before its sync failed, so the process crash may keep it.
+	// The write reached the OS before its sync failed, so the reopened store may keep it.
 	if last != 6 && last != 7 {
 		t.Fatalf("reopened store has LastSeq %d, want 6 (seed) or 7 (seed and the unacknowledged command)", last)
 	}
@@ -99,6 +105,67 @@ func TestFailedSync(t *testing.T) {
 	}
 	mustVerify(t, s)
 	t.Logf("reopened with LastSeq %d", last)
+}
+
+const manifestFailEnv = "WORKLOG_TEST_MANIFEST_FAIL_STORE"
+
+// TestHelperManifestFailure is not a test: see TestManifestWriteFailure.
+func TestHelperManifestFailure(t *testing.T) {
+	dir := os.Getenv(manifestFailEnv)
+	if dir == "" {
+		t.Skip("helper process for TestManifestWriteFailure")
+	}
+	say := func(s string) { os.Stdout.WriteString(s + "\n") }
+	inj := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.Contains(op.Path, "MANIFEST-") && op.Kind == errorfs.OpFileWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})}
+	s, err := Open(dir, Options{FS: errorfs.Wrap(vfs.Default, inj), StallTimeout: time.Second})
+	if err != nil {
+		say("error " + err.Error())
+		os.Exit(3)
+	}
+	seedStore(t, s)
+	say("seeded")
+	inj.On()
+	go s.db.Flush() // its goroutine waits for a flush that never ends
+	select {
+	case <-s.fh.ch:
+	case <-time.After(10 * time.Second):
+		say("the store did not fail")
+		os.Exit(4)
+	}
+	if s.fh.parked.Load() {
+		say("parked")
+	}
+	say(outcome("submit", update(s, submitted("s1", "after", sec(20), false))))
+	start := time.Now()
+	err = s.Close()
+	say(outcome("close", err))
+	if time.Since(start) > 5*time.Second {
+		say("close took " + time.Since(start).String())
+	}
+	os.Exit(0)
+}
+
+// A MANIFEST write that fails after a flush wrote its sstable is one of the places where
+// Pebble calls Fatalf and must not go on (it could write a MANIFEST that no longer matches
+// its files). The flush goroutine is parked for good; the store fails at once, refuses every
+// call, and Close returns an error within StallTimeout instead of waiting for Pebble. The
+// process survives. A new process opens the store with every acknowledged command.
+func TestManifestWriteFailure(t *testing.T) {
+	dir := t.TempDir()
+	out := runHelper(t, "TestHelperManifestFailure", manifestFailEnv, dir)
+	if want := "seeded\nparked\nrefused submit\nrefused close\n"; out != want {
+		t.Fatalf("helper said:\n%s\nwant:\n%s", out, want)
+	}
+	s := openT(t, dir, Options{})
+	if last, err := s.LastSeq(); err != nil || last != 6 {
+		t.Fatalf("reopened: LastSeq %d, %v; want the seed's 6", last, err)
+	}
+	mustVerify(t, s)
 }
 
 func tail(s string, n int) string {
@@ -178,5 +245,126 @@ func TestDuplicateOfFailedBatchFails(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	mustVerify(t, s)
+}
+
+// TestReturnableFatalFormats: the Fatalf formats that fatalLogger returns from must still be
+// Pebble's (a Pebble upgrade that rewords one would silently park a goroutine where Pebble
+// copes with a return, or worse, the other way round: see failures.fatal). It reads the
+// source of the Pebble module this test was built with.
+func TestReturnableFatalFormats(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cockroachdb/pebble/v2").Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		t.Skipf("Pebble's source is not available: %v", err)
+	}
+	var src strings.Builder
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for _, f := range returnableFatalFormats {
+		if !strings.Contains(src.String(), "Fatalf("+strconv.Quote(f)) {
+			t.Errorf("no Fatalf(%q) in %s", f, dir)
+		}
+	}
+	for _, p := range returnableFatalPrefixes {
+		if q := strconv.Quote(p); !strings.Contains(src.String(), "Fatalf("+q[:len(q)-1]) {
+			t.Errorf("no Fatalf format starting %q in %s", p, dir)
+		}
+	}
+}
+
+const walRotationEnv = "WORKLOG_TEST_WAL_ROTATION_STORE"
+
+// TestHelperWALRotationAfterFailedWrite is not a test: see TestWALRotationAfterFailedWrite.
+func TestHelperWALRotationAfterFailedWrite(t *testing.T) {
+	dir := os.Getenv(walRotationEnv)
+	if dir == "" {
+		t.Skip("helper process for TestWALRotationAfterFailedWrite")
+	}
+	say := func(s string) { os.Stdout.WriteString(s + "\n") }
+	var armed atomic.Bool
+	release := make(chan struct{})
+	held := make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			if armed.CompareAndSwap(true, false) {
+				close(held)
+				<-release
+			}
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	s, err := Open(dir, Options{FS: errorfs.Wrap(vfs.Default, inj), MemTableSize: 256 << 10, StallTimeout: time.Second})
+	if err != nil {
+		say("error " + err.Error())
+		os.Exit(3)
+	}
+	seedStore(t, s)
+	say("seeded")
+	armed.Store(true)
+	small := make(chan error, 1)
+	go func() { small <- update(s, submitted("s1", "small", sec(20), false)) }()
+	<-held // the WAL writer is writing small's batch
+	big := make(chan error, 1)
+	go func() {
+		ev := submitted("s1", "big", sec(21), false)
+		ev.Input = []byte(`"` + strings.Repeat("b", 200<<10) + `"`) // larger than half a memtable: rotates the WAL
+		big <- update(s, ev)
+	}()
+	time.Sleep(200 * time.Millisecond) // big's commit waits in the WAL rotation for the writer
+	close(release)                     // small's WAL write fails
+	say(outcome("small", <-small))
+	say(outcome("big", <-big))
+	say(outcome("close", s.Close()))
+	os.Exit(0)
+}
+
+// A commit that rotates the WAL while the WAL writer's write fails: Pebble's rotation gets the
+// write's error from closing the old WAL and panics with its mutex unlocked, a fatal runtime
+// error that no recover catches. walFS parks the writer in that close instead: the store
+// fails, both callers get ErrStoreFailed, Close returns, the process survives, and a new
+// process opens the store.
+func TestWALRotationAfterFailedWrite(t *testing.T) {
+	dir := t.TempDir()
+	out := runHelper(t, "TestHelperWALRotationAfterFailedWrite", walRotationEnv, dir)
+	if want := "seeded\nrefused small\nrefused big\nrefused close\n"; out != want {
+		t.Fatalf("helper said:\n%s\nwant:\n%s", out, want)
+	}
+	s := openT(t, dir, Options{})
+	if last, err := s.LastSeq(); err != nil || last < 6 {
+		t.Fatalf("reopened: LastSeq %d, %v; want the seed's 6 at least", last, err)
+	}
+	mustVerify(t, s)
+}
+
+// A checkpoint whose copy of the WAL fails (a full destination disk) fails the checkpoint,
+// not the store: only the store's own WAL files are watched.
+func TestFailedCheckpointDoesNotFailStore(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "cp")
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasPrefix(op.Path, dest) && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	s := openT(t, t.TempDir(), Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	seedStore(t, s)
+	if err := s.Checkpoint(dest); !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Checkpoint: err = %v, want the injected error", err)
+	}
+	appendEvents(t, s, submitted("s1", "after", sec(30), false))
 	mustVerify(t, s)
 }

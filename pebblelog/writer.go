@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -45,6 +46,47 @@ type request struct {
 	ctx  context.Context
 	fn   func(*Txn) error
 	done chan error // buffered: the syncer never waits for a caller that has left
+
+	// mu is held by the writer while fn runs. A caller that returns without an answer (its
+	// ctx is done, or the store failed) takes it first and sets gone: it waits for a running
+	// fn to end, and fn never runs again, so the caller may read what fn wrote as soon as
+	// Update returns. fn only reads and appends; it does not wait for the disk's writes.
+	mu   sync.Mutex
+	gone bool
+}
+
+// run runs fn unless the caller has gone; ran is false if it has.
+func (r *request) run(txn *Txn) (ran bool, err error) {
+	r.mu.Lock()
+	if r.gone {
+		r.mu.Unlock()
+		return false, nil
+	}
+	err = r.fn(txn)
+	r.mu.Unlock()
+	return true, err
+}
+
+// leave is the caller's side of run: after it, fn is not running and never runs again. It
+// returns the answer if one came meanwhile, else err.
+func (r *request) leave(err error) error {
+	r.mu.Lock()
+	r.gone = true
+	r.mu.Unlock()
+	select {
+	case answer := <-r.done:
+		return answer
+	default:
+		return err
+	}
+}
+
+// goneErr is the answer to a command whose caller has gone: nobody reads it.
+func (r *request) goneErr(s *Store) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	return s.fh.err()
 }
 
 // Update runs fn in the store's single writer, alone against the latest state, and returns
@@ -57,9 +99,10 @@ type request struct {
 // variables) at its start.
 //
 // Update honours ctx while it waits, to be queued and to be answered. An abandoned call (ctx
-// done, Update returned ctx.Err()) may still run and commit: once queued, its command runs
-// unless ctx is done by the time the writer reaches it, and a command that ran commits with
-// its batch. Commands made idempotent (an idempotency key, a lease token) make a retry safe.
+// done, Update returned ctx.Err()) may still commit: if its command ran before the caller
+// left, what it appended is in a batch that commits with the others. Once Update has returned
+// fn is not running and never runs again, so the caller may read what fn set. Commands made
+// idempotent (an idempotency key, a lease token) make a retry safe.
 //
 // Once the store has failed (a failed WAL write or fsync, damage found by a read or a
 // compaction, a commit or sync stalled longer than Options.StallTimeout, a fatal error of
@@ -92,14 +135,9 @@ func (s *Store) Update(ctx context.Context, fn func(*Txn) error) error {
 	case err := <-r.done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return r.leave(ctx.Err())
 	case <-s.fh.ch:
-		select {
-		case err := <-r.done: // answered before the failure: the answer stands
-			return err
-		default:
-			return s.fh.err()
-		}
+		return r.leave(s.fh.err()) // an answer that came before the failure stands
 	}
 }
 
@@ -220,7 +258,12 @@ func (s *Store) runGroup(ws *writerState, group []*request) {
 			continue
 		}
 		before := w.b.Count()
-		if err := r.fn(txn); err != nil {
+		ran, err := r.run(txn)
+		if !ran {
+			results[i] = r.goneErr(s)
+			continue
+		}
+		if err != nil {
 			if w.b.Count() == before {
 				results[i] = err // failed before writing anything: the batch is intact
 				continue
@@ -250,7 +293,12 @@ func (s *Store) runAlone(ws *writerState, group []*request) {
 			continue
 		}
 		w := s.newWriter(ws)
-		err := r.fn(&Txn{w: w})
+		ran, err := r.run(&Txn{w: w})
+		if !ran {
+			w.b.Close()
+			r.done <- r.goneErr(s)
+			continue
+		}
 		if err == nil {
 			err = w.finish(s.lastSeq)
 		}
@@ -282,14 +330,10 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		ws.syncq <- pending{group: group, results: results}
 		return
 	}
-	var err error
-	s.fh.inCommit()
-	if s.opts.NoSync {
-		err = b.Commit(pebble.NoSync)
-	} else {
-		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
+	err := s.fh.err() // a failed WAL write fails the store before its SyncWait returns
+	if err == nil {
+		err = s.commit(b)
 	}
-	s.fh.outOfCommit()
 	if err == nil {
 		err = s.fh.err() // a Fatalf in the commit pipeline returns nil to us
 	}
@@ -311,4 +355,23 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		b = nil
 	}
 	ws.syncq <- pending{b: b, group: group, results: results}
+}
+
+// commit commits b with the configured durability, inside the watchdog's bracket. Pebble
+// panics in the commit when its WAL writer failed earlier (DB.commitWrite); that panic is
+// the store's failure, and Pebble's commit mutex stays held, so the database is not closed
+// again (see walFS).
+func (s *Store) commit(b *pebble.Batch) (err error) {
+	s.fh.inCommit()
+	defer func() {
+		s.fh.outOfCommit()
+		if p := recover(); p != nil {
+			s.fh.parked.Store(true)
+			err = s.fh.fail(fmt.Errorf("pebble panicked in a commit: %v", p))
+		}
+	}()
+	if s.opts.NoSync {
+		return b.Commit(pebble.NoSync)
+	}
+	return s.db.ApplyNoSyncWait(b, pebble.Sync)
 }

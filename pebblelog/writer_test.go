@@ -509,3 +509,76 @@ func TestAnswerWaitsForEarlierSyncs(t *testing.T) {
 	}
 	mustVerify(t, s)
 }
+
+// A caller that gives up (its ctx ends) while its command waits behind a slow one gets
+// ctx.Err() at once; once Update has returned, its fn never runs, so the caller may read what
+// fn would have set without a race.
+func TestAbandonedCommandDoesNotRun(t *testing.T) {
+	s := seeded(t)
+	gate := make(chan struct{})
+	slow := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		slow <- s.Update(context.Background(), func(tx *Txn) error {
+			close(started)
+			<-gate
+			return tx.Append(submitted("s1", "slow", sec(10), false))
+		})
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	ran := false
+	err := s.Update(ctx, func(tx *Txn) error {
+		ran = true
+		return tx.Append(submitted("s1", "abandoned", sec(11), false))
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Update behind a held writer: err = %v, want context.DeadlineExceeded", err)
+	}
+	close(gate)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if err := update(s, submitted("s1", "next", sec(12), false)); err != nil { // the writer has passed the abandoned command
+		t.Fatal(err)
+	}
+	if ran {
+		t.Error("the abandoned command ran after its Update returned")
+	}
+	if n := len(readAll(t, s)); n != 8 {
+		t.Errorf("log holds %d events, want 8 (seed, slow, next)", n)
+	}
+}
+
+// A caller answered by the store's failure while its fn runs returns only once fn has ended:
+// it may read what fn set (the race detector checks this test).
+func TestFailureWaitsForRunningCommand(t *testing.T) {
+	s := seeded(t)
+	gate := make(chan struct{})
+	started := make(chan struct{})
+	res := make(chan error, 1)
+	var set string
+	go func() {
+		res <- s.Update(context.Background(), func(tx *Txn) error {
+			close(started)
+			<-gate
+			set = "set by fn"
+			return nil
+		})
+	}()
+	<-started
+	s.fh.fail(errors.New("injected by the test"))
+	select {
+	case err := <-res:
+		t.Fatalf("Update returned (%v) while its fn was still running", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-res; !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("err = %v, want ErrStoreFailed", err)
+	}
+	if set != "set by fn" {
+		t.Fatalf("fn's result: %q", set)
+	}
+}

@@ -1,0 +1,66 @@
+package work_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/work"
+)
+
+// Issue 11.1 through the public API: submit K, and submit K again while K's batch is applied
+// but its WAL write is still in flight, then fails. The repeat finds K and writes nothing; it
+// must fail with K's batch (ErrBackend wrapping pebblelog.ErrStoreFailed), never return K,
+// which is gone after a reopen.
+func TestDuplicateSubmitOfFailedBatch(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			time.Sleep(300 * time.Millisecond) // the repeat is submitted meanwhile
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	q, err := work.Open(dir, &work.Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := q.Session("s1")
+	req := work.TaskRequest{Kind: "k", IdempotencyKey: "K"}
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "warm-up"}); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	first := make(chan error, 1)
+	go func() { _, err := s.Submit(ctx, req); first <- err }()
+	time.Sleep(100 * time.Millisecond) // K's batch is applied; its WAL write is held
+	tk, err := s.Submit(ctx, req)
+	if err == nil {
+		t.Errorf("the repeat of K was answered with task %s although K's batch failed", tk.ID)
+	} else if !errors.Is(err, work.ErrBackend) || !errors.Is(err, pebblelog.ErrStoreFailed) {
+		t.Errorf("repeat of K: err = %v, want ErrBackend wrapping pebblelog.ErrStoreFailed", err)
+	}
+	if err := <-first; !errors.Is(err, work.ErrBackend) || !errors.Is(err, pebblelog.ErrStoreFailed) {
+		t.Errorf("submit of K: err = %v, want ErrBackend wrapping pebblelog.ErrStoreFailed", err)
+	}
+	armed.Store(false)
+	q.Close()
+
+	q, err = work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Session("s1").Submit(ctx, req); err != nil {
+		t.Fatalf("submit of K after the reopen: %v", err)
+	}
+}
