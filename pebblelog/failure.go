@@ -179,8 +179,8 @@ func fileIn(msg string) string { return fileNameRe.FindString(msg) }
 
 // corruptFile names the file of a Pebble corruption error, relative to dir: from the details
 // Pebble attaches to the errors of reads that found damage, else from the message.
-// damagedFile names the file a damage error is about, or "".
-func damagedFile(dir string, err error) string {
+// fileOfDamage names the file a damage error is about, or "".
+func fileOfDamage(dir string, err error) string {
 	var d *fileDamage
 	switch {
 	case errors.As(err, &d):
@@ -459,7 +459,7 @@ func asOpenError(dir string, err error) error {
 	var oe *OpenError
 	if errors.As(err, &oe) {
 		if oe.Kind == ErrCorruptStore && oe.File == "" && oe.Err != nil {
-			oe.File = damagedFile(dir, oe.Err) // e.g. a block found damaged while checking the format key
+			oe.File = fileOfDamage(dir, oe.Err) // e.g. a block found damaged while checking the format key
 		}
 		return oe
 	}

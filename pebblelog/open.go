@@ -376,6 +376,13 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	}
 	cache := newBlockCache(o.CacheSize, o.MemTableSize)
 	defer cache.Unref()
+	if exists {
+		// Before Pebble reads the WALs: Pebble takes some damage for a torn tail and drops
+		// acknowledged batches without a word (walcheck.go).
+		if err := checkWAL(fs, dir); err != nil {
+			return nil, err
+		}
+	}
 	po := pebbleOptions(o, cache, l.pebble, exists)
 	fh := installFailureHandling(po, dir, o)
 	if exists && !o.ReadOnly {
@@ -517,6 +524,9 @@ func pebbleOpenError(fs vfs.FS, dir string, err error) error {
 	var oe *OpenError
 	if e := asOpenError(dir, err); errors.As(e, &oe) {
 		return oe
+	}
+	if werr := walReplayError(dir, err); werr != nil {
+		return werr
 	}
 	if errors.Is(err, pebble.ErrDBDoesNotExist) {
 		return &OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Err: err,

@@ -82,7 +82,8 @@ func (s *Store) Close() error {
 			err = s.db.LogData(nil, pebble.Sync)
 		}
 	}
-	err = errors.Join(err, s.db.Close(), s.lock.Close())
+	err = errors.Join(err, s.db.Close())
+	err = errors.Join(err, s.recordCleanClose(err), s.lock.Close())
 	return err
 }
 
