@@ -79,6 +79,9 @@ var encPool = sync.Pool{New: func() any {
 	return &encoder{buf: buf, enc: enc}
 }}
 
+// maxPooledEncoder is the largest buffer an encoder goes back to the pool with.
+const maxPooledEncoder = 64 << 10
+
 type encoder struct {
 	buf *bytes.Buffer
 	enc *msgpack.Encoder
@@ -104,7 +107,12 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		return dst, fmt.Errorf("events: cannot encode %s", t)
 	}
 	w := encPool.Get().(*encoder)
-	defer encPool.Put(w)
+	defer func() {
+		// A pooled buffer keeps its size: one 64 MiB value must not stay in the pool.
+		if w.buf.Cap() <= maxPooledEncoder {
+			encPool.Put(w)
+		}
+	}()
 	w.buf.Reset()
 	w.err = nil
 	w.buf.Write([]byte{EnvelopeV1, byte(t), schemaVersion[t]})

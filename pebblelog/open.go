@@ -16,8 +16,10 @@ import (
 )
 
 // FormatVersion is the store format this build writes and the newest it reads: the key
-// layout, the projection record layout and the marker. Version 1 is the first.
-const FormatVersion = 1
+// layout, the projection record layout and the marker. Version 1 is the first; version 2
+// writes records without the values their creating event holds (input.go), reads version 1,
+// and upgrades it on a read-write open (upgrade.go).
+const FormatVersion = 2
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -178,6 +180,10 @@ func open(dir string, o Options, exists bool, lock io.Closer) (*Store, error) {
 	}
 	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: lock}
 	if err := s.checkFormatKey(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.upgrade(); err != nil {
 		db.Close()
 		return nil, err
 	}
