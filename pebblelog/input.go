@@ -230,10 +230,10 @@ func (w *writer) eventWakeValues(x *projection.Wake) (wakeValues, error) {
 }
 
 // keepTaskInput records the input of a task the fold put, when it came with one (a submit,
-// or a record read with its input), so that the decide code's next read does not go to the
-// event.
+// or a record read with its input) too large for the writer's maps (cachedTask), so that the
+// decide code's next read does not go to the event. A small one stays in the map's record.
 func (w *writer) keepTaskInput(t *projection.Task) {
-	if len(t.Input) == 0 {
+	if len(t.Input) <= cachedValueMax {
 		return
 	}
 	if w.inputs.tasks == nil {
@@ -243,7 +243,7 @@ func (w *writer) keepTaskInput(t *projection.Task) {
 }
 
 func (w *writer) keepWakeValues(x *projection.Wake) {
-	if len(x.Payload) == 0 && len(x.Outcome.Output) == 0 {
+	if len(x.Payload) <= cachedValueMax && len(x.Outcome.Output) <= cachedValueMax {
 		return
 	}
 	if w.inputs.wakes == nil {
