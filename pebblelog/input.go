@@ -271,3 +271,28 @@ func cachedWake(x *projection.Wake) *projection.Wake {
 	}
 	return recordWake(x)
 }
+
+// writeRecords writes the batch's latest version of every record it put, once each, in the
+// order they were first put. The records live in the writer's maps until then (every read
+// of the batch looks there first), so a record changed twice in one batch is written once: a
+// finish that records a completion wake puts its task twice (settled, then CompletionWakeID),
+// which with a 64 MiB output put 128 MiB of task records into the batch; a submit and a
+// claim of the same task in one group likewise.
+func (w *writer) writeRecords() error {
+	for _, id := range w.taskOrder {
+		t := w.tasks[id]
+		w.buf = appendTask(w.buf[:0], recordTask(&t))
+		if err := w.b.Set(idKey(prefixTask, id), w.buf, nil); err != nil {
+			return err
+		}
+	}
+	for _, id := range w.wakeOrder {
+		x := w.wakes[id]
+		w.buf = appendWake(w.buf[:0], recordWake(&x))
+		if err := w.b.Set(idKey(prefixWake, id), w.buf, nil); err != nil {
+			return err
+		}
+	}
+	w.taskOrder, w.wakeOrder = w.taskOrder[:0], w.wakeOrder[:0]
+	return nil
+}

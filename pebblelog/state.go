@@ -196,6 +196,9 @@ type writer struct {
 	maxIDs *maxIDs // nil: unknown, every miss reads the DB
 
 	inputs inputs // values of this batch's records, for the decide code's reads (input.go)
+
+	// The records put in this batch, in the order first put; finish writes each once.
+	taskOrder, wakeOrder []string
 }
 
 // maxIDs holds the greatest task and wake id in the store (including batches being built).
@@ -335,22 +338,24 @@ func (w *writer) finish(from uint64) error {
 	if w.lastSeq == from {
 		return nil
 	}
+	if err := w.writeRecords(); err != nil {
+		return err
+	}
 	return w.b.Set(keyLastSeq, binary.BigEndian.AppendUint64(nil, w.lastSeq), nil)
 }
 
+// PutTask keeps the record in the batch's map; finish writes it (writeRecords).
 func (w *writer) PutTask(t *projection.Task) error {
 	w.keepTaskInput(t)
 	t = cachedTask(t)
-	w.buf = appendTask(w.buf[:0], recordTask(t))
-	k := idKey(prefixTask, t.ID)
-	if err := w.b.Set(k, w.buf, nil); err != nil {
-		return err
-	}
 	if w.maxIDs != nil {
-		raise(&w.maxIDs.task, k)
+		raise(&w.maxIDs.task, idKey(prefixTask, t.ID))
 	}
 	if w.tasks == nil {
 		w.tasks = make(map[string]projection.Task)
+	}
+	if _, ok := w.tasks[t.ID]; !ok {
+		w.taskOrder = append(w.taskOrder, t.ID)
 	}
 	w.tasks[t.ID] = *t
 	return nil
@@ -359,16 +364,14 @@ func (w *writer) PutTask(t *projection.Task) error {
 func (w *writer) PutWake(x *projection.Wake) error {
 	w.keepWakeValues(x)
 	x = cachedWake(x)
-	w.buf = appendWake(w.buf[:0], recordWake(x))
-	k := idKey(prefixWake, x.ID)
-	if err := w.b.Set(k, w.buf, nil); err != nil {
-		return err
-	}
 	if w.maxIDs != nil {
-		raise(&w.maxIDs.wake, k)
+		raise(&w.maxIDs.wake, idKey(prefixWake, x.ID))
 	}
 	if w.wakes == nil {
 		w.wakes = make(map[string]projection.Wake)
+	}
+	if _, ok := w.wakes[x.ID]; !ok {
+		w.wakeOrder = append(w.wakeOrder, x.ID)
 	}
 	w.wakes[x.ID] = *x
 	return nil

@@ -439,3 +439,59 @@ func TestFormat2MissingEventIsCorrupt(t *testing.T) {
 		t.Fatalf("reading a task whose submit event is another task's: %v, want ErrCorruptRecord naming t2", err)
 	}
 }
+
+// A record put several times in one batch is written to it once, in its last version: a
+// settlement with a completion wake puts its task twice (settled, then CompletionWakeID).
+func TestRecordWrittenOncePerBatch(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{})
+	appendEvents(t, s, submitted("s1", "t1", sec(1), true))
+	b := s.db.NewIndexedBatch()
+	defer b.Close()
+	w := &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: 1}
+	settle := settled("s1", "t1", sec(3), 1, "tok")
+	settle.Seq = 0
+	for _, ev := range []events.Event{
+		claimed("s1", "t1", sec(2), 1, "tok"),
+		settle,
+		&events.WakeRecorded{
+			Header: events.Header{SessionID: "s1", At: sec(3)},
+			WakeID: "w1", Reason: events.WakeTaskFinished, TaskID: "t1", Outcome: settle.Outcome,
+		},
+	} {
+		ev.Head().Seq = w.lastSeq + 1
+		if err := projection.Apply(w, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.finish(1); err != nil {
+		t.Fatal(err)
+	}
+	puts := map[string]int{}
+	var last []byte
+	r := b.Reader()
+	for {
+		_, k, v, ok, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if len(k) > 0 && (k[0] == prefixTask || k[0] == prefixWake) {
+			puts[string(k)]++
+			if string(k) == "tt1" {
+				last = v
+			}
+		}
+	}
+	if puts["tt1"] != 1 || puts["ww1"] != 1 {
+		t.Fatalf("record writes in one batch: %v, want one each", puts)
+	}
+	x, err := decodeTask([]byte("tt1"), last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.State != events.StateSucceeded || x.CompletionWakeID != "w1" {
+		t.Errorf("the batch's task record is %s with completion wake %q, not the last version", x.State, x.CompletionWakeID)
+	}
+}

@@ -37,7 +37,7 @@ const (
 // The issue asks for at most 4x. Format 1 reached 27-29x for a 64 MiB input (1.9 GB; every
 // claim and finish rewrote the task record with its input) and 41x for a 64 MiB output.
 // Format 2 (records without the values their event holds: pebblelog/input.go) measures
-// 9.5-14x and 20-26x: what is left is not record rewrites but copies elsewhere, listed in
+// 9.5-14x and 16x: what is left is not record rewrites but copies elsewhere, listed in
 // docs/design.md ("Store format 2"): Pebble flushing a large batch (four copies of the
 // value), the batch growing by doubling, the work package's copies (ownJSON, the snapshot
 // clones) and the garbage collector's headroom. So the bounds asserted here are the
