@@ -16,13 +16,25 @@ import (
 
 // ScanTasks calls fn with every stored task record, in id order, until fn returns an error.
 // A record that does not decode stops the walk with an ErrCorruptRecord error naming its key.
+// Each task comes with its input, read from the log where the record does not hold it
+// (format 2: input.go).
 func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) error {
-	return scanRecords(s, ctx, prefixTask, decodeTask, fn)
+	return scanRecords(s, ctx, prefixTask, decodeTask, func(t *projection.Task) error {
+		if err := fillTask(s.db, t); err != nil {
+			return err
+		}
+		return fn(t)
+	})
 }
 
-// ScanWakes is ScanTasks for wake records.
+// ScanWakes is ScanTasks for wake records, each with its payload or completion output.
 func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error {
-	return scanRecords(s, ctx, prefixWake, decodeWake, fn)
+	return scanRecords(s, ctx, prefixWake, decodeWake, func(x *projection.Wake) error {
+		if err := fillWake(s.db, x); err != nil {
+			return err
+		}
+		return fn(x)
+	})
 }
 
 func scanRecords[T any](s *Store, ctx context.Context, prefix byte, decode func(k, v []byte) (*T, error), fn func(*T) error) error {

@@ -20,8 +20,10 @@ import (
 )
 
 // FormatVersion is the store format this build writes and the newest it reads: the key
-// layout, the projection record layout and the marker. Version 1 is the first.
-const FormatVersion = 1
+// layout, the projection record layout and the marker. Version 1 is the first; version 2
+// writes records without the values their creating event holds (input.go), reads version 1,
+// and upgrades it on a read-write open (upgrade.go).
+const FormatVersion = 2
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -396,16 +398,30 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	}
 	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh}
 	fail := func(err error) (*Store, error) {
-		db.Close()
+		if !fh.parked.Load() { // a parked Pebble goroutine may hold what Close waits for
+			db.Close()
+		}
 		return nil, err
 	}
 	if err := checkFormatKey(dir, db, exists, o.ReadOnly); err != nil {
 		return fail(err)
 	}
+	if err := fh.err(); err != nil { // a new store's format key write failed (see upgrade)
+		return fail(asOpenError(dir, err))
+	}
 	if !exists {
 		if err := commitMarker(fs, dir); err != nil {
 			return fail(err)
 		}
+	}
+	if err := s.upgrade(); err != nil {
+		return fail(err)
+	}
+	// A write of Open's own (the format key, the upgrade) may have failed the store through
+	// its handlers (a failed WAL sync) even where Pebble's call returned: such a store is
+	// not handed out.
+	if err := fh.err(); err != nil {
+		return fail(asOpenError(dir, err))
 	}
 	last, err := reader{db}.LastSeq()
 	if err != nil {

@@ -32,7 +32,20 @@ func (s reader) get(key []byte) ([]byte, bool, error) {
 	return out, true, closer.Close()
 }
 
+// Task reads a task with its input (format 2 keeps it in the log: input.go).
 func (s reader) Task(id string) (*projection.Task, error) {
+	t, err := s.taskRecord(id)
+	if err == nil && t != nil {
+		err = fillTask(s.r, t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// taskRecord reads a task's record as stored: in format 2, without its input.
+func (s reader) taskRecord(id string) (*projection.Task, error) {
 	k := idKey(prefixTask, id)
 	v, ok, err := s.get(k)
 	if err != nil || !ok {
@@ -41,7 +54,20 @@ func (s reader) Task(id string) (*projection.Task, error) {
 	return decodeTask(k, v)
 }
 
+// Wake reads a wake with its payload or completion output (input.go).
 func (s reader) Wake(id string) (*projection.Wake, error) {
+	x, err := s.wakeRecord(id)
+	if err == nil && x != nil {
+		err = fillWake(s.r, x)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// wakeRecord reads a wake's record as stored: in format 2, without its values.
+func (s reader) wakeRecord(id string) (*projection.Wake, error) {
 	k := idKey(prefixWake, id)
 	v, ok, err := s.get(k)
 	if err != nil || !ok {
@@ -168,6 +194,11 @@ type writer struct {
 	keys      map[string]string // scoped idempotency key (scopedKey) -> id, put by this batch
 
 	maxIDs *maxIDs // nil: unknown, every miss reads the DB
+
+	inputs inputs // values of this batch's records, for the decide code's reads (input.go)
+
+	// The records put in this batch, in the order first put; finish writes each once.
+	taskOrder, wakeOrder []string
 }
 
 // maxIDs holds the greatest task and wake id in the store (including batches being built).
@@ -274,7 +305,7 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 	if w.maxIDs != nil && above(w.maxIDs.task, idKey(prefixTask, id)) {
 		return nil, nil
 	}
-	return w.committed.Task(id)
+	return w.committed.taskRecord(id) // the fold needs no input: see input.go
 }
 
 func (w *writer) Wake(id string) (*projection.Wake, error) {
@@ -289,7 +320,7 @@ func (w *writer) Wake(id string) (*projection.Wake, error) {
 	if w.maxIDs != nil && above(w.maxIDs.wake, idKey(prefixWake, id)) {
 		return nil, nil
 	}
-	return w.committed.Wake(id)
+	return w.committed.wakeRecord(id)
 }
 
 // The writer's side of projection.State's record access: Apply gets copies, and each
@@ -317,36 +348,40 @@ func (w *writer) finish(from uint64) error {
 	if w.lastSeq == from {
 		return nil
 	}
+	if err := w.writeRecords(); err != nil {
+		return err
+	}
 	return w.b.Set(keyLastSeq, binary.BigEndian.AppendUint64(nil, w.lastSeq), nil)
 }
 
+// PutTask keeps the record in the batch's map; finish writes it (writeRecords).
 func (w *writer) PutTask(t *projection.Task) error {
-	w.buf = appendTask(w.buf[:0], t)
-	k := idKey(prefixTask, t.ID)
-	if err := w.b.Set(k, w.buf, nil); err != nil {
-		return err
-	}
+	w.keepTaskInput(t)
+	t = cachedTask(t)
 	if w.maxIDs != nil {
-		raise(&w.maxIDs.task, k)
+		raise(&w.maxIDs.task, idKey(prefixTask, t.ID))
 	}
 	if w.tasks == nil {
 		w.tasks = make(map[string]projection.Task)
+	}
+	if _, ok := w.tasks[t.ID]; !ok {
+		w.taskOrder = append(w.taskOrder, t.ID)
 	}
 	w.tasks[t.ID] = *t
 	return nil
 }
 
 func (w *writer) PutWake(x *projection.Wake) error {
-	w.buf = appendWake(w.buf[:0], x)
-	k := idKey(prefixWake, x.ID)
-	if err := w.b.Set(k, w.buf, nil); err != nil {
-		return err
-	}
+	w.keepWakeValues(x)
+	x = cachedWake(x)
 	if w.maxIDs != nil {
-		raise(&w.maxIDs.wake, k)
+		raise(&w.maxIDs.wake, idKey(prefixWake, x.ID))
 	}
 	if w.wakes == nil {
 		w.wakes = make(map[string]projection.Wake)
+	}
+	if _, ok := w.wakes[x.ID]; !ok {
+		w.wakeOrder = append(w.wakeOrder, x.ID)
 	}
 	w.wakes[x.ID] = *x
 	return nil

@@ -21,7 +21,7 @@ type Txn struct {
 }
 
 // Reader returns the projection as this command sees it.
-func (t *Txn) Reader() projection.Reader { return t.w }
+func (t *Txn) Reader() projection.Reader { return decideReader{t.w} } // with values: input.go
 
 // Append assigns the next sequence number to ev, encodes it under its log key and the
 // session index, and applies it to the projection. On error nothing of ev is kept in the

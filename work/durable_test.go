@@ -319,7 +319,7 @@ func TestOpenRefusals(t *testing.T) {
 		dir := t.TempDir()
 		q := openQueue(t, dir, nil)
 		q.Close()
-		if err := os.WriteFile(filepath.Join(dir, pebblelog.MarkerFile), []byte("worklog store format 2\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, pebblelog.MarkerFile), []byte(fmt.Sprintf("worklog store format %d\n", pebblelog.FormatVersion+1)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		_, err := work.Open(dir, nil)

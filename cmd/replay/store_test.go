@@ -186,7 +186,7 @@ func TestStoreErrors(t *testing.T) {
 		{notStore, "photos is not a worklog store: the directory is not empty and has no WORKLOG file (found cat.jpg)"},
 		{empty, "empty is not a worklog store: the directory is empty"},
 		{file, "file is a file, not a worklog store directory"},
-		{newer, "was written by a newer worklog: store format 99, this build reads up to 1"},
+		{newer, fmt.Sprintf("was written by a newer worklog: store format 99, this build reads up to %d", pebblelog.FormatVersion)},
 	}
 	for _, c := range cases {
 		cmds := [][]string{{"log"}, {"verify"}}

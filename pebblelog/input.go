@@ -1,0 +1,298 @@
+package pebblelog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
+)
+
+// Store format 2: records do not copy the request's values.
+//
+// A task's input and a wake's payload or completion output are fixed when the task or wake is
+// created, and the event that created it (TaskSubmitted at the task's SubmitSeq, WakeRecorded
+// at the wake's RecordSeq) holds them already. Format 1 wrote them into the record as well, so
+// every claim, finish and acknowledgement rewrote them: a 64 MiB input was written to the
+// WAL, the memtable and the batch once per transition, and its copies drove a process to
+// 3.1 GB. Format 2 writes records without them (records.go's layout, with the field empty)
+// and reads them back from the event when a caller needs them: the snapshots handed out by
+// the decide code and by View. The fold itself never needs them (no rule looks at an input),
+// so the writer's own reads do not fill them.
+//
+// A format-1 record still carries its value; a format-2 reader uses it when present. The
+// value of a live request is never empty (the work package stores JSON null as "null"), so an
+// empty one means "in the event". A record that was empty in format 1 too (a value-less event
+// written through pebblelog directly) reads its empty value from the event: the same answer.
+//
+// A task's output stays in its record: it is written when the task settles, which happens
+// once, and no later transition of a settled task is frequent enough to matter.
+
+// errValueEvent marks a record whose creating event is missing or is not the one that
+// created it: the log and the projection disagree.
+var errValueEvent = errors.New("the event that created the record is missing or another one")
+
+// recordTask is what a format-2 task record holds: t without its input.
+func recordTask(t *projection.Task) *projection.Task {
+	if len(t.Input) == 0 {
+		return t
+	}
+	c := *t
+	c.Input = nil
+	return &c
+}
+
+// recordWake is what a format-2 wake record holds: x without its payload and without the
+// output of the task whose completion it reports.
+func recordWake(x *projection.Wake) *projection.Wake {
+	if len(x.Payload) == 0 && len(x.Outcome.Output) == 0 {
+		return x
+	}
+	c := *x
+	c.Payload = nil
+	c.Outcome.Output = nil
+	return &c
+}
+
+// taskNeedsInput reports whether t's input is in its creating event rather than in t.
+func taskNeedsInput(t *projection.Task) bool { return len(t.Input) == 0 && t.SubmitSeq != 0 }
+
+// wakeNeedsValues reports whether x's payload or completion output is in its creating event.
+func wakeNeedsValues(x *projection.Wake) bool {
+	if x.RecordSeq == 0 {
+		return false
+	}
+	switch x.Reason {
+	case events.WakeRequested:
+		return len(x.Payload) == 0
+	case events.WakeTaskFinished:
+		return len(x.Outcome.Output) == 0 && x.Outcome.State == events.StateSucceeded
+	}
+	return false
+}
+
+// withEvent decodes the event at seq as r sees it and passes it to fn. The event is decoded
+// straight from Pebble's value, which is valid only until the closer runs: Decode copies the
+// byte strings it returns, so the value is copied once, into the field the caller keeps.
+func withEvent(r pebble.Reader, seq uint64, fn func(events.Event) error) error {
+	v, closer, err := r.Get(eventKey(seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("%w: event %d: %w", ErrCorruptRecord, seq, errValueEvent)
+	}
+	if err != nil {
+		return fmt.Errorf("pebblelog: reading event %d: %w", seq, err)
+	}
+	ev, err := events.Decode(v, seq)
+	closeErr := closer.Close()
+	if err != nil {
+		return err
+	}
+	if err := fn(ev); err != nil {
+		return err
+	}
+	return closeErr
+}
+
+// taskInput reads the input of task t from its TaskSubmitted event.
+func taskInput(r pebble.Reader, t *projection.Task) ([]byte, error) {
+	var in []byte
+	err := withEvent(r, t.SubmitSeq, func(ev events.Event) error {
+		sub, ok := ev.(*events.TaskSubmitted)
+		if !ok || sub.TaskID != t.ID {
+			return fmt.Errorf("%w: task %s: event %d (%s): %w", ErrCorruptRecord, t.ID, t.SubmitSeq, ev.Type(), errValueEvent)
+		}
+		in = sub.Input
+		return nil
+	})
+	return in, err
+}
+
+// wakeValues is what a wake record leaves in its WakeRecorded event.
+type wakeValues struct {
+	payload, output []byte
+}
+
+func (v wakeValues) fill(x *projection.Wake) {
+	if len(x.Payload) == 0 {
+		x.Payload = v.payload
+	}
+	if len(x.Outcome.Output) == 0 {
+		x.Outcome.Output = v.output
+	}
+}
+
+// wakeEventValues reads the payload and completion output of wake x from its WakeRecorded
+// event.
+func wakeEventValues(r pebble.Reader, x *projection.Wake) (wakeValues, error) {
+	var out wakeValues
+	err := withEvent(r, x.RecordSeq, func(ev events.Event) error {
+		rec, ok := ev.(*events.WakeRecorded)
+		if !ok || rec.WakeID != x.ID {
+			return fmt.Errorf("%w: wake %s: event %d (%s): %w", ErrCorruptRecord, x.ID, x.RecordSeq, ev.Type(), errValueEvent)
+		}
+		out = wakeValues{payload: rec.Payload, output: rec.Outcome.Output}
+		return nil
+	})
+	return out, err
+}
+
+// fillTask gives t (a copy the caller owns) its input, read through r when t lacks it.
+func fillTask(r pebble.Reader, t *projection.Task) error {
+	if !taskNeedsInput(t) {
+		return nil
+	}
+	in, err := taskInput(r, t)
+	t.Input = in
+	return err
+}
+
+// fillWake gives x (a copy the caller owns) its payload and completion output.
+func fillWake(r pebble.Reader, x *projection.Wake) error {
+	if !wakeNeedsValues(x) {
+		return nil
+	}
+	v, err := wakeEventValues(r, x)
+	v.fill(x)
+	return err
+}
+
+// inputs holds, for one writer (one batch), the values of the records it read or put, so that
+// the decide code's repeated reads of one task in a command (before and after its append)
+// read the event once.
+type inputs struct {
+	tasks map[string][]byte
+	wakes map[string]wakeValues
+}
+
+// decideReader is the projection as the decide code reads it through a Txn: the writer's
+// records with their values. The fold reads the writer directly, without them.
+type decideReader struct {
+	*writer
+}
+
+func (d decideReader) Task(id string) (*projection.Task, error) {
+	t, err := d.writer.Task(id)
+	if err != nil || t == nil || !taskNeedsInput(t) {
+		return t, err
+	}
+	if in, ok := d.writer.inputs.tasks[id]; ok {
+		t.Input = in
+		return t, nil
+	}
+	if t.Input, err = d.writer.eventTaskInput(t); err != nil {
+		return nil, err
+	}
+	if d.writer.inputs.tasks == nil {
+		d.writer.inputs.tasks = make(map[string][]byte)
+	}
+	d.writer.inputs.tasks[id] = t.Input
+	return t, nil
+}
+
+func (d decideReader) Wake(id string) (*projection.Wake, error) {
+	x, err := d.writer.Wake(id)
+	if err != nil || x == nil || !wakeNeedsValues(x) {
+		return x, err
+	}
+	v, ok := d.writer.inputs.wakes[id]
+	if !ok {
+		if v, err = d.writer.eventWakeValues(x); err != nil {
+			return nil, err
+		}
+		if d.writer.inputs.wakes == nil {
+			d.writer.inputs.wakes = make(map[string]wakeValues)
+		}
+		d.writer.inputs.wakes[id] = v
+	}
+	v.fill(x)
+	return x, nil
+}
+
+// eventTaskInput reads t's input from its event: from the DB, where a record that lacks it
+// nearly always comes from, or else through the batch (the task was submitted in this batch
+// and its record put without the input).
+func (w *writer) eventTaskInput(t *projection.Task) ([]byte, error) {
+	in, err := taskInput(w.committed.r, t)
+	if errors.Is(err, errValueEvent) {
+		in, err = taskInput(w.reader.r, t)
+	}
+	return in, err
+}
+
+func (w *writer) eventWakeValues(x *projection.Wake) (wakeValues, error) {
+	v, err := wakeEventValues(w.committed.r, x)
+	if errors.Is(err, errValueEvent) {
+		v, err = wakeEventValues(w.reader.r, x)
+	}
+	return v, err
+}
+
+// keepTaskInput records the input of a task the fold put, when it came with one (a submit,
+// or a record read with its input) too large for the writer's maps (cachedTask), so that the
+// decide code's next read does not go to the event. A small one stays in the map's record.
+func (w *writer) keepTaskInput(t *projection.Task) {
+	if len(t.Input) <= cachedValueMax {
+		return
+	}
+	if w.inputs.tasks == nil {
+		w.inputs.tasks = make(map[string][]byte)
+	}
+	w.inputs.tasks[t.ID] = t.Input
+}
+
+func (w *writer) keepWakeValues(x *projection.Wake) {
+	if len(x.Payload) <= cachedValueMax && len(x.Outcome.Output) <= cachedValueMax {
+		return
+	}
+	if w.inputs.wakes == nil {
+		w.inputs.wakes = make(map[string]wakeValues)
+	}
+	w.inputs.wakes[x.ID] = wakeValues{payload: x.Payload, output: x.Outcome.Output}
+}
+
+// cachedValueMax is the largest value a record keeps in the writer's maps and so in the record
+// cache: small values save the next command's event read; a large one would fill the cache
+// (or, past its bound, evict everything else) and keep the value alive after its command.
+const cachedValueMax = 4 << 10
+
+// cachedTask is t as the writer keeps it after its command: without a large input.
+func cachedTask(t *projection.Task) *projection.Task {
+	if len(t.Input) <= cachedValueMax {
+		return t
+	}
+	return recordTask(t)
+}
+
+func cachedWake(x *projection.Wake) *projection.Wake {
+	if len(x.Payload) <= cachedValueMax && len(x.Outcome.Output) <= cachedValueMax {
+		return x
+	}
+	return recordWake(x)
+}
+
+// writeRecords writes the batch's latest version of every record it put, once each, in the
+// order they were first put. The records live in the writer's maps until then (every read
+// of the batch looks there first), so a record changed twice in one batch is written once: a
+// finish that records a completion wake puts its task twice (settled, then CompletionWakeID),
+// which with a 64 MiB output put 128 MiB of task records into the batch; a submit and a
+// claim of the same task in one group likewise.
+func (w *writer) writeRecords() error {
+	for _, id := range w.taskOrder {
+		t := w.tasks[id]
+		w.buf = appendTask(w.buf[:0], recordTask(&t))
+		if err := w.b.Set(idKey(prefixTask, id), w.buf, nil); err != nil {
+			return err
+		}
+	}
+	for _, id := range w.wakeOrder {
+		x := w.wakes[id]
+		w.buf = appendWake(w.buf[:0], recordWake(&x))
+		if err := w.b.Set(idKey(prefixWake, id), w.buf, nil); err != nil {
+			return err
+		}
+	}
+	w.taskOrder, w.wakeOrder = w.taskOrder[:0], w.wakeOrder[:0]
+	return nil
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package work_test
+
+const raceEnabled = false
