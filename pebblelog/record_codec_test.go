@@ -73,11 +73,13 @@ func randWake(r *rand.Rand) *projection.Wake {
 // inlined, so a field added to Task changes the reference too and this test fails until the
 // codec writes it.
 type taskRef struct {
+	//lint:ignore U1000 msgpack reads the field's tag, not the field
 	_msgpack        struct{} `msgpack:",as_array"`
 	projection.Task `msgpack:",inline"`
 }
 
 type wakeRef struct {
+	//lint:ignore U1000 msgpack reads the field's tag, not the field
 	_msgpack        struct{} `msgpack:",as_array"`
 	projection.Wake `msgpack:",inline"`
 }
