@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/worklog/worklog/events"
 )
 
 // TestQueueProperties runs random histories on the in-memory queue and checks every property
@@ -255,6 +258,30 @@ func TestGeneratorCoverage(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("the generator never reached: %s", strings.Join(missing, "; "))
 	}
+	for _, ty := range events.AllTypes() {
+		c, ok := caseAppending[ty]
+		switch {
+		case !ok:
+			t.Errorf("no coverage case appends a %s event: give the model its rule and an op that issues it, and name the case in caseAppending (docs/design.md §8, step 7)", ty)
+		case !slices.Contains(coverageCases, c):
+			t.Errorf("caseAppending names %q for %s, which is not a coverage case", c, ty)
+		}
+	}
+}
+
+// caseAppending names, for every event type, a coverage case whose command appends it: a
+// new type without one fails TestGeneratorCoverage, so the properties never hold for a type
+// simply because no history contains it.
+var caseAppending = map[events.Type]string{
+	events.TypeTaskSubmitted:       "submit new",
+	events.TypeTaskClaimed:         "claim redelivery after lease expiry",
+	events.TypeTaskSettled:         "finish current",
+	events.TypeTaskCancelRequested: "cancel running",
+	events.TypeWakeRecorded:        "wake new",
+	events.TypeWakeClaimed:         "claim wakes redelivery",
+	events.TypeWakeAcked:           "ack current",
+	events.TypeTaskSettleRejected:  "finish stale (superseded)",
+	events.TypeWakeAckRejected:     "ack stale",
 }
 
 var coverageCases = []string{

@@ -3,3 +3,7 @@ package work
 // NewRerunQueue is an in-memory queue whose commands each run their closure twice, the first
 // time against an older state (rerunEngine), for the external conformance test.
 var NewRerunQueue = newRerunQueue
+
+// NewRecordingQueue is an in-memory queue that reports the type of every event its commands
+// append (recordingEngine), for the every-type conformance test.
+var NewRecordingQueue = newRecordingQueue

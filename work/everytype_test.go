@@ -1,0 +1,41 @@
+package work_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/work"
+	"github.com/worklog/worklog/work/worktest"
+)
+
+// TestConformanceAppendsEveryType runs the conformance suite on an in-memory queue that
+// records the type of every event appended, and fails for a known event type the suite never
+// makes a command append: a new type whose decide code (work/engine.go) or conformance tests
+// (work/worktest) were forgotten (docs/design.md §8, steps 5 and 6).
+func TestConformanceAppendsEveryType(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole conformance suite once more")
+	}
+	var mu sync.Mutex
+	seen := map[events.Type]bool{}
+	record := func(ty events.Type) {
+		mu.Lock()
+		seen[ty] = true
+		mu.Unlock()
+	}
+	t.Run("suite", func(t *testing.T) {
+		worktest.Run(t, worktest.Harness{
+			New:    func(t *testing.T) *work.Queue { return work.NewRecordingQueue(record) },
+			Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+		})
+	})
+	if t.Failed() {
+		return
+	}
+	for _, ty := range events.AllTypes() {
+		if !seen[ty] {
+			t.Errorf("no conformance test makes a command append a %s event: add its decide code to work/engine.go and its tests to work/worktest (docs/design.md §8)", ty)
+		}
+	}
+}
