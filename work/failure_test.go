@@ -64,3 +64,43 @@ func TestDuplicateSubmitOfFailedBatch(t *testing.T) {
 		t.Fatalf("submit of K after the reopen: %v", err)
 	}
 }
+
+// Options.StallTimeout reaches the store: a WAL sync that never returns (a disk that stopped
+// answering) fails the store after the timeout, and the caller, which set no deadline of its
+// own, gets ErrBackend wrapping pebblelog.ErrStoreFailed instead of waiting forever.
+func TestStallTimeoutOption(t *testing.T) {
+	var armed atomic.Bool
+	gate := make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			<-gate
+		}
+		return nil
+	})
+	q, err := work.Open(t.TempDir(), &work.Options{FS: errorfs.Wrap(vfs.Default, inj), StallTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := q.Session("s1")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "warm-up"}); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	done := make(chan error, 1)
+	go func() { _, err := s.Submit(ctx, work.TaskRequest{Kind: "stalled"}); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, work.ErrBackend) || !errors.Is(err, pebblelog.ErrStoreFailed) {
+			t.Errorf("submit on a stalled disk: err = %v, want ErrBackend wrapping pebblelog.ErrStoreFailed", err)
+		}
+	case <-time.After(10 * time.Second):
+		// 50 times the option, a third of the default (30 s): not a timing bound on the
+		// watchdog, a check that the option, not the default, is in force.
+		t.Error("submit on a stalled disk still waits after 10 s: Options.StallTimeout did not reach the store")
+	}
+	armed.Store(false)
+	close(gate)
+	q.Close() // may report the failure; it must return
+}

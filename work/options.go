@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -68,6 +69,13 @@ type Options struct {
 	// Logger receives Pebble's and worklog's messages. Default: discarded.
 	Logger *slog.Logger
 
+	// StallTimeout bounds how long a write may wait on the disk (a write stall behind a
+	// flush that keeps failing on a full disk, a disk that stopped answering) before the
+	// store fails: every waiting and later call returns ErrBackend, and the queue must be
+	// reopened. It also bounds Open's recovery. Default pebblelog.DefaultStallTimeout
+	// (30 s); negative waits forever. See docs/design.md §7.4.
+	StallTimeout time.Duration
+
 	// FS is the filesystem the store lives on. Default vfs.Default (the OS). Tests use
 	// vfs.NewCrashableMem to drop unsynced writes.
 	FS vfs.FS
@@ -101,6 +109,7 @@ func (o *Options) storeOptions() pebblelog.Options {
 		MemTableSize:     o.MemTableSize,
 		MaxBatchCommands: o.MaxBatchCommands,
 		Logger:           o.Logger,
+		StallTimeout:     o.StallTimeout,
 	}
 	po.EnsureDefaults()
 	return po
