@@ -166,7 +166,9 @@ func (o *Options) Validate() error {
 //   - ErrFormatTooNew: the marker or the format key names a newer format.
 //   - ErrLocked: another process, or another Open in this one, holds the store.
 //   - ErrCorruptStore: the marker says a store exists but a file of its database is missing
-//     or damaged (OpenError.File names it when known).
+//     or damaged, or the marker itself is missing from a directory that worklog's own files
+//     (WORKLOG.closed, WORKLOG.lock beside a Pebble database) show was a store
+//     (OpenError.File names the file when known; a missing Pebble marker by its pattern).
 //   - ErrReadOnlyStore: a read-write Open of a directory that cannot be written.
 //   - ErrStoreFailed: reading or writing the directory failed (the cause is wrapped).
 //
