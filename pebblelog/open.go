@@ -254,7 +254,7 @@ func Open(dir string, o *Options) (*Store, error) {
 
 // What a directory holds, from its listing.
 const (
-	dirEmpty    = iota // nothing, or only worklog's lock file: a new store is made here
+	dirEmpty    = iota // nothing, or only the lock files: a new store is made here
 	dirCreating        // WORKLOG.tmp without WORKLOG: a creation interrupted after it began
 	dirStore           // WORKLOG: a store
 	dirForeign         // anything else: not ours
@@ -269,6 +269,11 @@ func dirState(names []string) int {
 		case MarkerFile + ".tmp":
 			tmp = true
 		case lockFile:
+		case "LOCK":
+			// Pebble's lock, which Open takes right after WORKLOG.lock and before it writes
+			// WORKLOG.tmp: beside WORKLOG.lock it is a creation that failed before it began
+			// (a full disk), not someone else's database. Alone it is foreign.
+			foreign = foreign || !slices.Contains(names, lockFile)
 		default:
 			foreign = true
 		}
@@ -324,7 +329,7 @@ func isPebbleDatabaseFile(n string) bool {
 func foreignNames(names []string) []string {
 	var out []string
 	for _, n := range names {
-		if n != lockFile && n != MarkerFile+".tmp" {
+		if n != lockFile && n != MarkerFile+".tmp" && !(n == "LOCK" && slices.Contains(names, lockFile)) {
 			out = append(out, n)
 		}
 	}
