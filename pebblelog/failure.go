@@ -277,11 +277,16 @@ func (f *failures) fatal(format, msg string) {
 	if strings.Contains(msg, "object size mismatch") { // a truncated or overwritten sstable
 		cause = &fileDamage{File: fileIn(msg), Err: cause}
 	}
+	// parked is set before the failure is published: whoever sees the store failed (Close
+	// deciding whether DB.Close may wait for Pebble) must also see that this goroutine parks.
+	parks := !returnableFatal(format)
+	if parks {
+		f.parked.Store(true)
+	}
 	f.fail(cause)
-	if returnableFatal(format) {
+	if !parks {
 		return
 	}
-	f.parked.Store(true)
 	f.log.Error("a Pebble goroutine is parked for good after a fatal error; restart the process to reopen the store",
 		"component", "pebble", "dir", f.dir)
 	select {}

@@ -265,3 +265,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A creation that fails before WORKLOG.tmp exists (the disk is full when the marker is
+// written) leaves only the two lock files, which Open takes first. The directory never held
+// data: the next Open, once the disk has room, makes the store there.
+func TestCreationFailedBeforeMarker(t *testing.T) {
+	var full atomic.Bool
+	full.Store(true)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && strings.HasSuffix(op.Path, MarkerFile+".tmp") && op.Kind == errorfs.OpCreate {
+			return &os.PathError{Op: "create", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(vfs.NewMem(), inj)
+	_, err := Open("/store", &Options{FS: fs})
+	if !errors.Is(err, ErrStoreFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Open on a full disk: %v, want ErrStoreFailed caused by ENOSPC", err)
+	}
+	names, _ := fs.List("/store")
+	t.Logf("left behind: %v", names)
+	full.Store(false)
+	s, err := Open("/store", &Options{FS: fs})
+	if err != nil {
+		t.Fatalf("Open once the disk has room: %v", err)
+	}
+	appendEvents(t, s, submitted("s1", "t1", sec(1), false))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -324,12 +327,43 @@ func TestHelperWALRotationAfterFailedWrite(t *testing.T) {
 		ev.Input = []byte(`"` + strings.Repeat("b", 200<<10) + `"`) // larger than half a memtable: rotates the WAL
 		big <- update(s, ev)
 	}()
-	time.Sleep(200 * time.Millisecond) // big's commit waits in the WAL rotation for the writer
-	close(release)                     // small's WAL write fails
+	// Only once big's commit is inside Pebble's WAL rotation, waiting in the old WAL's close
+	// for the write held above, may that write fail: released earlier, the store fails before
+	// big's commit, and the rotation this test is about never happens.
+	if err := waitForGoroutine(10*time.Second, "pebble/v2.(*DB).rotateWAL", "(*LogWriter).Close"); err != nil {
+		say("error " + err.Error())
+		os.Exit(3)
+	}
+	close(release) // small's WAL write fails
 	say(outcome("small", <-small))
 	say(outcome("big", <-big))
 	say(outcome("close", s.Close()))
 	os.Exit(0)
+}
+
+// waitForGoroutine waits until a goroutine's stack holds every one of frames (substrings of
+// its function names, in any order), polling the stacks of all goroutines: the way to see
+// that Pebble is blocked at a point it offers no hook for. The limit bounds a hang; it is
+// not a timing assumption.
+func waitForGoroutine(limit time.Duration, frames ...string) error {
+	deadline := time.Now().Add(limit)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if !slices.ContainsFunc(frames, func(f string) bool { return !strings.Contains(g, f) }) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no goroutine in %s after %v", strings.Join(frames, " and "), limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // A commit that rotates the WAL while the WAL writer's write fails: Pebble's rotation gets the

@@ -166,7 +166,9 @@ func (o *Options) Validate() error {
 //   - ErrFormatTooNew: the marker or the format key names a newer format.
 //   - ErrLocked: another process, or another Open in this one, holds the store.
 //   - ErrCorruptStore: the marker says a store exists but a file of its database is missing
-//     or damaged (OpenError.File names it when known).
+//     or damaged, or the marker itself is missing from a directory that worklog's own files
+//     (WORKLOG.closed, WORKLOG.lock beside a Pebble database) show was a store
+//     (OpenError.File names the file when known; a missing Pebble marker by its pattern).
 //   - ErrReadOnlyStore: a read-write Open of a directory that cannot be written.
 //   - ErrStoreFailed: reading or writing the directory failed (the cause is wrapped).
 //
@@ -214,6 +216,15 @@ func Open(dir string, o *Options) (*Store, error) {
 	}
 	state := dirState(names)
 	switch {
+	case state == dirForeign && wasStore(names):
+		// Not someone else's directory: worklog's own files are there beside a Pebble
+		// database, so this is a store that lost its marker. Reporting it as "not a store"
+		// would invite the user to look elsewhere (or to delete it); making a new marker would
+		// guess its format and open a store that is missing a file. It is damage.
+		e := refuse(ErrCorruptStore, "%s is missing, but the directory holds a worklog store (%s)", MarkerFile, firstNames(storeEvidence(names)))
+		e.File = MarkerFile
+		e.Hint = "restore " + MarkerFile + " (or the whole store) from a backup or a checkpoint"
+		return nil, e
 	case state == dirForeign:
 		e := refuse(ErrNotAStore, "the directory is not empty and has no %s file (found %s)", MarkerFile, firstNames(foreignNames(names)))
 		return nil, e
@@ -243,7 +254,7 @@ func Open(dir string, o *Options) (*Store, error) {
 
 // What a directory holds, from its listing.
 const (
-	dirEmpty    = iota // nothing, or only worklog's lock file: a new store is made here
+	dirEmpty    = iota // nothing, or only the lock files: a new store is made here
 	dirCreating        // WORKLOG.tmp without WORKLOG: a creation interrupted after it began
 	dirStore           // WORKLOG: a store
 	dirForeign         // anything else: not ours
@@ -258,6 +269,11 @@ func dirState(names []string) int {
 		case MarkerFile + ".tmp":
 			tmp = true
 		case lockFile:
+		case "LOCK":
+			// Pebble's lock, which Open takes right after WORKLOG.lock and before it writes
+			// WORKLOG.tmp: beside WORKLOG.lock it is a creation that failed before it began
+			// (a full disk), not someone else's database. Alone it is foreign.
+			foreign = foreign || !slices.Contains(names, lockFile)
 		default:
 			foreign = true
 		}
@@ -276,10 +292,44 @@ func dirState(names []string) int {
 	return dirEmpty
 }
 
+// wasStore reports whether a directory without WORKLOG (or WORKLOG.tmp) was a worklog store:
+// worklog's clean-close record, or its lock file beside Pebble's database. Neither is made
+// before WORKLOG.tmp is (a foreign directory is refused before the lock is taken), and a
+// creation that never got as far as WORKLOG.tmp made no database, so such a directory had
+// WORKLOG once.
+func wasStore(names []string) bool {
+	if slices.Contains(names, cleanCloseFile) {
+		return true
+	}
+	return slices.Contains(names, lockFile) && slices.ContainsFunc(names, isPebbleDatabaseFile)
+}
+
+// storeEvidence names the files that make wasStore true, for the error.
+func storeEvidence(names []string) []string {
+	var out []string
+	for _, n := range []string{cleanCloseFile, lockFile} {
+		if slices.Contains(names, n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range names {
+		if isPebbleDatabaseFile(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// isPebbleDatabaseFile reports whether n is a file only a Pebble database has: a MANIFEST or
+// its marker, the format marker. (LOCK is not: worklog takes it before creating anything.)
+func isPebbleDatabaseFile(n string) bool {
+	return strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker.")
+}
+
 func foreignNames(names []string) []string {
 	var out []string
 	for _, n := range names {
-		if n != lockFile && n != MarkerFile+".tmp" {
+		if n != lockFile && n != MarkerFile+".tmp" && !(n == "LOCK" && slices.Contains(names, lockFile)) {
 			out = append(out, n)
 		}
 	}
@@ -394,7 +444,7 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	}
 	db, err := fh.open(dir, po)
 	if err != nil {
-		return nil, pebbleOpenError(fs, dir, err)
+		return nil, pebbleOpenError(po, dir, err)
 	}
 	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh}
 	fail := func(err error) (*Store, error) {
@@ -476,7 +526,7 @@ func checkReadOnly(dir string, po *pebble.Options, fh *failures) error {
 	ro.ReadOnly = true
 	db, err := fh.open(dir, ro)
 	if err != nil {
-		return pebbleOpenError(po.FS, dir, err)
+		return pebbleOpenError(po, dir, err)
 	}
 	err = checkFormatKey(dir, db, true, true)
 	if cerr := db.Close(); err == nil && cerr != nil {
@@ -514,11 +564,12 @@ func checkPebbleMarkers(fs vfs.FS, dir string) error {
 		e.Hint = "older builds wrote " + MarkerFile + " before the database: if one was interrupted while creating this store, it never held data and the directory can be deleted"
 		return e
 	}
+	// A missing marker has no name of its own; File names it by its pattern.
 	if manifestMarker == "" {
-		return missing("", fmt.Sprintf("%s says a store exists, but the MANIFEST marker (marker.manifest.*) is missing", MarkerFile))
+		return missing("marker.manifest.*", fmt.Sprintf("%s says a store exists, but the MANIFEST marker (marker.manifest.*) is missing", MarkerFile))
 	}
 	if formatMarker == "" {
-		return missing("", "Pebble's format marker (marker.format-version.*) is missing")
+		return missing("marker.format-version.*", "Pebble's format marker (marker.format-version.*) is missing")
 	}
 	parts := strings.SplitN(manifestMarker, ".", 4)
 	if len(parts) < 4 {
@@ -534,11 +585,15 @@ func checkPebbleMarkers(fs vfs.FS, dir string) error {
 // filesystem failure other than a missing file is ErrStoreFailed; anything else (a missing
 // or damaged MANIFEST, sstable, WAL or marker) is ErrCorruptStore, with the file named when
 // Pebble's message names one.
-func pebbleOpenError(fs vfs.FS, dir string, err error) error {
+func pebbleOpenError(po *pebble.Options, dir string, err error) error {
+	fs := po.FS
 	// Already typed: a failure the store's handlers saw while Pebble opened (damage found
 	// by a read, a stalled recovery), which names its file better than Pebble's message.
 	var oe *OpenError
 	if e := asOpenError(dir, err); errors.As(e, &oe) {
+		if oe.Kind == ErrCorruptStore && oe.File == "" {
+			oe.File = badOptionsFile(po, dir)
+		}
 		return oe
 	}
 	if werr := walReplayError(dir, err); werr != nil {
@@ -553,9 +608,54 @@ func pebbleOpenError(fs vfs.FS, dir string, err error) error {
 	if errors.As(err, &errno) && errno != syscall.ENOENT {
 		return ioError(dir, pebbleFileIn(fs, dir, err), "opening Pebble", err)
 	}
-	return &OpenError{Dir: dir, Kind: ErrCorruptStore, File: pebbleFileIn(fs, dir, err), Offset: -1,
+	file := pebbleFileIn(fs, dir, err)
+	if file == "" {
+		file = badOptionsFile(po, dir) // e.g. "comparer name from file ... != ...": no file named
+	}
+	return &OpenError{Dir: dir, Kind: ErrCorruptStore, File: file, Offset: -1,
 		Detail: "Pebble cannot open the database", Err: err,
 		Hint: "restore the store from a backup or a checkpoint"}
+}
+
+// badOptionsFile returns the name of dir's newest OPTIONS file if Pebble refuses it, or "".
+// Pebble checks that file at Open, and its refusal ("invalid key=value syntax: ...", a
+// corruption error) does not name it; it is found by asking Pebble again, on the failure path
+// only, so a healthy Open reads nothing more.
+func badOptionsFile(po *pebble.Options, dir string) string {
+	names, err := po.FS.List(dir)
+	if err != nil {
+		return ""
+	}
+	newest, newestNum := "", uint64(0)
+	for _, n := range names {
+		num, ok := strings.CutPrefix(n, "OPTIONS-")
+		if !ok {
+			continue
+		}
+		// Pebble picks the highest file number, which is not the greatest name once the
+		// numbers outgrow their zero padding.
+		if v, err := strconv.ParseUint(num, 10, 64); err == nil && (newest == "" || v > newestNum) {
+			newest, newestNum = n, v
+		}
+	}
+	if newest == "" {
+		return ""
+	}
+	f, err := po.FS.Open(po.FS.PathJoin(dir, newest))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return newest // Pebble reads the same file and would fail the same way
+	}
+	o := po.Clone()
+	o.EnsureDefaults() // CheckCompatibility compares with the comparer, merger, WAL dir
+	if o.CheckCompatibility(dir, string(b)) != nil {
+		return newest
+	}
+	return ""
 }
 
 var (

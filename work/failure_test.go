@@ -21,9 +21,13 @@ import (
 // which is gone after a reopen.
 func TestDuplicateSubmitOfFailedBatch(t *testing.T) {
 	var armed atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
-			time.Sleep(300 * time.Millisecond) // the repeat is submitted meanwhile
+			if armed.CompareAndSwap(true, false) {
+				close(held)
+				<-release // the repeat is submitted meanwhile
+			}
 			return errorfs.ErrInjected
 		}
 		return nil
@@ -42,8 +46,27 @@ func TestDuplicateSubmitOfFailedBatch(t *testing.T) {
 	armed.Store(true)
 	first := make(chan error, 1)
 	go func() { _, err := s.Submit(ctx, req); first <- err }()
-	time.Sleep(100 * time.Millisecond) // K's batch is applied; its WAL write is held
-	tk, err := s.Submit(ctx, req)
+	<-held // K's batch is applied (the writer applies before the WAL write); its WAL write is held
+	type answer struct {
+		tk  work.Task
+		err error
+	}
+	repeat := make(chan answer, 1)
+	go func() { tk, err := s.Submit(ctx, req); repeat <- answer{tk, err} }()
+	// The repeat must not be answered while K's write is held (it would be answered with K
+	// before K is durable). Its read of K happens in the store's writer, which this package
+	// cannot observe: the grace below lets it run before K's write fails. Every assertion
+	// holds in either order (read before or after the failure), so the grace only decides
+	// how often the read of the failing batch is exercised, never whether the test passes.
+	var a answer
+	select {
+	case a = <-repeat:
+		close(release)
+	case <-time.After(300 * time.Millisecond):
+		close(release)
+		a = <-repeat
+	}
+	tk, err := a.tk, a.err
 	if err == nil {
 		t.Errorf("the repeat of K was answered with task %s although K's batch failed", tk.ID)
 	} else if !errors.Is(err, work.ErrBackend) || !errors.Is(err, pebblelog.ErrStoreFailed) {
