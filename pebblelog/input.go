@@ -252,6 +252,33 @@ func (w *writer) keepWakeValues(x *projection.Wake) {
 	w.inputs.wakes[x.ID] = wakeValues{payload: x.Payload, output: x.Outcome.Output}
 }
 
+// OwnedValueMin is the length above which a task's input, or a wake's payload or completion
+// output, read through Txn.Reader, View or ViewSnapshot belongs to the reader: the store keeps
+// no reference to it once the reading command ends (the record cache and the writer's maps
+// keep no value this long: cachedTask), and no other command is handed the same bytes
+// (newCommand). So a caller may pass it on without copying it, as the work package's
+// snapshots do: with 64 MiB values every copy costs 64 MiB more of peak memory. A shorter
+// value may be shared with the record cache and must be copied before it is handed out.
+// (A task's output is not covered: it stays in the task's record, which the cache keeps.)
+const OwnedValueMin = cachedValueMax
+
+// newCommand starts the next command of the writer's batch: it forgets the large values the
+// commands before it read or put, which one of them may have handed to its caller
+// (OwnedValueMin); a later command of the batch that needs one reads its event again. The
+// small ones stay: they are copied before they are handed out.
+func (w *writer) newCommand() {
+	for id, in := range w.inputs.tasks {
+		if len(in) > OwnedValueMin {
+			delete(w.inputs.tasks, id)
+		}
+	}
+	for id, v := range w.inputs.wakes {
+		if len(v.payload) > OwnedValueMin || len(v.output) > OwnedValueMin {
+			delete(w.inputs.wakes, id)
+		}
+	}
+}
+
 // cachedValueMax is the largest value a record keeps in the writer's maps and so in the record
 // cache: small values save the next command's event read; a large one would fill the cache
 // (or, past its bound, evict everything else) and keep the value alive after its command.

@@ -46,12 +46,28 @@ func (s reader) Task(id string) (*projection.Task, error) {
 
 // taskRecord reads a task's record as stored: in format 2, without its input.
 func (s reader) taskRecord(id string) (*projection.Task, error) {
-	k := idKey(prefixTask, id)
-	v, ok, err := s.get(k)
-	if err != nil || !ok {
+	return decodeRecord(s, idKey(prefixTask, id), decodeTask)
+}
+
+// decodeRecord reads the record at k and decodes it straight from Pebble's value, which the
+// decoder copies out of (recordReader.bin): a copy of the value first (get) was one more
+// copy of a task's output, up to 64 MiB, at every read of a settled task.
+func decodeRecord[R any](s reader, k []byte, decode func(k, v []byte) (*R, error)) (*R, error) {
+	v, closer, err := s.r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	return decodeTask(k, v)
+	rec, err := decode(k, v)
+	if cerr := closer.Close(); err == nil && cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // Wake reads a wake with its payload or completion output (input.go).
@@ -68,12 +84,7 @@ func (s reader) Wake(id string) (*projection.Wake, error) {
 
 // wakeRecord reads a wake's record as stored: in format 2, without its values.
 func (s reader) wakeRecord(id string) (*projection.Wake, error) {
-	k := idKey(prefixWake, id)
-	v, ok, err := s.get(k)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return decodeWake(k, v)
+	return decodeRecord(s, idKey(prefixWake, id), decodeWake)
 }
 
 func (s reader) TaskKey(session, key string) (string, error) {

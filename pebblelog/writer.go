@@ -29,17 +29,48 @@ func (t *Txn) Reader() projection.Reader { return decideReader{t.w} } // with va
 func (t *Txn) Append(ev events.Event) error {
 	h := ev.Head()
 	h.Seq = t.w.lastSeq + 1
-	var err error
-	if t.buf, err = events.Append(t.buf[:0], ev); err != nil {
-		return err
-	}
-	if err := t.w.b.Set(eventKey(h.Seq), t.buf, nil); err != nil {
-		return err
+	if events.ValueLen(ev) > directEncodeMin {
+		if err := t.appendDirect(eventKey(h.Seq), ev); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if t.buf, err = events.Append(t.buf[:0], ev); err != nil {
+			return err
+		}
+		if err := t.w.b.Set(eventKey(h.Seq), t.buf, nil); err != nil {
+			return err
+		}
 	}
 	if err := t.w.b.Set(sessionEventKey(h.SessionID, h.Seq), nil, nil); err != nil {
 		return err
 	}
 	return projection.Apply(t.w, ev)
+}
+
+// directEncodeMin is the size of values above which Append encodes the event straight into
+// the batch (appendDirect) rather than into the Txn's buffer, which the batch then copies:
+// with a 64 MiB input that buffer was one more 64 MiB copy, kept until the batch ended.
+// Smaller events keep the buffer: sizing one first costs a second encoding of its fields.
+const directEncodeMin = 64 << 10
+
+// appendDirect encodes ev into the batch under key, in place: the batch's deferred operation
+// is sized by events.EncodedLen, and the encoding must fill it exactly.
+func (t *Txn) appendDirect(key []byte, ev events.Event) error {
+	n, err := events.EncodedLen(ev)
+	if err != nil {
+		return err
+	}
+	op := t.w.b.SetDeferred(len(key), n)
+	copy(op.Key, key)
+	b, err := events.Append(op.Value[:0], ev)
+	if err != nil {
+		return err
+	}
+	if len(b) != n || (n > 0 && &b[0] != &op.Value[0]) {
+		return fmt.Errorf("pebblelog: event %s encoded to %d bytes, not the %d sized for it", ev.Type(), len(b), n)
+	}
+	return op.Finish()
 }
 
 type request struct {
@@ -258,6 +289,7 @@ func (s *Store) runGroup(ws *writerState, group []*request) {
 			continue
 		}
 		before := w.b.Count()
+		w.newCommand()
 		ran, err := r.run(txn)
 		if !ran {
 			results[i] = r.goneErr(s)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -56,10 +57,16 @@ var _ Backend = (*logBackend)(nil)
 
 // --- snapshots ---
 
-func taskSnapshot(t *projection.Task) Task {
+func (b *logBackend) taskSnapshot(t *projection.Task) Task { return b.taskSnapshotOf(t, false) }
+
+// taskSnapshotOf is t as a snapshot. viewed says t came from the engine's view: a durable
+// engine's view decodes each record afresh from the disk, so its output is the reader's own
+// too (pebblelog.OwnedValueMin); in the decide code's reads a task's output may be in
+// pebblelog's record cache, and is copied.
+func (b *logBackend) taskSnapshotOf(t *projection.Task, viewed bool) Task {
 	out := Task{
 		ID: t.ID, SessionID: t.SessionID, Kind: t.Kind,
-		Input:          jsonValue(t.Input),
+		Input:          b.value(t.Input),
 		State:          TaskState(t.State),
 		IdempotencyKey: t.IdempotencyKey,
 		ScheduledAt:    fromNanos(t.ScheduledAt),
@@ -71,7 +78,16 @@ func taskSnapshot(t *projection.Task) Task {
 	}
 	if t.State.Terminal() {
 		out.FinishedAt = fromNanos(t.FinishedAt)
-		o := outcomeFrom(t.Outcome)
+		if !viewed {
+			out.Outcome = new(outcomeFrom(t.Outcome))
+			return out
+		}
+		to := t.Outcome
+		to.Output = nil // not copied here: b.value decides
+		o := outcomeFrom(to)
+		if o.State == TaskSucceeded {
+			o.Output = b.value(t.Outcome.Output)
+		}
 		out.Outcome = &o
 	}
 	return out
@@ -83,6 +99,22 @@ func jsonValue(b []byte) []byte {
 		return []byte("null")
 	}
 	return bytes.Clone(b)
+}
+
+// value is a stored input, payload or completion output as a snapshot's field: the bytes the
+// engine read, when they are the reader's own, else a copy (jsonValue). A durable engine's
+// reads decode a large value afresh from its event for each command (pebblelog.OwnedValueMin)
+// and keep nothing of it, so copying it again only added one more copy of a value of up to
+// 64 MiB to every claim, finish and read (TestLargeValueMemory). The in-memory engine's
+// values are its state, and a small durable one may be in pebblelog's record cache: those
+// are copied, so that a caller changing its snapshot changes nothing else.
+func (b *logBackend) value(v []byte) []byte {
+	if len(v) > pebblelog.OwnedValueMin {
+		if _, durable := b.eng.(*pebbleEngine); durable {
+			return v
+		}
+	}
+	return jsonValue(v)
 }
 
 func outcomeFrom(o events.Outcome) Outcome {
@@ -106,13 +138,18 @@ func sameOutcome(a events.Outcome, b events.Outcome) bool {
 		(a.State != events.StateSucceeded || sameJSON(a.Output, b.Output))
 }
 
-func wakeSnapshot(w *projection.Wake) Wake {
+func (b *logBackend) wakeSnapshot(w *projection.Wake) Wake {
 	out := Wake{ID: w.ID, SessionID: w.SessionID, CreatedAt: fromNanos(w.CreatedAt), IdempotencyKey: w.IdempotencyKey}
 	switch w.Reason {
 	case events.WakeRequested:
-		out.Reason = WakeReason{Kind: WakeRequested, Payload: jsonValue(w.Payload)}
+		out.Reason = WakeReason{Kind: WakeRequested, Payload: b.value(w.Payload)}
 	case events.WakeTaskFinished:
-		o := outcomeFrom(w.Outcome)
+		wo := w.Outcome
+		wo.Output = nil // not copied here: b.value decides
+		o := outcomeFrom(wo)
+		if o.State == TaskSucceeded {
+			o.Output = b.value(w.Outcome.Output)
+		}
 		out.Reason = WakeReason{Kind: WakeTaskFinished, TaskID: w.TaskID, State: o.State, Outcome: &o}
 	}
 	return out
@@ -152,7 +189,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	err := b.eng.update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
 		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, taskSnapshot, &out, &derr); found || err != nil {
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -169,7 +206,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 		if err != nil {
 			return err
 		}
-		out = taskSnapshot(t)
+		out = b.taskSnapshot(t)
 		return nil
 	})
 	return result(out, derr, err)
@@ -183,7 +220,7 @@ func (b *logBackend) Task(ctx context.Context, sessionID, taskID string) (Task, 
 		if err != nil || t == nil || t.SessionID != sessionID {
 			return err
 		}
-		out, found = taskSnapshot(t), true
+		out, found = b.taskSnapshotOf(t, true), true
 		return nil
 	})
 	if err != nil {
@@ -217,7 +254,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 		// A terminal task, or a running one whose cancel is already recorded, is unchanged:
 		// the first request's time is kept and nothing is appended.
 		if t.State.Terminal() || t.CancelRequested && t.State == events.StateRunning {
-			out = taskSnapshot(t)
+			out = b.taskSnapshot(t)
 			return nil
 		}
 		h := events.Header{SessionID: sessionID, At: at}
@@ -234,7 +271,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 				return err
 			}
 		}
-		out = taskSnapshot(t)
+		out = b.taskSnapshot(t)
 		return nil
 	})
 	return result(out, derr, err)
@@ -264,7 +301,7 @@ func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.
 			if t, err = mustTask(tx, id); err != nil {
 				return TaskDelivery{}, err
 			}
-			return NewTaskDelivery(taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
+			return NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
 		})
 }
 
@@ -357,7 +394,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 				derr = badTransition("the delivery was already settled with a different outcome")
 				return nil
 			}
-			out = taskSnapshot(t)
+			out = b.taskSnapshot(t)
 			return nil
 		}
 		if !t.OwnedBy(d.Attempt, token) {
@@ -385,7 +422,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 				return err
 			}
 		}
-		out = taskSnapshot(t)
+		out = b.taskSnapshot(t)
 		return nil
 	})
 	return result(out, derr, err)
@@ -406,7 +443,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	err := b.eng.update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
 		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, wakeSnapshot, &out, &derr); found || err != nil {
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -421,7 +458,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 		if err != nil {
 			return err
 		}
-		out = wakeSnapshot(w)
+		out = b.wakeSnapshot(w)
 		return nil
 	})
 	return result(out, derr, err)
@@ -441,7 +478,7 @@ func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor tim
 			if err := tx.append(ev); err != nil {
 				return WakeDelivery{}, err
 			}
-			return NewWakeDelivery(wakeSnapshot(w), ev.Attempt, fromNanos(expires), token), nil
+			return NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token), nil
 		})
 }
 
