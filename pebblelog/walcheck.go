@@ -92,7 +92,6 @@ const (
 
 // logScan is what scanLog found in one log file.
 type logScan struct {
-	name    string
 	size    int64
 	end     logEnd
 	endOff  int64  // where the scan stopped: the trailer, the end of the file, or the bad chunk

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -470,8 +469,6 @@ func TestWALReplayErrorNamesFile(t *testing.T) {
 	_, err = Open("/store", &Options{FS: clone})
 	wantCorrupt(t, err, w[0])
 }
-
-func newRand(seed int) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 7)) }
 
 var discard = slog.New(slog.DiscardHandler)
 
