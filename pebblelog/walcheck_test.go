@@ -162,17 +162,17 @@ func TestWALFlipInCrashedStoreRefused(t *testing.T) {
 	}
 }
 
-// A machine crash can write back a later page of unsynced data and lose an earlier one: a
-// hole, then intact chunks, all of writes never synced. Without a synced offset beyond the
-// hole that is a torn tail, not damage; the store opens with every synced command.
-func TestWALUnsyncedHoleAccepted(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	ledgerStore(t, mem, 0).Close() // reopened below, so that the WAL carries synced offsets
+// syncedThenUnsynced runs a NoSync store on mem: `synced` submits made durable by an explicit
+// WAL sync, then `unsynced` more, then Close. It returns a crash clone of the closed store,
+// the newest WAL's name, and the WAL's length at the sync: the records after it were never
+// durable.
+func syncedThenUnsynced(t *testing.T, mem *vfs.MemFS, synced, unsynced int) (*vfs.MemFS, string, int64) {
+	t.Helper()
 	s, err := Open("/store", &Options{FS: mem, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 10 {
+	for i := range synced {
 		appendEvents(t, s, submitted("s1", fmt.Sprintf("t%03d", i), sec(i), false))
 	}
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
@@ -180,12 +180,21 @@ func TestWALUnsyncedHoleAccepted(t *testing.T) {
 	}
 	w := wals(t, mem, "/store")
 	name := w[len(w)-1]
-	synced := int64(len(readFileT(t, mem, "/store/"+name)))
-	for i := range 30 {
+	at := int64(len(readFileT(t, mem, "/store/"+name)))
+	for i := range unsynced {
 		appendEvents(t, s, submitted("s1", fmt.Sprintf("u%03d", i), sec(100+i), false))
 	}
 	s.Close()
-	full := mem.CrashClone(vfs.CrashCloneCfg{})
+	return mem.CrashClone(vfs.CrashCloneCfg{}), name, at
+}
+
+// A machine crash can write back a later page of unsynced data and lose an earlier one: a
+// hole, then intact chunks, all of writes never synced. Without a synced offset beyond the
+// hole that is a torn tail, not damage; the store opens with every synced command.
+func TestWALUnsyncedHoleAccepted(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ledgerStore(t, mem, 0).Close() // reopened below, so that the WAL carries synced offsets
+	full, name, synced := syncedThenUnsynced(t, mem, 10, 30)
 	data := readFileT(t, full, "/store/"+name)
 	recs := walRecords(t, full, "/store", name)
 	holes := 0
@@ -215,27 +224,9 @@ func TestWALUnsyncedHoleAccepted(t *testing.T) {
 // and every command acknowledged as durable is kept. The store runs with NoSync, so the
 // commands after the explicit sync were never durable; the crash is cut inside one of them.
 func TestWALTornUnsyncedTailAccepted(t *testing.T) {
-	mem := vfs.NewCrashableMem()
-	s, err := Open("/store", &Options{FS: mem, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 30 {
-		appendEvents(t, s, submitted("s1", fmt.Sprintf("t%03d", i), sec(i), false))
-	}
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	w := wals(t, mem, "/store")
-	name := w[len(w)-1]
-	synced := int64(len(readFileT(t, mem, "/store/"+name)))
-	for i := range 10 {
-		appendEvents(t, s, submitted("s1", fmt.Sprintf("u%03d", i), sec(100+i), false))
-	}
-	// Close writes them out (and a trailer, and the clean-close record); the cuts below
-	// make what a crash in the middle of writing them would have left.
-	s.Close()
-	full := mem.CrashClone(vfs.CrashCloneCfg{})
+	// Close writes the unsynced commands out (and a trailer, and the clean-close record); the
+	// cuts below make what a crash in the middle of writing them would have left.
+	full, name, synced := syncedThenUnsynced(t, vfs.NewCrashableMem(), 30, 10)
 	data := readFileT(t, full, "/store/"+name)
 	recs := walRecords(t, full, "/store", name)
 	tried := 0
