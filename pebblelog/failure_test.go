@@ -29,11 +29,7 @@ const failedSyncEnv = "WORKLOG_TEST_FAILED_SYNC_STORE"
 // fails the test instead of killing it). This seeds a store, makes every WAL sync fail, and
 // reports what the next commands return, one line each.
 func TestHelperFailedSync(t *testing.T) {
-	dir := os.Getenv(failedSyncEnv)
-	if dir == "" {
-		t.Skip("helper process for TestFailedSync")
-	}
-	say := func(s string) { os.Stdout.WriteString(s + "\n") }
+	dir := helperDir(t, failedSyncEnv)
 	inj := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
 			return errorfs.ErrInjected
@@ -55,6 +51,19 @@ func TestHelperFailedSync(t *testing.T) {
 	say(outcome("close", s.Close()))
 	os.Exit(0)
 }
+
+// helperDir is the store directory a helper process was started with (runHelper): the
+// value of env. In an ordinary test run env is unset and the helper skips.
+func helperDir(t *testing.T, env string) string {
+	dir := os.Getenv(env)
+	if dir == "" {
+		t.Skip("helper process, run by the test that sets " + env)
+	}
+	return dir
+}
+
+// say reports one line of a helper process's story to the test that runs it.
+func say(s string) { os.Stdout.WriteString(s + "\n") }
 
 func outcome(what string, err error) string {
 	switch {
@@ -114,11 +123,7 @@ const manifestFailEnv = "WORKLOG_TEST_MANIFEST_FAIL_STORE"
 
 // TestHelperManifestFailure is not a test: see TestManifestWriteFailure.
 func TestHelperManifestFailure(t *testing.T) {
-	dir := os.Getenv(manifestFailEnv)
-	if dir == "" {
-		t.Skip("helper process for TestManifestWriteFailure")
-	}
-	say := func(s string) { os.Stdout.WriteString(s + "\n") }
+	dir := helperDir(t, manifestFailEnv)
 	inj := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if strings.Contains(op.Path, "MANIFEST-") && op.Kind == errorfs.OpFileWrite {
 			return errorfs.ErrInjected
@@ -292,11 +297,7 @@ const walRotationEnv = "WORKLOG_TEST_WAL_ROTATION_STORE"
 
 // TestHelperWALRotationAfterFailedWrite is not a test: see TestWALRotationAfterFailedWrite.
 func TestHelperWALRotationAfterFailedWrite(t *testing.T) {
-	dir := os.Getenv(walRotationEnv)
-	if dir == "" {
-		t.Skip("helper process for TestWALRotationAfterFailedWrite")
-	}
-	say := func(s string) { os.Stdout.WriteString(s + "\n") }
+	dir := helperDir(t, walRotationEnv)
 	var armed atomic.Bool
 	release := make(chan struct{})
 	held := make(chan struct{})
