@@ -117,6 +117,13 @@ func TestOpenReadOnlyUnwritableDirectory(t *testing.T) {
 // startHolder runs TestHelperHoldStore on dir in another process and returns its first line
 // ("ready", or "error ..." when its Open failed) and a function that ends it.
 func startHolder(t *testing.T, dir string) (string, func()) {
+	line, _, stop := startHolderCmd(t, dir)
+	return line, stop
+}
+
+// startHolderCmd is startHolder that also returns the process, for a test that kills it.
+// stop may still be called after the test waited for the process itself.
+func startHolderCmd(t *testing.T, dir string) (string, *exec.Cmd, func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldStore$", "-test.count=1")
 	cmd.Env = append(os.Environ(), holdStoreEnv+"="+dir)
@@ -141,7 +148,7 @@ func startHolder(t *testing.T, dir string) (string, func()) {
 		stop()
 		t.Fatalf("holder process: %v", err)
 	}
-	return strings.TrimSpace(line), stop
+	return strings.TrimSpace(line), cmd, stop
 }
 
 // On a directory it cannot write, a read-only Open still keeps out of a writer's way: it

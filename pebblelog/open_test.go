@@ -1,12 +1,10 @@
 package pebblelog
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -360,31 +358,10 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldStore$", "-test.count=1")
-	cmd.Env = append(os.Environ(), holdStoreEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := false
-	t.Cleanup(func() {
-		if !waited {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		stdin.Close()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("helper process said %q, %v; want ready", line, err)
+	line, cmd, stop := startHolderCmd(t, dir)
+	defer stop()
+	if line != "ready" {
+		t.Fatalf("helper process said %q; want ready", line)
 	}
 
 	for _, ro := range []bool{false, true} {
@@ -395,8 +372,7 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
-	waited = true
+	err := cmd.Wait()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("helper process ended with %v, want killed by SIGKILL", err)
 	}
