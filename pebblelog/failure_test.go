@@ -36,13 +36,7 @@ func TestHelperFailedSync(t *testing.T) {
 		}
 		return nil
 	})}
-	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, inj)})
-	if err != nil {
-		say("error " + err.Error())
-		os.Exit(3)
-	}
-	seedStore(t, s)
-	say("seeded")
+	s := seededHelperStore(t, dir, &Options{FS: errorfs.Wrap(vfs.Default, inj)})
 	inj.On()
 	for _, id := range []string{"doomed", "after"} {
 		say(outcome(id, update(s, submitted("s1", id, sec(20), false))))
@@ -60,6 +54,19 @@ func helperDir(t *testing.T, env string) string {
 		t.Skip("helper process, run by the test that sets " + env)
 	}
 	return dir
+}
+
+// seededHelperStore opens the helper's store with o and seeds it, saying "seeded"; a failed
+// Open is said and ends the helper (exit 3).
+func seededHelperStore(t *testing.T, dir string, o *Options) *Store {
+	s, err := Open(dir, o)
+	if err != nil {
+		say("error " + err.Error())
+		os.Exit(3)
+	}
+	seedStore(t, s)
+	say("seeded")
+	return s
 }
 
 // say reports one line of a helper process's story to the test that runs it.
@@ -130,13 +137,7 @@ func TestHelperManifestFailure(t *testing.T) {
 		}
 		return nil
 	})}
-	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, inj), StallTimeout: time.Second})
-	if err != nil {
-		say("error " + err.Error())
-		os.Exit(3)
-	}
-	seedStore(t, s)
-	say("seeded")
+	s := seededHelperStore(t, dir, &Options{FS: errorfs.Wrap(vfs.Default, inj), StallTimeout: time.Second})
 	inj.On()
 	go s.db.Flush() // its goroutine waits for a flush that never ends
 	select {
@@ -150,7 +151,7 @@ func TestHelperManifestFailure(t *testing.T) {
 	}
 	say(outcome("submit", update(s, submitted("s1", "after", sec(20), false))))
 	start := time.Now()
-	err = s.Close()
+	err := s.Close()
 	say(outcome("close", err))
 	if time.Since(start) > 5*time.Second {
 		say("close took " + time.Since(start).String())
@@ -311,13 +312,7 @@ func TestHelperWALRotationAfterFailedWrite(t *testing.T) {
 		}
 		return nil
 	})
-	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, inj), MemTableSize: 256 << 10, StallTimeout: time.Second})
-	if err != nil {
-		say("error " + err.Error())
-		os.Exit(3)
-	}
-	seedStore(t, s)
-	say("seeded")
+	s := seededHelperStore(t, dir, &Options{FS: errorfs.Wrap(vfs.Default, inj), MemTableSize: 256 << 10, StallTimeout: time.Second})
 	armed.Store(true)
 	small := make(chan error, 1)
 	go func() { small <- update(s, submitted("s1", "small", sec(20), false)) }()
