@@ -164,6 +164,30 @@ func fillWake(r pebble.Reader, x *projection.Wake) error {
 type inputs struct {
 	tasks map[string][]byte
 	wakes map[string]wakeValues
+	// The ids whose values are longer than OwnedValueMin, which newCommand forgets: kept
+	// apart so that starting a command costs what the commands before it put that is large,
+	// not a walk of every value the batch read.
+	largeTasks, largeWakes []string
+}
+
+func (in *inputs) putTask(id string, v []byte) {
+	if in.tasks == nil {
+		in.tasks = make(map[string][]byte)
+	}
+	in.tasks[id] = v
+	if len(v) > OwnedValueMin {
+		in.largeTasks = append(in.largeTasks, id)
+	}
+}
+
+func (in *inputs) putWake(id string, v wakeValues) {
+	if in.wakes == nil {
+		in.wakes = make(map[string]wakeValues)
+	}
+	in.wakes[id] = v
+	if len(v.payload) > OwnedValueMin || len(v.output) > OwnedValueMin {
+		in.largeWakes = append(in.largeWakes, id)
+	}
 }
 
 // decideReader is the projection as the decide code reads it through a Txn: the writer's
@@ -184,10 +208,7 @@ func (d decideReader) Task(id string) (*projection.Task, error) {
 	if t.Input, err = d.writer.eventTaskInput(t); err != nil {
 		return nil, err
 	}
-	if d.writer.inputs.tasks == nil {
-		d.writer.inputs.tasks = make(map[string][]byte)
-	}
-	d.writer.inputs.tasks[id] = t.Input
+	d.writer.inputs.putTask(id, t.Input)
 	return t, nil
 }
 
@@ -201,10 +222,7 @@ func (d decideReader) Wake(id string) (*projection.Wake, error) {
 		if v, err = d.writer.eventWakeValues(x); err != nil {
 			return nil, err
 		}
-		if d.writer.inputs.wakes == nil {
-			d.writer.inputs.wakes = make(map[string]wakeValues)
-		}
-		d.writer.inputs.wakes[id] = v
+		d.writer.inputs.putWake(id, v)
 	}
 	v.fill(x)
 	return x, nil
@@ -236,20 +254,14 @@ func (w *writer) keepTaskInput(t *projection.Task) {
 	if len(t.Input) <= cachedValueMax {
 		return
 	}
-	if w.inputs.tasks == nil {
-		w.inputs.tasks = make(map[string][]byte)
-	}
-	w.inputs.tasks[t.ID] = t.Input
+	w.inputs.putTask(t.ID, t.Input)
 }
 
 func (w *writer) keepWakeValues(x *projection.Wake) {
 	if len(x.Payload) <= cachedValueMax && len(x.Outcome.Output) <= cachedValueMax {
 		return
 	}
-	if w.inputs.wakes == nil {
-		w.inputs.wakes = make(map[string]wakeValues)
-	}
-	w.inputs.wakes[x.ID] = wakeValues{payload: x.Payload, output: x.Outcome.Output}
+	w.inputs.putWake(x.ID, wakeValues{payload: x.Payload, output: x.Outcome.Output})
 }
 
 // OwnedValueMin is the length above which a task's input, or a wake's payload or completion
@@ -267,16 +279,14 @@ const OwnedValueMin = cachedValueMax
 // (OwnedValueMin); a later command of the batch that needs one reads its event again. The
 // small ones stay: they are copied before they are handed out.
 func (w *writer) newCommand() {
-	for id, in := range w.inputs.tasks {
-		if len(in) > OwnedValueMin {
-			delete(w.inputs.tasks, id)
-		}
+	in := &w.inputs
+	for _, id := range in.largeTasks {
+		delete(in.tasks, id)
 	}
-	for id, v := range w.inputs.wakes {
-		if len(v.payload) > OwnedValueMin || len(v.output) > OwnedValueMin {
-			delete(w.inputs.wakes, id)
-		}
+	for _, id := range in.largeWakes {
+		delete(in.wakes, id)
 	}
+	in.largeTasks, in.largeWakes = in.largeTasks[:0], in.largeWakes[:0]
 }
 
 // cachedValueMax is the largest value a record keeps in the writer's maps and so in the record
