@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -51,6 +50,10 @@ type logBackend struct {
 	ids      *idSource
 	maxValue int
 	clock    func() time.Time // only for the seed's clock-less AckWake; never used by decide
+	// ownedValueMin: the engine's reads hand out values longer than this that nothing else
+	// references (pebblelog.OwnedValueMin), so snapshots take them without a copy; 0: every
+	// value is copied (the in-memory engine's values live in its state).
+	ownedValueMin int
 }
 
 var _ Backend = (*logBackend)(nil)
@@ -109,10 +112,8 @@ func jsonValue(b []byte) []byte {
 // values are its state, and a small durable one may be in pebblelog's record cache: those
 // are copied, so that a caller changing its snapshot changes nothing else.
 func (b *logBackend) value(v []byte) []byte {
-	if len(v) > pebblelog.OwnedValueMin {
-		if _, durable := b.eng.(*pebbleEngine); durable {
-			return v
-		}
+	if b.ownedValueMin > 0 && len(v) > b.ownedValueMin {
+		return v
 	}
 	return jsonValue(v)
 }

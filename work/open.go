@@ -34,7 +34,8 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	lb := &logBackend{eng: &pebbleEngine{st: st}, ids: newIDSource(o.Entropy), maxValue: o.MaxValueBytes, clock: wallClock}
+	lb := &logBackend{eng: &pebbleEngine{st: st}, ids: newIDSource(o.Entropy), maxValue: o.MaxValueBytes, clock: wallClock,
+		ownedValueMin: pebblelog.OwnedValueMin}
 	q := &Queue{b: lb, log: lb, maxValue: o.MaxValueBytes}
 	return q, nil
 }
