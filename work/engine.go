@@ -7,41 +7,18 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/projection"
 )
 
-// engine is the storage seam under the event-sourced backend: a log of events and the
-// projection folded from it. The in-memory engine and the Pebble engine implement it; the
-// decide code below is the same for both, so they behave alike by construction.
-type engine interface {
-	// update runs fn alone against the latest state. The events fn appends through tx are
-	// applied to the projection as they are appended (so fn reads its own writes) and commit
-	// atomically with it when fn returns nil: durably, for a durable engine, before update
-	// returns. If fn returns an error nothing it appended is kept.
-	//
-	// fn may run more than once, and only its last run counts: pebblelog's writer runs the
-	// commands of a group against one shared batch, and when one of them fails it discards
-	// the batch and re-runs each command alone, against a state that may lack what the
-	// commands before it wrote. So fn must set everything it reports (its outputs, its
-	// domain error) afresh at its start, and carry nothing over from an earlier run.
-	update(ctx context.Context, fn func(tx txn) error) error
-	// view runs fn against a consistent read of committed state.
-	view(ctx context.Context, fn func(r projection.Reader) error) error
-	// readLog calls fn for each event with seq >= from, in order, until fn returns an error.
-	readLog(ctx context.Context, from uint64, fn func(events.Event) error) error
-	// verify rebuilds the projection from the log and lists every difference from the
-	// stored one; it also checks the log is gap-free and decodes.
-	verify(ctx context.Context) ([]string, error)
-	close() error
-}
+// engine is the storage seam under the event-sourced backend (internal/engine has its
+// contract). The in-memory engine and the Pebble engine implement it, and so does the
+// PostgreSQL backend; the decide code below is the same for all, so they behave alike by
+// construction.
+type engine = engineapi.Engine
 
 // txn is the write side of one command.
-type txn interface {
-	projection.Reader
-	// append assigns the next sequence number to ev, applies it to the projection and adds it
-	// to the command's batch.
-	append(ev events.Event) error
-}
+type txn = engineapi.Txn
 
 // logBackend is worklog's event-sourced Backend: each command validates (in Queue), decides
 // the events it causes from the current projection, appends them and applies them.
@@ -187,7 +164,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	}
 	var out Task
 	var derr error
-	err := b.eng.update(ctx, func(tx txn) error {
+	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
 		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
 		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
@@ -200,7 +177,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 			HasRunAt: !r.RunAt.IsZero(), RunAt: runAt,
 			IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
 		}
-		if err := tx.append(ev); err != nil {
+		if err := tx.Append(ev); err != nil {
 			return err
 		}
 		t, err := mustTask(tx, id)
@@ -216,7 +193,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 func (b *logBackend) Task(ctx context.Context, sessionID, taskID string) (Task, bool, error) {
 	var out Task
 	var found bool
-	err := b.eng.view(ctx, func(r projection.Reader) error {
+	err := b.eng.View(ctx, func(r projection.Reader) error {
 		t, err := r.Task(taskID)
 		if err != nil || t == nil || t.SessionID != sessionID {
 			return err
@@ -242,7 +219,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
-	err := b.eng.update(ctx, func(tx txn) error {
+	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
 		t, err := tx.Task(taskID)
 		if err != nil {
@@ -259,7 +236,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 			return nil
 		}
 		h := events.Header{SessionID: sessionID, At: at}
-		if err := tx.append(&events.TaskCancelRequested{Header: h, TaskID: taskID}); err != nil {
+		if err := tx.Append(&events.TaskCancelRequested{Header: h, TaskID: taskID}); err != nil {
 			return err
 		}
 		if t, err = mustTask(tx, taskID); err != nil {
@@ -279,7 +256,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 }
 
 func completionWake(tx txn, id string, t *projection.Task, at int64) error {
-	return tx.append(&events.WakeRecorded{
+	return tx.Append(&events.WakeRecorded{
 		Header: events.Header{SessionID: t.SessionID, At: at},
 		WakeID: id, Reason: events.WakeTaskFinished, TaskID: t.ID, Outcome: t.Outcome,
 	})
@@ -296,7 +273,7 @@ func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.
 				Header: events.Header{SessionID: t.SessionID, At: at},
 				TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
 			}
-			if err := tx.append(ev); err != nil {
+			if err := tx.Append(ev); err != nil {
 				return TaskDelivery{}, err
 			}
 			if t, err = mustTask(tx, id); err != nil {
@@ -322,7 +299,7 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 		return nil, verr
 	}
 	var out []D
-	err := b.eng.update(ctx, func(tx txn) error {
+	err := b.eng.Update(ctx, func(tx txn) error {
 		out = out[:0] // fn may run twice (engine.update)
 		// Collect first: each claim moves its entry, which would disturb the scan.
 		var ids []string
@@ -380,7 +357,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
-	err := b.eng.update(ctx, func(tx txn) error {
+	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
 		t, err := tx.Task(d.Task.ID)
 		if err != nil {
@@ -403,7 +380,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 			if !t.RejectionRecordable(d.Attempt) {
 				return nil
 			}
-			return tx.append(&events.TaskSettleRejected{
+			return tx.Append(&events.TaskSettleRejected{
 				Header: events.Header{SessionID: t.SessionID, At: at},
 				TaskID: t.ID, Attempt: d.Attempt, Reason: rejectReason(t.Claimed(), t.Attempts, d.Attempt),
 			})
@@ -412,7 +389,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 			Header: events.Header{SessionID: t.SessionID, At: at},
 			TaskID: t.ID, Attempt: d.Attempt, LeaseToken: token, Outcome: eo,
 		}
-		if err := tx.append(ev); err != nil {
+		if err := tx.Append(ev); err != nil {
 			return err
 		}
 		if t, err = mustTask(tx, t.ID); err != nil {
@@ -441,7 +418,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	if idErr != nil {
 		return Wake{}, backendErr(idErr)
 	}
-	err := b.eng.update(ctx, func(tx txn) error {
+	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
 		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
 		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
@@ -452,7 +429,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 			Header: events.Header{SessionID: sessionID, At: at},
 			WakeID: id, Reason: events.WakeRequested, Payload: payload, IdempotencyKey: r.IdempotencyKey,
 		}
-		if err := tx.append(ev); err != nil {
+		if err := tx.Append(ev); err != nil {
 			return err
 		}
 		w, err := mustWake(tx, id)
@@ -476,7 +453,7 @@ func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor tim
 				Header: events.Header{SessionID: w.SessionID, At: at},
 				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
 			}
-			if err := tx.append(ev); err != nil {
+			if err := tx.Append(ev); err != nil {
 				return WakeDelivery{}, err
 			}
 			return NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token), nil
@@ -496,7 +473,7 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 	}
 	token := d.LeaseToken()
 	var derr error
-	err := b.eng.update(ctx, func(tx txn) error {
+	err := b.eng.Update(ctx, func(tx txn) error {
 		derr = nil // fn may run twice (engine.update)
 		w, err := tx.Wake(d.Wake.ID)
 		if err != nil {
@@ -514,12 +491,12 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 			if !w.RejectionRecordable(d.Attempt) {
 				return nil
 			}
-			return tx.append(&events.WakeAckRejected{
+			return tx.Append(&events.WakeAckRejected{
 				Header: events.Header{SessionID: w.SessionID, At: at},
 				WakeID: w.ID, Attempt: d.Attempt, Reason: rejectReason(w.Held(), w.Attempts, d.Attempt),
 			})
 		}
-		return tx.append(&events.WakeAcked{
+		return tx.Append(&events.WakeAcked{
 			Header: events.Header{SessionID: w.SessionID, At: at},
 			WakeID: w.ID, Attempt: d.Attempt, LeaseToken: token,
 		})
@@ -530,7 +507,7 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 	return derr
 }
 
-func (b *logBackend) Close() error { return backendErr(b.eng.close()) }
+func (b *logBackend) Close() error { return backendErr(b.eng.Close()) }
 
 // --- helpers ---
 

@@ -26,7 +26,7 @@ type memTxn struct {
 	e *memEngine
 }
 
-func (t memTxn) append(ev events.Event) error {
+func (t memTxn) Append(ev events.Event) error {
 	last, _ := t.Mem.LastSeq()
 	ev.Head().Seq = last + 1
 	if err := projection.Apply(t.Mem, ev); err != nil {
@@ -36,7 +36,7 @@ func (t memTxn) append(ev events.Event) error {
 	return nil
 }
 
-func (e *memEngine) update(ctx context.Context, fn func(tx txn) error) error {
+func (e *memEngine) Update(ctx context.Context, fn func(tx txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (e *memEngine) refold() error {
 	return nil
 }
 
-func (e *memEngine) view(ctx context.Context, fn func(r projection.Reader) error) error {
+func (e *memEngine) View(ctx context.Context, fn func(r projection.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (e *memEngine) view(ctx context.Context, fn func(r projection.Reader) error
 	return fn(e.state)
 }
 
-func (e *memEngine) readLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+func (e *memEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	// The walk runs on the log as it is now, without the lock, so fn may call the queue,
 	// writes included, as on the durable store. That is safe because an appended event never
 	// changes and the log only grows past what a reader can see: a rollback truncates only
@@ -122,7 +122,7 @@ func (e *memEngine) readLog(ctx context.Context, from uint64, fn func(events.Eve
 
 // verify refolds the log, through the wire encoding so that what the durable store would
 // decode is what is checked, and compares the result with the live state.
-func (e *memEngine) verify(ctx context.Context) ([]string, error) {
+func (e *memEngine) Verify(ctx context.Context) ([]string, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
@@ -151,7 +151,7 @@ func (e *memEngine) verify(ctx context.Context) ([]string, error) {
 	return st.Diff(e.state), nil
 }
 
-func (e *memEngine) close() error {
+func (e *memEngine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = true

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	engineapi "github.com/worklog/worklog/internal/engine"
+
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
@@ -34,10 +36,8 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	lb := &logBackend{eng: &pebbleEngine{st: st}, ids: newIDSource(o.Entropy), maxValue: o.MaxValueBytes, clock: wallClock,
-		ownedValueMin: pebblelog.OwnedValueMin}
-	q := &Queue{b: lb, log: lb, maxValue: o.MaxValueBytes}
-	return q, nil
+	return newEngineQueue(&pebbleEngine{st: st}, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin}), nil
 }
 
 // Checkpoint writes a consistent copy of a durable queue's store into dir (which must not
@@ -72,9 +72,9 @@ type pebbleTxn struct {
 	t *pebblelog.Txn
 }
 
-func (t pebbleTxn) append(ev events.Event) error { return t.t.Append(ev) }
+func (t pebbleTxn) Append(ev events.Event) error { return t.t.Append(ev) }
 
-func (e *pebbleEngine) update(ctx context.Context, fn func(tx txn) error) error {
+func (e *pebbleEngine) Update(ctx context.Context, fn func(tx txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -83,23 +83,23 @@ func (e *pebbleEngine) update(ctx context.Context, fn func(tx txn) error) error 
 	}))
 }
 
-func (e *pebbleEngine) view(ctx context.Context, fn func(projection.Reader) error) error {
+func (e *pebbleEngine) View(ctx context.Context, fn func(projection.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return closedAs(e.st.View(fn))
 }
 
-func (e *pebbleEngine) readLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	return closedAs(e.st.ReadLog(ctx, from, fn))
 }
 
-func (e *pebbleEngine) verify(ctx context.Context) ([]string, error) {
+func (e *pebbleEngine) Verify(ctx context.Context) ([]string, error) {
 	p, err := e.st.Verify(ctx, pebblelog.VerifyOptions{})
 	return p, closedAs(err)
 }
 
-func (e *pebbleEngine) close() error { return e.st.Close() }
+func (e *pebbleEngine) Close() error { return e.st.Close() }
 
 // closedAs maps the store's closed error to ErrClosed, so callers see one closed sentinel.
 func closedAs(err error) error {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	engineapi "github.com/worklog/worklog/internal/engine"
+
 	"github.com/worklog/worklog/events"
 )
 
@@ -25,8 +27,7 @@ type Queue struct {
 // WorkQueue::in_memory). It is event-sourced like the durable store, with the same decide and
 // fold code, and keeps every event until the queue is dropped.
 func NewInMemory() *Queue {
-	lb := &logBackend{eng: newMemEngine(), ids: newIDSource(nil), maxValue: DefaultMaxValueBytes, clock: wallClock}
-	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
+	return newEngineQueue(newMemEngine(), engineapi.Config{})
 }
 
 // New returns a queue over a custom backend (seed: WorkQueue::with_backend). Queue still
@@ -179,7 +180,7 @@ func (q *Queue) ReadLog(ctx context.Context, from uint64, fn func(events.Event) 
 		return backendErr(errors.New("this backend keeps no event log"))
 	}
 	var fnErr error
-	err := q.log.eng.readLog(ctx, from, func(ev events.Event) error {
+	err := q.log.eng.ReadLog(ctx, from, func(ev events.Event) error {
 		if err := fn(ev); err != nil {
 			fnErr = err
 			return err
@@ -218,7 +219,7 @@ func (q *Queue) Verify(ctx context.Context) error {
 	if q.log == nil {
 		return backendErr(errors.New("this backend keeps no event log"))
 	}
-	problems, err := q.log.eng.verify(ctx)
+	problems, err := q.log.eng.Verify(ctx)
 	if err != nil {
 		return backendErr(err)
 	}

@@ -20,11 +20,11 @@ func newRecordingQueue(seen func(events.Type)) *Queue {
 	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
 }
 
-func (e *recordingEngine) update(ctx context.Context, fn func(tx txn) error) error {
+func (e *recordingEngine) Update(ctx context.Context, fn func(tx txn) error) error {
 	e.mu.RLock()
 	n := len(e.log)
 	e.mu.RUnlock()
-	err := e.memEngine.update(ctx, fn)
+	err := e.memEngine.Update(ctx, fn)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	for _, ev := range e.log[min(n, len(e.log)):] { // commands may interleave: the set is what counts

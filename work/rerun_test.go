@@ -23,19 +23,19 @@ func newRerunQueue() *Queue {
 	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
 }
 
-func (e *rerunEngine) update(ctx context.Context, fn func(tx txn) error) error {
+func (e *rerunEngine) Update(ctx context.Context, fn func(tx txn) error) error {
 	e.mu.Lock()
 	scratch := &memEngine{log: slices.Clone(e.log[:e.prev])}
 	e.mu.Unlock()
 	if err := scratch.refold(); err != nil {
 		return err
 	}
-	_ = scratch.update(ctx, fn) // the first run: whatever it did is dropped
+	_ = scratch.Update(ctx, fn) // the first run: whatever it did is dropped
 
 	e.mu.Lock()
 	n := len(e.log)
 	e.mu.Unlock()
-	err := e.memEngine.update(ctx, fn)
+	err := e.memEngine.Update(ctx, fn)
 	e.mu.Lock()
 	if len(e.log) > n {
 		e.prev = n

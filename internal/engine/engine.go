@@ -1,0 +1,60 @@
+// Package engine is the storage seam under worklog's event-sourced queue: a log of events and
+// the projection folded from it. Package work's decide code runs on any Engine, so the
+// in-memory queue, the Pebble store and the PostgreSQL backend behave alike by construction.
+//
+// It is internal: the seam may change with the decide code. A backend package of this module
+// (postgres) implements Engine and turns it into a *work.Queue through NewQueue, which package
+// work installs when it is initialised.
+package engine
+
+import (
+	"context"
+	"io"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
+)
+
+// Engine is a log of events and the projection folded from it.
+type Engine interface {
+	// Update runs fn alone against the latest state. The events fn appends through tx are
+	// applied to the projection as they are appended (so fn reads its own writes) and commit
+	// atomically with it when fn returns nil: durably, for a durable engine, before Update
+	// returns. If fn returns an error nothing it appended is kept.
+	//
+	// fn may run more than once, and only its last run counts: pebblelog's writer runs the
+	// commands of a group against one shared batch, and when one of them fails it discards
+	// the batch and re-runs each command alone, against a state that may lack what the
+	// commands before it wrote. So fn must set everything it reports (its outputs, its
+	// domain error) afresh at its start, and carry nothing over from an earlier run.
+	Update(ctx context.Context, fn func(tx Txn) error) error
+	// View runs fn against a consistent read of committed state.
+	View(ctx context.Context, fn func(r projection.Reader) error) error
+	// ReadLog calls fn for each event with seq >= from, in order, until fn returns an error.
+	ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error
+	// Verify rebuilds the projection from the log and lists every difference from the
+	// stored one; it also checks the log is gap-free and decodes.
+	Verify(ctx context.Context) ([]string, error)
+	Close() error
+}
+
+// Txn is the write side of one command.
+type Txn interface {
+	projection.Reader
+	// Append assigns the next sequence number to ev, applies it to the projection and adds it
+	// to the command's batch.
+	Append(ev events.Event) error
+}
+
+// Config is what a queue over an Engine needs besides the engine.
+type Config struct {
+	MaxValueBytes int       // the largest input, payload or output accepted, in bytes
+	Entropy       io.Reader // randomness for ids and lease tokens; nil: crypto/rand
+	// OwnedValueMin: the engine's reads hand out values longer than this that nothing else
+	// references, so snapshots may take them without a copy; 0: every value is copied.
+	OwnedValueMin int
+}
+
+// NewQueue returns a *work.Queue (as any, to keep this package below work) over e. Package
+// work sets it in its init; a backend package imports work, so it is set before use.
+var NewQueue func(e Engine, c Config) any
