@@ -19,6 +19,8 @@ const (
 	TypeWakeAcked           Type = 7
 	TypeTaskSettleRejected  Type = 8
 	TypeWakeAckRejected     Type = 9
+	TypeTaskExtended        Type = 10
+	TypeTaskReleased        Type = 11
 )
 
 // Subject says what the events of a type are about: a task or a wake. Event.Subject returns
@@ -63,6 +65,8 @@ var catalogue = [...]TypeInfo{
 	{TypeWakeAcked, "wake_acked", SubjectWake, "the delivery holding the claim acknowledged the wake"},
 	{TypeTaskSettleRejected, "task_settle_rejected", SubjectTask, "audit: a stale settlement was refused; no state changes"},
 	{TypeWakeAckRejected, "wake_ack_rejected", SubjectWake, "audit: a stale acknowledgment was refused; no state changes"},
+	{TypeTaskExtended, "task_extended", SubjectTask, "the attempt holding the claim extended its lease (a heartbeat)"},
+	{TypeTaskReleased, "task_released", SubjectTask, "the attempt holding the claim gave the task back: pending again, or canceled if a cancel was requested"},
 }
 
 // byNumber is the catalogue indexed by type number; a row with no Name is not a known type.
@@ -296,6 +300,27 @@ type WakeAckRejected struct {
 	Reason  RejectReason
 }
 
+// TaskExtended records a heartbeat of the delivery that holds the claim: the lease of attempt
+// Attempt now expires at LeaseExpiresAt (earlier or later than before). The token is not
+// written again: the claim's TaskClaimed event has it.
+type TaskExtended struct {
+	Header
+	TaskID         string
+	Attempt        uint32
+	LeaseExpiresAt int64
+}
+
+// TaskReleased records the delivery that holds the claim giving the task back: the task is
+// pending again at RunAt with no claim and its attempts unchanged; if a cancel was requested,
+// the fold settles it as canceled at the event's time instead (as a cancel of pending work).
+type TaskReleased struct {
+	Header
+	TaskID  string
+	Attempt uint32
+	RunAt   int64  // when the task is eligible again: the request's RunAt, or the release time
+	Reason  string // the worker's reason, "" for none (at most 64 KiB)
+}
+
 func (e *TaskSubmitted) Type() Type       { return TypeTaskSubmitted }
 func (e *TaskClaimed) Type() Type         { return TypeTaskClaimed }
 func (e *TaskSettled) Type() Type         { return TypeTaskSettled }
@@ -305,6 +330,8 @@ func (e *WakeClaimed) Type() Type         { return TypeWakeClaimed }
 func (e *WakeAcked) Type() Type           { return TypeWakeAcked }
 func (e *TaskSettleRejected) Type() Type  { return TypeTaskSettleRejected }
 func (e *WakeAckRejected) Type() Type     { return TypeWakeAckRejected }
+func (e *TaskExtended) Type() Type        { return TypeTaskExtended }
+func (e *TaskReleased) Type() Type        { return TypeTaskReleased }
 
 func (h *Header) Head() *Header { return h }
 
@@ -317,6 +344,8 @@ func (e *WakeClaimed) Subject() (string, string)         { return "", e.WakeID }
 func (e *WakeAcked) Subject() (string, string)           { return "", e.WakeID }
 func (e *TaskSettleRejected) Subject() (string, string)  { return e.TaskID, "" }
 func (e *WakeAckRejected) Subject() (string, string)     { return "", e.WakeID }
+func (e *TaskExtended) Subject() (string, string)        { return e.TaskID, "" }
+func (e *TaskReleased) Subject() (string, string)        { return e.TaskID, "" }
 
 // LeaseToken returns the token an event carries, or "".
 func LeaseToken(e Event) string {

@@ -1,5 +1,7 @@
 package projection
 
+import "github.com/worklog/worklog/events"
+
 // Reader is the read side of projected state.
 type Reader interface {
 	// Task returns a copy of the task record, or nil when there is none: callers may change
@@ -18,6 +20,17 @@ type Reader interface {
 	ScanWakes(maxAt int64, fn func(IndexEntry) bool) error
 	// LastSeq is the sequence of the last applied event; 0 for an empty state.
 	LastSeq() (uint64, error)
+
+	// ScanDueKind is ScanDue restricted to the tasks of one kind: the kind's own index, so
+	// its cost does not depend on how many due tasks other kinds have.
+	ScanDueKind(kind string, maxAt int64, fn func(IndexEntry) bool) error
+	// ScanSessionTasks calls fn with sessionID's tasks in submission order (the seq of each
+	// task's TaskSubmitted event, and its id), starting after afterSeq (0: from the first),
+	// until fn returns false. Its cost is bounded by that session's tasks.
+	ScanSessionTasks(sessionID string, afterSeq uint64, fn func(submitSeq uint64, taskID string) bool) error
+	// Counts calls fn for each (kind, state) that has tasks, with their number, until fn
+	// returns false. The fold keeps the counts (AddCount); reading them scans no records.
+	Counts(fn func(kind string, state events.TaskState, n int64) bool) error
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -61,4 +74,13 @@ type State interface {
 	PutWakeIndex(IndexEntry) error
 	DeleteWakeIndex(IndexEntry) error
 	SetLastSeq(uint64) error
+
+	// PutKindDue and DeleteKindDue keep the per-kind due index (ScanDueKind) beside the due
+	// index: Apply moves an entry in both at once.
+	PutKindDue(kind string, e IndexEntry) error
+	DeleteKindDue(kind string, e IndexEntry) error
+	// PutSessionTask adds a new task to its session's list (ScanSessionTasks).
+	PutSessionTask(sessionID string, submitSeq uint64, taskID string) error
+	// AddCount adds delta to the number of tasks of kind in state (Counts).
+	AddCount(kind string, state events.TaskState, delta int64) error
 }

@@ -31,7 +31,7 @@ var ErrClosed = errors.New("work: queue closed")
 // Error carries the detail of a failure. Kind is one of the six sentinels.
 type Error struct {
 	Kind    error  // one of the sentinels above
-	Field   string // ErrInvalidRequest: "session_id", "task_id", "wake_id", "kind", "idempotency_key", "lease_for", "limit", "input", "payload", "outcome", "output", "run_at", "now"
+	Field   string // ErrInvalidRequest: "session_id", "task_id", "wake_id", "kind", "idempotency_key", "lease_for", "limit", "input", "payload", "outcome", "output", "run_at", "now", "kinds", "reason", "states"
 	ID      string // ErrTaskNotFound, ErrStaleDelivery: the task or wake id
 	Key     string // ErrIdempotencyConflict
 	Message string
