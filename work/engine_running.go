@@ -30,3 +30,7 @@ func (b *logBackend) Tasks(ctx context.Context, sessionID string, f TaskFilter) 
 func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, error) {
 	return QueueStats{}, backendErr(errTODO)
 }
+
+func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
+	return nil, nil, backendErr(errTODO)
+}

@@ -16,6 +16,7 @@ type RunningBackend interface {
 	ClaimKinds(ctx context.Context, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error)
 	Tasks(ctx context.Context, sessionID string, f TaskFilter) ([]Task, error)
 	Stats(ctx context.Context, now time.Time) (QueueStats, error)
+	SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error)
 }
 
 // errNotRunning is the cause of the ErrBackend error of a part-2 method on a custom backend
@@ -229,4 +230,55 @@ func (s *Session) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	}
 	ts, err := rb.Tasks(ctx, s.id, f)
 	return ts, wrap(err)
+}
+
+// Settle is one finished delivery for SettleAndClaim: exactly one of Outcome and Release.
+type Settle struct {
+	Delivery TaskDelivery
+	Outcome  *Outcome        // settle the task with this outcome, as FinishAt
+	Release  *ReleaseRequest // or give it back, as ReleaseAt
+}
+
+// SettleResult is what one Settle did: the task afterwards, or the error FinishAt or
+// ReleaseAt would have returned for it.
+type SettleResult struct {
+	Task Task
+	Err  error
+}
+
+// SettleAndClaim settles and claims at the wall-clock time.
+func (q *Queue) SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
+	return q.SettleAndClaimAt(ctx, settles, kinds, time.Now(), leaseFor, limit)
+}
+
+// SettleAndClaimAt settles each of settles as FinishAt or ReleaseAt would, each on its own
+// (a stale delivery fails only its own result), and then claims up to limit due tasks, of
+// kinds when kinds is not empty (as ClaimKindsAt, else as ClaimDueAt; nothing when limit is
+// 0), all in one atomic, durable step: one fsync for a worker's whole round. The error is for
+// the call as a whole (validation of kinds, leaseFor or limit, storage); an invalid Settle
+// is reported in its own result.
+func (q *Queue) SettleAndClaimAt(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
+	if err := q.begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	for _, k := range kinds {
+		if err := validateNonBlank("kind", k); err != nil {
+			return nil, nil, err
+		}
+	}
+	if limit < 0 {
+		return nil, nil, invalid("limit", "must not be negative")
+	}
+	if limit > 0 && leaseFor <= 0 {
+		return nil, nil, invalid("lease_for", "must be positive")
+	}
+	if _, err := nanos("now", now); err != nil {
+		return nil, nil, err
+	}
+	rb, rerr := q.running()
+	if rerr != nil {
+		return nil, nil, rerr
+	}
+	res, d, err := rb.SettleAndClaim(ctx, settles, kinds, now, leaseFor, limit)
+	return res, d, wrap(err)
 }

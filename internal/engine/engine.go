@@ -58,3 +58,12 @@ type Config struct {
 // NewQueue returns a *work.Queue (as any, to keep this package below work) over e. Package
 // work sets it in its init; a backend package imports work, so it is set before use.
 var NewQueue func(e Engine, c Config) any
+
+// Watcher is implemented by an engine whose state other processes also change (PostgreSQL):
+// Changed returns a channel that receives a value after a commit of another process may have
+// made work claimable (a task submitted, released or canceled, a wake recorded, a lease
+// changed). The queue's waiters wake on it as they wake on this process's own commits; a
+// spurious value is harmless, a missed one only delays a waiter until its timer.
+type Watcher interface {
+	Changed() <-chan struct{}
+}
