@@ -2,7 +2,6 @@ package pebblelog
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,8 +57,8 @@ func (s reader) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint
 	return it.Error()
 }
 
-// Counts reads the stored counters, in key order (kinds by length, then bytes; states by
-// number). A stored counter is never zero: the writer deletes a count that drops to zero.
+// Counts reads the stored counters, in key order (for kinds shorter than 128 bytes: by length,
+// then bytes; states by number). A stored counter is never zero: the writer deletes a count that drops to zero.
 func (s reader) Counts(fn func(string, events.TaskState, int64) bool) (err error) {
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixCount}, UpperBound: []byte{prefixCount + 1}})
 	if err != nil {
@@ -100,8 +99,9 @@ type countID struct {
 	state events.TaskState
 }
 
+// compareCountIDs orders counters as their keys sort (the reader's order).
 func compareCountIDs(a, b countID) int {
-	return cmp.Or(cmp.Compare(len(a.kind), len(b.kind)), cmp.Compare(a.kind, b.kind), cmp.Compare(a.state, b.state))
+	return bytes.Compare(countKey(a.kind, a.state), countKey(b.kind, b.state))
 }
 
 // loadCounts reads every stored counter, for the writer (Open) and the upgrade.

@@ -444,3 +444,27 @@ func TestCountWrittenOncePerBatch(t *testing.T) {
 		t.Errorf("the batch holds %d writes, want 1", b.Count())
 	}
 }
+
+// The writer lists counts in the order the reader does (the keys' order), long kinds too.
+func TestCountsOrderMatchesReader(t *testing.T) {
+	s := openT(t, t.TempDir(), &Options{})
+	// Two-byte length prefixes: 255 is ff 01, 256 is 80 02, so the longer kind sorts first.
+	long := strings.Repeat("k", 255)
+	var inWriter string
+	if err := s.Update(context.Background(), func(tx *Txn) error {
+		for _, kind := range []string{"b", long, "ab", "a", long + "x"} {
+			for _, st := range []events.TaskState{events.StateFailed, events.StatePending} {
+				if err := tx.w.AddCount(kind, st, 1); err != nil {
+					return err
+				}
+			}
+		}
+		inWriter = countsOf(t, tx.Reader())
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stored := viewCounts(t, s); stored != inWriter {
+		t.Errorf("the writer lists\n%s\nthe reader\n%s", inWriter, stored)
+	}
+}
