@@ -159,6 +159,9 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDSN, err)
 	}
 	cfg.MaxConns = o.MaxConns
+	if testConfigHook != nil {
+		testConfigHook(cfg)
+	}
 	if readOnly {
 		// Every transaction of the pool is read-only: the server refuses any write.
 		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
@@ -309,6 +312,10 @@ func (e *engine) watch() {
 		}
 	}
 }
+
+// testConfigHook lets a test change the pool's configuration (its DialFunc, to cut the
+// network).
+var testConfigHook func(*pgxpool.Config)
 
 func isUndefinedTable(err error) bool {
 	var pe *pgconn.PgError
