@@ -70,9 +70,3 @@ func harness(opts *postgres.Options) worktest.Harness {
 func TestConformance(t *testing.T) {
 	worktest.Run(t, harness(nil))
 }
-
-// TestConformanceSmallGroups runs it again with groups of at most two commands and a small
-// value limit, so that the re-run of a failed group's commands alone is exercised more.
-func TestConformanceSmallGroups(t *testing.T) {
-	worktest.Run(t, harness(&postgres.Options{MaxValueBytes: 4096, MaxBatchCommands: 2, MaxConns: 3}))
-}

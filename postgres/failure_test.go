@@ -20,7 +20,7 @@ import (
 )
 
 // openEngine opens a queue on dsn and returns its engine too, for the hooks.
-func openEngine(t *testing.T, dsn string, opts *Options) (*engine, *work.Queue) {
+func openEngine(t testing.TB, dsn string, opts *Options) (*engine, *work.Queue) {
 	t.Helper()
 	o := opts.withDefaults()
 	e, err := open(context.Background(), dsn, o, false)

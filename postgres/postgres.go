@@ -122,6 +122,10 @@ type engine struct {
 	changed     chan struct{}
 	watcherDone chan struct{}
 
+	// savepointEach: a SAVEPOINT round trip before each command of a group, only to measure
+	// what a savepoint-per-command design would cost (BenchmarkSubmit); never set otherwise.
+	savepointEach bool
+
 	// Test hooks: around sending the commit batch (close the connection to lose it).
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)

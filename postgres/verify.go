@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,81 +11,10 @@ import (
 	"github.com/worklog/worklog/projection"
 )
 
-// rebuilt is the fold of the log: a projection.Mem, plus the per-kind due index, the session
-// task lists and the counts exactly as Apply wrote them through the State seam, so that the
-// stored tables are compared with what the fold says, whatever Mem keeps of them.
-type rebuilt struct {
-	*projection.Mem
-	kindDue  map[kindKey]string
-	sessions map[sessKey]string
-	counts   map[countKey]int64
-}
-
-func newRebuilt() *rebuilt {
-	return &rebuilt{Mem: projection.NewMem(), kindDue: map[kindKey]string{}, sessions: map[sessKey]string{},
-		counts: map[countKey]int64{}}
-}
-
-func (r *rebuilt) PutKindDue(kind string, e projection.IndexEntry) error {
-	r.kindDue[kindKey{kind, dueKey{e.At, e.Seq}}] = e.ID
-	return nil
-}
-
-func (r *rebuilt) DeleteKindDue(kind string, e projection.IndexEntry) error {
-	delete(r.kindDue, kindKey{kind, dueKey{e.At, e.Seq}})
-	return nil
-}
-
-func (r *rebuilt) PutSessionTask(session string, seq uint64, id string) error {
-	r.sessions[sessKey{session, seq}] = id
-	return nil
-}
-
-func (r *rebuilt) AddCount(kind string, state events.TaskState, d int64) error {
-	r.counts[countKey{kind, state}] += d
-	return nil
-}
-
-func (r *rebuilt) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	var es []projection.IndexEntry
-	for k, id := range r.kindDue {
-		if k.kind == kind && k.at <= maxAt {
-			es = append(es, projection.IndexEntry{At: k.at, Seq: k.seq, ID: id})
-		}
-	}
-	sort.Slice(es, func(i, j int) bool { return es[i].Less(es[j]) })
-	for _, e := range es {
-		if !fn(e) {
-			break
-		}
-	}
-	return nil
-}
-
-func (r *rebuilt) ScanSessionTasks(session string, after uint64, fn func(uint64, string) bool) error {
-	var seqs []uint64
-	for k := range r.sessions {
-		if k.session == session && k.seq > after {
-			seqs = append(seqs, k.seq)
-		}
-	}
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	for _, s := range seqs {
-		if !fn(s, r.sessions[sessKey{session, s}]) {
-			break
-		}
-	}
-	return nil
-}
-
-func (r *rebuilt) Counts(fn func(string, events.TaskState, int64) bool) error {
-	return callCounts(r.counts, fn)
-}
-
 // Verify folds the events table from empty (projection.Apply into a projection.Mem) and
-// compares the result with every stored table, in one read-only repeatable-read transaction:
-// records field by field, keys, the due, per-kind due and wake indexes, the session lists,
-// the counts and the log head. It also checks the log is gap-free and every event decodes.
+// compares the result with every stored table (loaded into another Mem; Mem.Diff compares),
+// in one read-only repeatable-read transaction: records field by field, keys, the due,
+// per-kind due and wake indexes, the session lists, the counts and the log head. It also checks the log is gap-free and every event decodes.
 // It holds both states in memory: O(stored state).
 func (e *engine) Verify(ctx context.Context) ([]string, error) {
 	if e.isClosed() {
@@ -103,8 +31,8 @@ func (e *engine) Verify(ctx context.Context) ([]string, error) {
 
 func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 	var problems []string
-	fold := newRebuilt()
-	fold.DeferIndexes() // Diff builds them
+	fold := projection.NewMem()
+	fold.DeferIndexes() // Diff builds them from the records
 	var d events.Decoder
 	var stop error
 	err := readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
@@ -141,72 +69,7 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 		return nil, err
 	}
 	// Diff says "stored vs rebuilt".
-	problems = append(problems, stored.Diff(fold.Mem)...)
-
-	kinds := map[kindKey]string{}
-	sessions := map[sessKey]string{}
-	counts := map[countKey]int64{}
-	if err := eachRow(ctx, tx, st.allKind, func(r pgx.Rows) error {
-		var kind, id []byte
-		var at, seq int64
-		if err := r.Scan(&kind, &at, &seq, &id); err != nil {
-			return err
-		}
-		kinds[kindKey{string(kind), dueKey{at, uint64(seq)}}] = string(id)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := eachRow(ctx, tx, st.allSession, func(r pgx.Rows) error {
-		var session, id []byte
-		var seq int64
-		if err := r.Scan(&session, &seq, &id); err != nil {
-			return err
-		}
-		sessions[sessKey{string(session), uint64(seq)}] = string(id)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := readCounts(ctx, tx, st, func(k string, s events.TaskState, n int64) bool {
-		counts[countKey{k, s}] = n
-		return true
-	}); err != nil {
-		return nil, err
-	}
-	problems = append(problems, diffMap("kind due index", kinds, fold.kindDue, func(k kindKey) string {
-		return fmt.Sprintf("(%q, %d, %d)", k.kind, k.at, k.seq)
-	})...)
-	problems = append(problems, diffMap("session task list", sessions, fold.sessions, func(k sessKey) string {
-		return fmt.Sprintf("(%q, %d)", k.session, k.seq)
-	})...)
-	for k, n := range fold.counts {
-		if n == 0 {
-			delete(fold.counts, k)
-		}
-	}
-	problems = append(problems, diffMap("count", counts, fold.counts, func(k countKey) string {
-		return fmt.Sprintf("(%q, %s)", k.kind, k.state)
-	})...)
-	return problems, nil
-}
-
-func diffMap[K comparable, V comparable](what string, stored, rebuilt map[K]V, name func(K) string) []string {
-	var out []string
-	for k, v := range stored {
-		if w, ok := rebuilt[k]; !ok {
-			out = append(out, fmt.Sprintf("%s %s: %v stored, missing in the rebuild", what, name(k), v))
-		} else if w != v {
-			out = append(out, fmt.Sprintf("%s %s: %v vs %v (stored vs rebuilt)", what, name(k), v, w))
-		}
-	}
-	for k, w := range rebuilt {
-		if _, ok := stored[k]; !ok {
-			out = append(out, fmt.Sprintf("%s %s: missing in the store, rebuilt %v", what, name(k), w))
-		}
-	}
-	sort.Strings(out)
-	return out
+	return append(problems, stored.Diff(fold)...), nil
 }
 
 func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error) error {
@@ -262,6 +125,33 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 			}
 			return put(projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
 		})
+	}
+	if err := eachRow(ctx, q, st.allKind, func(r pgx.Rows) error {
+		var kind, id []byte
+		var at, seq int64
+		if err := r.Scan(&kind, &at, &seq, &id); err != nil {
+			return err
+		}
+		return m.PutKindDue(string(kind), projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+	}); err != nil {
+		return err
+	}
+	if err := eachRow(ctx, q, st.allSession, func(r pgx.Rows) error {
+		var session, id []byte
+		var seq int64
+		if err := r.Scan(&session, &seq, &id); err != nil {
+			return err
+		}
+		return m.PutSessionTask(string(session), uint64(seq), string(id))
+	}); err != nil {
+		return err
+	}
+	var cerr error
+	if err := readCounts(ctx, q, st, func(k string, s events.TaskState, n int64) bool {
+		cerr = m.AddCount(k, s, n)
+		return cerr == nil
+	}); err != nil || cerr != nil {
+		return errors.Join(err, cerr)
 	}
 	if err := keys(st.allTaskKeys, m.PutTaskKey); err != nil {
 		return err

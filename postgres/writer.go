@@ -181,7 +181,17 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 		return notCommitted, group, backendError(err)
 	}
 	ran = make([]*command, 0, len(group))
-	for _, c := range group {
+	for i, c := range group {
+		if e.savepointEach {
+			sp := "SAVEPOINT cmd"
+			if i > 0 {
+				sp = "RELEASE SAVEPOINT cmd; SAVEPOINT cmd"
+			}
+			if _, err := conn.Exec(ctx, sp); err != nil {
+				rollback(conn)
+				return notCommitted, ran, backendError(err)
+			}
+		}
 		ferr, ok := c.run(tx)
 		if !ok {
 			continue
