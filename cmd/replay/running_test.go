@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
+	"github.com/worklog/worklog/work"
 )
 
 // The timeline, log line and task explanation of heartbeats (task_extended) and releases
@@ -277,4 +281,65 @@ func TestTaskRuleRunning(t *testing.T) {
 	if !strings.Contains(r, "a cancel was requested at 2026-03-02T09:00:10.000Z") {
 		t.Errorf("rule of a heartbeat after a cancel request: %q", r)
 	}
+}
+
+// A task released while a cancel was requested, in a real store: replay task explains the
+// release with the fold's own rule (no refusal), the completion wake follows, and the
+// timeline ends the lease as canceled.
+func TestReleaseCancelsInStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "store")
+	q, err := work.Open(dir, &work.Options{Entropy: rand.NewChaCha8([32]byte{3})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, runT0)
+	s := q.Session("s")
+	task, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "mail", Wake: work.WakeOnCompletion}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.ClaimDueAt(ctx, t0.Add(time.Second), 30*time.Second, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v, %d", err, len(ds))
+	}
+	d, err := q.ExtendAt(ctx, ds[0], time.Minute, t0.Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CancelAt(ctx, task.ID, t0.Add(8*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.ReleaseAt(ctx, d, work.ReleaseRequest{Reason: "stopping"}, t0.Add(10*time.Second)); err != nil || got.State != work.TaskCanceled {
+		t.Fatalf("release: %v, %v", got.State, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	out := mustReplay(t, "task", dir, task.ID)
+	for _, w := range []string{
+		"is canceled after 1 attempt",
+		"heartbeat by attempt 1: owns the claim → lease extended to 2026-03-02T09:01:05.000Z (was until 2026-03-02T09:00:31.000Z)",
+		`released by attempt 1 while a cancel was requested (at 2026-03-02T09:00:08.000Z): canceled at 2026-03-02T09:00:10.000Z, as a cancel of pending work (reason stopping); a completion wake follows (policy on_completion)`,
+		"completion wake wake_",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("replay task lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "REFUSED") || strings.Contains(out, unknownEventNote) || strings.Contains(out, "differs") {
+		t.Errorf("replay task:\n%s", out)
+	}
+	out = mustReplay(t, "timeline", dir, "--session", "s")
+	for _, w := range []string{
+		"canceled after 1 attempt (1 release, 1 lease extension, cancel requested at 09:00:08.000)",
+		"released by attempt 1 while a cancel was requested: canceled, reason stopping",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("replay timeline lacks %q:\n%s", w, out)
+		}
+	}
+	mustReplay(t, "verify", dir)
 }
