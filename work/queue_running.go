@@ -215,7 +215,7 @@ func (s *Session) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 		}
 	}
 	for _, st := range f.States {
-		if st > TaskCanceled {
+		if st < TaskPending || st > TaskCanceled {
 			return nil, invalid("states", "names an unknown task state")
 		}
 	}
