@@ -295,3 +295,43 @@ func TestServerRestartUnderLoad(t *testing.T) {
 	t.Logf("%d submits and %d finishes acknowledged, %d finishes after the restart", len(acked), len(finished), okAfter.Load())
 	mustVerify(t, q)
 }
+
+// A transaction whose id was assigned but that wrote nothing to the WAL before the server
+// crashed is, after recovery, "in the future" for pg_xact_status (the recovered next id is
+// not past it): it never committed, and resolve says so at once. It used to ask again until
+// CommitResolveTimeout, holding the writer (TestServerRestartUnderLoad timed out under -race).
+func TestResolveAfterCrashOfAnUnloggedTransaction(t *testing.T) {
+	srv := pgtest.Need(t)
+	if !srv.Owned() {
+		t.Skip("the server was not started by this test binary")
+	}
+	dsn := pgtest.Schema(t)
+	e, _ := openEngine(t, dsn, &Options{CommitResolveTimeout: 20 * time.Second})
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid string
+	if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.StopServer("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	start := time.Now()
+	ok, err := e.resolve(xid)
+	if ok || err != nil {
+		t.Fatalf("resolve(%s) after the crash = %v, %v; want not committed", xid, ok, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("resolve took %v", d)
+	}
+}

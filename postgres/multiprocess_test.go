@@ -183,7 +183,6 @@ func TestMultiProcessWorker(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		idleSince = time.Now()
 		for _, d := range ds {
 			fmt.Printf("MP claim %s %d\n", d.Task.ID, d.Attempt)
 		}

@@ -55,7 +55,7 @@ type statements struct {
 	insEvents, setHead, insTasks, updTasks, insWakes         string
 	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt   string
 	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx string
-	readLog, rawLog, sessionLog, sessions, scanTasks         string
+	readLog, sessionLog, sessions, scanTasks                 string
 	scanWakeRecs, allDue, allKind, allWakeIdx, allSession    string
 	allTaskKeys, allWakeKeys, notify                         string
 }

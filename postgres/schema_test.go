@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"github.com/worklog/worklog/work"
 )
 
-func exec(t *testing.T, sql string) {
+func execSQL(t *testing.T, sql string) {
 	t.Helper()
 	if err := pgtest.Need(t).Exec(sql); err != nil {
 		t.Fatal(err)
@@ -40,7 +41,7 @@ func TestOpenRefusesNewerFormatAndPartialSchemas(t *testing.T) {
 	}
 	q.Close()
 	s := schemaName(dsn)
-	exec(t, "UPDATE "+s+".worklog_meta SET value = '99' WHERE key = 'format'")
+	execSQL(t, "UPDATE "+s+".worklog_meta SET value = '99' WHERE key = 'format'")
 	_, err = Open(ctx, dsn, nil)
 	if !errors.Is(err, work.ErrBackend) || !errors.Is(err, ErrFormatTooNew) ||
 		!strings.Contains(err.Error(), s) || !strings.Contains(err.Error(), "format 99") {
@@ -51,7 +52,7 @@ func TestOpenRefusesNewerFormatAndPartialSchemas(t *testing.T) {
 	}
 
 	partial := pgtest.Schema(t)
-	exec(t, "CREATE TABLE "+schemaName(partial)+".events (seq bigint)")
+	execSQL(t, "CREATE TABLE "+schemaName(partial)+".events (seq bigint)")
 	if _, err := Open(ctx, partial, nil); !errors.Is(err, ErrNotAQueue) || !strings.Contains(err.Error(), schemaName(partial)) {
 		t.Fatalf("Open of a schema holding one of worklog's tables = %v, want ErrNotAQueue naming it", err)
 	}
@@ -180,5 +181,18 @@ func TestWatcherSeesOtherQueuesCommits(t *testing.T) {
 	case <-ea.Changed():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the listening queue was not signalled of the other's commit")
+	}
+}
+
+// The core module's users do not compile pgx unless they import this package.
+func TestWorkDoesNotDependOnPgx(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/worklog/worklog/work").CombinedOutput()
+	if err != nil {
+		t.Skipf("go list: %v: %s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "jackc/") || p == "github.com/worklog/worklog/postgres" {
+			t.Errorf("package work depends on %s", p)
+		}
 	}
 }

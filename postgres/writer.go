@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -289,6 +290,13 @@ func (e *engine) adopt(tx *txn) {
 	c.seq, c.valid = tx.seq, true
 }
 
+// inTheFuture reports pg_xact_status's refusal of a transaction id the server has not yet
+// assigned ("transaction ID %s is in the future", invalid_parameter_value).
+func inTheFuture(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, "in the future")
+}
+
 func rollback(conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -309,6 +317,11 @@ func (e *engine) resolve(xid string) (bool, error) {
 		err := e.pool.QueryRow(ctx, `SELECT pg_xact_status($1::text::xid8)`, xid).Scan(&status)
 		cancel()
 		switch {
+		case inTheFuture(err):
+			// The server's next transaction id is not past xid: after a crash, recovery
+			// set it from the WAL, and a commit record would have carried it past. xid
+			// wrote nothing to the WAL before the crash, so it never committed.
+			return false, nil
 		case err != nil:
 			last = err
 		case status == nil:
