@@ -51,6 +51,7 @@ func runningScenarios() []scenario {
 		{"settle_and_claim/validation", sacValidation},
 
 		{"running/reopen_keeps_leases_releases_lists_and_counts", runningReopen},
+		{"concurrency/workers_release_once_and_settle_once", concWorkers},
 	}
 }
 
