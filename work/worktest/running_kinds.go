@@ -143,7 +143,7 @@ func claimKindsValidation(e *env) {
 
 func tasksOrder(e *env) {
 	const a, b = "session_list_a", "session_list_b"
-	a1 := e.submit(a, work.TaskRequest{Kind: "k"}, at(100)).ID
+	a1 := e.submit(a, work.TaskRequest{Kind: "k", Input: js(`{"a": 1}`)}, at(100)).ID
 	b1 := e.submit(b, work.TaskRequest{Kind: "k"}, at(100)).ID
 	a2 := e.submit(a, work.TaskRequest{Kind: "k", RunAt: at(50)}, at(100)).ID
 	a3 := e.submit(a, work.TaskRequest{Kind: "k"}, at(90)).ID // an earlier clock: still submitted after a2
@@ -156,7 +156,11 @@ func tasksOrder(e *env) {
 	names := map[string]string{a1: "a1", a2: "a2", a3: "a3", a4: "a4", b1: "b1", b2: "b2"}
 
 	n := e.logLen()
-	e.sameOrder("session a", idsOf(e.list(a, work.TaskFilter{Limit: 100})), []string{a1, a2, a3, a4}, names)
+	listed := e.list(a, work.TaskFilter{Limit: 100})
+	e.sameOrder("session a", idsOf(listed), []string{a1, a2, a3, a4}, names)
+	if len(listed) > 0 {
+		e.eqJSON("a listed task's input", listed[0].Input, `{"a": 1}`)
+	}
 	e.sameOrder("session b", idsOf(e.list(b, work.TaskFilter{Limit: 100})), []string{b1, b2}, names)
 	e.sameOrder("a session without tasks", idsOf(e.list("session_list_none", work.TaskFilter{Limit: 100})), nil, names)
 	e.sameOrder("session a, limit 2", idsOf(e.list(a, work.TaskFilter{Limit: 2})), []string{a1, a2}, names)
