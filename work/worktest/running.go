@@ -33,6 +33,7 @@ func runningScenarios() []scenario {
 
 		{"claim_kinds/filters_by_kind_in_claim_order", claimKindsOrder},
 		{"claim_kinds/follows_extend_release_cancel_and_settle", claimKindsFollows},
+		{"claim_kinds/sees_work_due_before_what_it_last_claimed", claimsSeeWorkBelow},
 		{"claim_kinds/validation", claimKindsValidation},
 
 		{"tasks/a_session_in_submission_order", tasksOrder},
