@@ -42,6 +42,7 @@ var systems = []system{
 	{name: "pebble", durability: "fsync per write (pebble.Sync)", open: openPebble},
 	{name: "river-sqlite-full", durability: "SQLite WAL, synchronous=FULL (fsync per commit)", open: openRiverSQLite("FULL")},
 	{name: "river-sqlite-normal", durability: "SQLite WAL, synchronous=NORMAL (no fsync per commit)", open: openRiverSQLite("NORMAL")},
+	{name: "worklog-pg", durability: "PostgreSQL 15, fsync=on, synchronous_commit=on (postgres.Open)", open: openWorklogPG, needsPG: true},
 	{name: "river-pg", durability: "PostgreSQL 15, fsync=on, synchronous_commit=on", open: openRiverPG, needsPG: true},
 	{name: "goqite-sqlite-full", durability: "SQLite WAL, synchronous=FULL (fsync per commit)", open: openGoqite("FULL")},
 	{name: "goqite-sqlite-normal", durability: "SQLite WAL, synchronous=NORMAL (no fsync per commit)", open: openGoqite("NORMAL")},
@@ -356,6 +357,8 @@ func printRatios(w io.Writer, results []result, workers int) {
 	w2 := func(r result) float64 { return r.W2 }
 	w1m := func(r result) float64 { return r.W1Many }
 	w1o := func(r result) float64 { return r.W1One }
+	w3m := func(r result) float64 { return r.W3Many }
+	w3o := func(r result) float64 { return r.W3One }
 	type target struct {
 		what, a, b string
 		f          func(result) float64
@@ -370,6 +373,12 @@ func printRatios(w io.Writer, results []result, workers int) {
 		{fmt.Sprintf("W1 enqueue, %d goroutines: worklog / River on PostgreSQL", workers), "worklog", "river-pg", w1m, 0},
 		{"W1 enqueue, 1 goroutine: worklog / bare Pebble synced writes", "worklog", "pebble", w1o, 0},
 		{"W2 work: worklog no-sync / River on SQLite (NORMAL)", "worklog-nosync", "river-sqlite-normal", w2, 0},
+		// The same server, the same run: worklog on PostgreSQL against River on PostgreSQL.
+		{"W2 work: worklog on PostgreSQL / River on PostgreSQL", "worklog-pg", "river-pg", w2, 1},
+		{fmt.Sprintf("W3 duplicate, %d goroutines: worklog on PostgreSQL / River on PostgreSQL", workers), "worklog-pg", "river-pg", w3m, 10},
+		{"W3 duplicate, 1 goroutine: worklog on PostgreSQL / River on PostgreSQL", "worklog-pg", "river-pg", w3o, 10},
+		{fmt.Sprintf("W1 enqueue, %d goroutines: worklog on PostgreSQL / River on PostgreSQL", workers), "worklog-pg", "river-pg", w1m, 2},
+		{"W1 enqueue, 1 goroutine: worklog on PostgreSQL / River on PostgreSQL", "worklog-pg", "river-pg", w1o, 0},
 	}
 	fmt.Fprintf(w, "ratios, paired run by run: median (min–max) of the per-run ratios\n\n")
 	fmt.Fprintf(w, "| ratio | value | target |\n|---|---|---|\n")

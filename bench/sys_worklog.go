@@ -20,6 +20,11 @@ type worklogQueue struct {
 	q    *work.Queue
 	s    *work.Session
 	pool string // "dispatch" or "each"
+
+	// reopen opens the queue again for the check (nil: work.Open(dir, opts)); done runs
+	// after it (dropping a PostgreSQL row's database).
+	reopen func(context.Context) (*work.Queue, error)
+	done   func(context.Context) error
 }
 
 func openWorklog(mode work.SyncMode) func(context.Context, string, childConfig) (queue, error) {
@@ -204,7 +209,16 @@ func (w *worklogQueue) Close() error {
 // Completed reopens the store and reads every task of the session back through the public
 // API, counting those that succeeded. The ids come from the store's own log.
 func (w *worklogQueue) Completed(ctx context.Context) (int, error) {
-	q, err := work.Open(w.dir, w.opts)
+	if w.done != nil {
+		defer w.done(ctx)
+	}
+	var q *work.Queue
+	var err error
+	if w.reopen != nil {
+		q, err = w.reopen(ctx)
+	} else {
+		q, err = work.Open(w.dir, w.opts)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -73,7 +72,7 @@ func (a *app) logCommand() *cobra.Command {
   replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.runLog(c, args[0], o)
+			return a.runLog(c, displayName(args[0]), o)
 		},
 	}
 	f := c.Flags()
@@ -150,7 +149,7 @@ func (f *eventFilter) match(ev events.Event) (bool, error) {
 
 // kindLookup finds the kind of the task an event is about, from the stored projection (a
 // task's kind never changes), remembering a bounded number of answers.
-func kindLookup(st *pebblelog.Store) func(ev events.Event) (string, error) {
+func kindLookup(st store) func(ev events.Event) (string, error) {
 	kinds := map[string]string{}    // task id -> kind
 	wakeTask := map[string]string{} // wake id -> task id ("" for a direct wake)
 	taskKind := func(id string) (string, error) {
@@ -286,7 +285,7 @@ type eventWriter struct {
 
 // sessionWidth is the width of the session column: the longest of the first thousand
 // session ids (one seek each), between 8 and 32.
-func sessionWidth(ctx context.Context, st *pebblelog.Store, session string) int {
+func sessionWidth(ctx context.Context, st store, session string) int {
 	w := len(session)
 	if session == "" {
 		n := 0
@@ -325,7 +324,7 @@ type walkScope struct {
 // errStop ends the walk without one. It reads the per-session index whenever the scope
 // allows, so a session's events cost one point read each however long the log is; otherwise
 // it streams the log range.
-func (a *app) walkEvents(ctx context.Context, st *pebblelog.Store, s walkScope, fn func(events.Event) error) error {
+func (a *app) walkEvents(ctx context.Context, st store, s walkScope, fn func(events.Event) error) error {
 	err := a.walk(ctx, st, s, fn)
 	if errors.Is(err, errStop) {
 		return nil
@@ -333,7 +332,7 @@ func (a *app) walkEvents(ctx context.Context, st *pebblelog.Store, s walkScope, 
 	return err
 }
 
-func (a *app) walk(ctx context.Context, st *pebblelog.Store, s walkScope, fn func(events.Event) error) error {
+func (a *app) walk(ctx context.Context, st store, s walkScope, fn func(events.Event) error) error {
 	if s.to < s.from {
 		return nil
 	}
@@ -383,21 +382,33 @@ const exportLong = `Print the whole log as JSON lines, one event per line in seq
 The schema is the one of log --json, documented in docs/replay-json.md: fields are only ever
 added, so consumers should ignore fields they do not know. --from and --to (INCLUSIVE) export
 a part, e.g. the events since the last export. Lease tokens are [redacted] unless --show-tokens.
-Memory stays bounded on any log size: events are streamed.`
+Memory stays bounded on any log size: events are streamed.
+
+--wire writes the whole log instead in worklog's wire format (each event's stored bytes,
+checksums and lease tokens included), for replay import to load into an empty store of
+either backend: how a queue moves from an embedded store to PostgreSQL and back.`
 
 func (a *app) exportCommand() *cobra.Command {
 	var from, to uint64
+	var wire bool
 	c := &cobra.Command{
 		Use:   "export DIR",
 		Short: "Print the whole log as JSON lines (the schema of log --json)",
 		Long:  exportLong,
 		Example: `  replay export ./store > events.jsonl
-  replay export ./store --from 1001      # only what came after seq 1000`,
+  replay export ./store --from 1001      # only what came after seq 1000
+  replay export ./store --wire > store.wlog && replay import store.wlog 'postgres://host/db?search_path=q'`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			dir := args[0]
+			dir := displayName(args[0])
 			if c.Flags().Changed("to") && to < from {
 				return usagef(c, "--to %d is before --from %d", to, from)
+			}
+			if wire && (c.Flags().Changed("from") || c.Flags().Changed("to")) {
+				return usagef(c, "--wire exports the whole log, for import: it takes no --from or --to")
+			}
+			if wire {
+				return a.exportWire(c, dir)
 			}
 			st, err := openStore(dir)
 			if err != nil {
@@ -422,5 +433,6 @@ func (a *app) exportCommand() *cobra.Command {
 	}
 	c.Flags().Var(seqValue(&from), "from", "first sequence to export (inclusive)")
 	c.Flags().Var(seqValue(&to), "to", "last sequence to export (inclusive; default the end)")
+	c.Flags().BoolVar(&wire, "wire", false, "write the whole log in the wire format, for replay import")
 	return c
 }

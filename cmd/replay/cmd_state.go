@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -58,7 +57,7 @@ func (a *app) stateCommand() *cobra.Command {
   replay state ./store --at-seq 1500000 --json > state.json`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.runState(c, args[0], o)
+			return a.runState(c, displayName(args[0]), o)
 		},
 	}
 	f := c.Flags()
@@ -147,7 +146,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 
 // requireSession fails when the session has no event at all: a mistyped id should not look
 // like an empty state.
-func requireSession(ctx context.Context, st *pebblelog.Store, dir, session string) error {
+func requireSession(ctx context.Context, st store, dir, session string) error {
 	found := false
 	err := st.SessionSeqs(ctx, session, 0, func(uint64) error { found = true; return errStop })
 	if err != nil && !errors.Is(err, errStop) {
@@ -160,7 +159,7 @@ func requireSession(ctx context.Context, st *pebblelog.Store, dir, session strin
 }
 
 // sessionsOf names up to ten sessions of the store, for error messages.
-func sessionsOf(ctx context.Context, st *pebblelog.Store, dir string) string {
+func sessionsOf(ctx context.Context, st store, dir string) string {
 	var some []string
 	more := false
 	_ = st.Sessions(ctx, func(s string) error {

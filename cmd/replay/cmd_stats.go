@@ -36,7 +36,7 @@ func (a *app) statsCommand() *cobra.Command {
   replay stats ./store --json | jq .tasks.by_state`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			dir := args[0]
+			dir := displayName(args[0])
 			st, err := openStore(dir)
 			if err != nil {
 				return err
@@ -90,13 +90,15 @@ type statsJSON struct {
 	lastAt int64
 }
 
-func (a *app) stats(ctx context.Context, st *pebblelog.Store, dir string) (*statsJSON, error) {
+func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, error) {
 	disk, err := st.DiskUsage()
 	if err != nil {
 		return nil, err
 	}
 	s := &statsJSON{Dir: dir, DiskBytes: disk, Events: map[string]uint64{}}
-	if b, err := os.ReadFile(filepath.Join(dir, pebblelog.MarkerFile)); err == nil {
+	if pg, ok := st.(*pgStore); ok {
+		s.Format = pg.format()
+	} else if b, err := os.ReadFile(filepath.Join(dir, pebblelog.MarkerFile)); err == nil {
 		s.Format = strings.TrimSpace(string(b))
 	}
 	last, err := st.LastSeq()

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -37,7 +36,7 @@ func (a *app) taskCommand() *cobra.Command {
   replay task ./store wake_0195f0c2a7d1... --json`,
 		Args: storeArgs("ID"),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.runTask(c, args[0], args[1], o)
+			return a.runTask(c, displayName(args[0]), args[1], o)
 		},
 	}
 	c.Flags().BoolVar(&o.json, "json", false, "print JSON (docs/replay-json.md)")
@@ -82,7 +81,7 @@ func (a *app) runTask(c *cobra.Command, dir, id string, o *taskOptions) error {
 }
 
 // explain gathers the events about id and folds them.
-func explain(ctx context.Context, st *pebblelog.Store, id string) (*explanation, error) {
+func explain(ctx context.Context, st store, id string) (*explanation, error) {
 	x := &explanation{id: id}
 	var storedTask *projection.Task
 	var storedWake *projection.Wake

@@ -40,7 +40,7 @@ func (a *app) timelineCommand() *cobra.Command {
   replay timeline ./store --session checkout-4821 --html checkout.html`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			dir := args[0]
+			dir := displayName(args[0])
 			if htmlFile != "" {
 				absStore, err1 := filepath.Abs(dir)
 				absHTML, err2 := filepath.Abs(htmlFile)

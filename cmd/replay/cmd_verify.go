@@ -30,7 +30,7 @@ func (a *app) verifyCommand() *cobra.Command {
   replay verify ./store --json | jq .problems`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			dir := args[0]
+			dir := displayName(args[0])
 			st, err := openStore(dir)
 			if err != nil {
 				return err
@@ -65,7 +65,7 @@ type verifyResult struct {
 	Problems []string `json:"problems"`
 }
 
-func (a *app) verify(ctx context.Context, st *pebblelog.Store) (*verifyResult, error) {
+func (a *app) verify(ctx context.Context, st store) (*verifyResult, error) {
 	p := a.newProgress("verifying", false)
 	problems, err := st.Verify(ctx, pebblelog.VerifyOptions{Progress: p.update})
 	p.finish()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -81,7 +80,7 @@ func (s *seqFree) LastSeq() (uint64, error) { return s.next - 1, nil }
 
 // sessionFold folds the events of one session up to the cut, through the per-session index:
 // one point read per event of the session, no scan of the rest of the log.
-func sessionFold(ctx context.Context, st *pebblelog.Store, session string, c cut) (*foldResult, error) {
+func sessionFold(ctx context.Context, st store, session string, c cut) (*foldResult, error) {
 	start := time.Now()
 	res := &foldResult{mem: projection.NewMem(), sessions: true}
 	s := &seqFree{Mem: res.mem}
@@ -146,7 +145,7 @@ func (r *recorder) WakeEdited(w *projection.Wake) error {
 // fullFold computes the whole store's state at a cut: it starts from the newest usable
 // cached snapshot at or before the cut (if any), folds the log from there, and on the way
 // writes a snapshot segment at every boundary it passes that the cache lacks.
-func (a *app) fullFold(ctx context.Context, st *pebblelog.Store, c cut, cache *segCache) (*foldResult, error) {
+func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*foldResult, error) {
 	last, err := st.LastSeq()
 	if err != nil {
 		return nil, err

@@ -169,7 +169,7 @@ func TestDemoTempDir(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"", "log", "state", "timeline", "task", "verify", "stats", "export", "demo"} {
+	for _, cmd := range []string{"", "log", "state", "timeline", "task", "verify", "stats", "export", "import", "demo"} {
 		args := []string{"--help"}
 		if cmd != "" {
 			args = []string{cmd, "--help"}

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/worklog/worklog/internal/pgtest"
 )
 
 // The tests run the real binary, built once per test run, against real stores: the demo
@@ -55,7 +57,9 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building the demo store: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	// One throwaway PostgreSQL server for the tests that read a queue there
+	// (postgres_test.go); without one they skip, and this says why once.
+	return pgtest.Main(m, "cmd/replay")
 }
 
 type result struct {

@@ -18,7 +18,12 @@ import (
 // that names the directory. Nothing is written into dir except the lock files WORKLOG.lock
 // and LOCK, which the locks themselves create; on a directory replay cannot write (a
 // read-only mount, a backup, another user's store) nothing at all (see pebblelog.Open).
-func openStore(dir string) (*pebblelog.Store, error) {
+//
+// A postgres:// or postgresql:// URL opens that PostgreSQL queue instead (openPostgres).
+func openStore(dir string) (store, error) {
+	if isPostgresURL(dir) {
+		return openPostgres(dir)
+	}
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -107,8 +107,13 @@ const rootLong = `replay reads a worklog store and explains it: the event log in
 task and wake at any past point (time travel), one session's story, why a task is in its
 state, a consistency check, statistics and a JSON export.
 
-Every command except demo is read-only: it opens the store with pebblelog's ReadOnly option
-and never writes into the store directory. A store held open by a running process cannot be
+Wherever a command takes a store directory (DIR) it also takes a PostgreSQL queue, as a
+postgres:// or postgresql:// URL whose search_path names the queue's schema, read through
+read-only transactions: the same output for the same log.
+
+Every command except demo and import is read-only: it opens the store with pebblelog's
+ReadOnly option and never writes into the store directory. import loads a log written by
+export --wire into an empty store of either backend. A store held open by a running process cannot be
 opened (Pebble locks it even for reading): take a checkpoint from inside that process with
 work.Queue.Checkpoint and point replay at the copy.
 
@@ -128,7 +133,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Example: `  replay demo                               # build a sample store and show what replay does
   replay log ./store --session checkout-4821
   replay state ./store --at 2026-03-02T09:01:00Z
-  replay verify ./store`,
+  replay verify ./store
+  replay stats 'postgres://worklog@db.internal/jobs?search_path=queue1'`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -154,6 +160,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.verifyCommand(),
 		a.statsCommand(),
 		a.exportCommand(),
+		a.importCommand(),
 		a.demoCommand(),
 	)
 	return root

@@ -81,7 +81,7 @@ func defaultCacheRoot() string {
 }
 
 // storeIdentity is the hex SHA-256 of the store's first event, cut to 128 bits.
-func storeIdentity(st *pebblelog.Store) (string, bool, error) {
+func storeIdentity(st store) (string, bool, error) {
 	raw, ok, err := st.RawEvent(1)
 	if err != nil || !ok {
 		return "", false, err
@@ -93,7 +93,7 @@ func storeIdentity(st *pebblelog.Store) (string, bool, error) {
 // openCache returns the cache of the store in storeDir under root, or nil (with a reason)
 // when it cannot be used. It refuses a cache inside the store directory: replay never writes
 // into a store.
-func openCache(st *pebblelog.Store, storeDir, root string, k uint64, warn io.Writer) (*segCache, string, error) {
+func openCache(st store, storeDir, root string, k uint64, warn io.Writer) (*segCache, string, error) {
 	if root == "" {
 		return nil, "no cache directory (os.UserCacheDir failed; use --cache-dir)", nil
 	}
@@ -166,7 +166,7 @@ func readHeader(path string) (*segHeader, error) {
 // chain returns the headers of the usable segments K, 2K, ... at or before target (and, for a
 // time cut, whose events are all at or before the cut's time), stopping at the first missing,
 // foreign or stale one.
-func (c *segCache) chain(st *pebblelog.Store, target uint64, ct cut) []*segHeader {
+func (c *segCache) chain(st store, target uint64, ct cut) []*segHeader {
 	var out []*segHeader
 	for end := c.k; end <= target; end += c.k {
 		h, err := readHeader(c.segPath(end))
@@ -197,7 +197,7 @@ func (c *segCache) chain(st *pebblelog.Store, target uint64, ct cut) []*segHeade
 // sequence (0 when no segment is usable), the segments and the records read. It reads the
 // segments newest first and decodes only the newest version of each record: an older one is
 // skipped by its id without decoding it.
-func (c *segCache) load(st *pebblelog.Store, target uint64, ct cut) (*projection.Mem, uint64, int, int, error) {
+func (c *segCache) load(st store, target uint64, ct cut) (*projection.Mem, uint64, int, int, error) {
 	hs := c.chain(st, target, ct)
 	for i, h := range hs {
 		if err := c.checkSegment(h.End); err != nil {
@@ -333,7 +333,7 @@ func memFrom(tasks map[string]*projection.Task, wakes map[string]*projection.Wak
 // write stores the segment ending at end: the records the window changed, as they are now.
 // It reports whether a segment was written. A failure disables the cache for the rest of the
 // run, with one note on stderr: the cache is an optimisation, never a reason to fail.
-func (c *segCache) write(st *pebblelog.Store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) bool {
+func (c *segCache) write(st store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) bool {
 	if c.failed {
 		return false
 	}
@@ -356,7 +356,7 @@ func (c *segCache) write(st *pebblelog.Store, m *projection.Mem, rec *recorder, 
 	return true
 }
 
-func (c *segCache) writeSegment(st *pebblelog.Store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) error {
+func (c *segCache) writeSegment(st store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) error {
 	raw, ok, err := st.RawEvent(end)
 	if err != nil {
 		return err

@@ -316,7 +316,7 @@ func TestReadOnly(t *testing.T) {
 	charge := demoIDs(t, dir)["charge-card"]
 	cache := t.TempDir()
 	for _, args := range [][]string{
-		{"log", dir}, {"export", dir}, {"verify", dir}, {"stats", dir}, {"task", dir, charge},
+		{"log", dir}, {"export", dir}, {"export", dir, "--wire"}, {"verify", dir}, {"stats", dir}, {"task", dir, charge},
 		{"timeline", dir, "--session", "checkout-4821"},
 		{"state", dir, "--at-seq", "30", "--cache-dir", cache, "--snapshot-every", "10"},
 		{"state", dir, "--at-seq", "30", "--cache-dir", cache, "--snapshot-every", "10"},

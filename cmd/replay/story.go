@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 )
 
 // A session's story: each task's and wake's life, built from the session's events alone.
@@ -135,7 +134,7 @@ type sessionStory struct {
 }
 
 // readStory reads one session's events through the per-session index and builds its story.
-func readStory(ctx context.Context, st *pebblelog.Store, session string) (*sessionStory, error) {
+func readStory(ctx context.Context, st store, session string) (*sessionStory, error) {
 	s := &sessionStory{Session: session, tasks: map[string]*taskStory{}, wakes: map[string]*wakeStory{}}
 	err := st.SessionLog(ctx, session, 0, func(ev events.Event) error {
 		s.add(ev)
