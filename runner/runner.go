@@ -233,9 +233,9 @@ type Runner struct {
 	stopping   bool
 	closed     bool            // the queue was closed under the runner: nothing more to claim
 	stopCtx    context.Context // Stop's, once it began: how long a failing store is retried
-	free       int              // task slots not running a handler
-	active     int              // tasks claimed whose result is not queued yet
-	finished   []finished       // results waiting for the next SettleAndClaim
+	free       int             // task slots not running a handler
+	active     int             // tasks claimed whose result is not queued yet
+	finished   []finished      // results waiting for the next SettleAndClaim
 	running    map[*task]struct{}
 	waitCancel context.CancelFunc // ends the dispatcher's WaitTasks when a result arrives
 	kick       chan struct{}      // cap 1: a result arrived or Stop began
