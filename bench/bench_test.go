@@ -18,7 +18,7 @@ func TestSmoke(t *testing.T) {
 			}
 			r := runChild(context.Background(), childConfig{
 				System: s.name, Dir: t.TempDir(), Run: 1,
-				N: 100, Workers: 4, PGDSN: dsn, WorklogPool: "dispatch",
+				N: 100, Workers: 4, PGDSN: dsn, WorklogPool: "runner",
 			})
 			if r.Error != "" {
 				t.Fatal(r.Error)
