@@ -34,22 +34,26 @@ const (
 	sigWakes
 )
 
-// eventSignal is which waiters ev may concern: an event that may make a task or a wake
-// claimable, or that may move the earliest entry of an index earlier (so a waiter's timer
-// is too late). Claims are not among them: a claim only takes due entries (at <= its now)
-// and puts each back at now+lease, later than the entry it took, so the earliest entry a
-// waiter computed can only move later; a waiter whose timer then fires early finds nothing
-// and waits again. Settlements only remove entries; a completion wake is its own
-// WakeRecorded.
-func eventSignal(t events.Type) uint8 {
+// eventSignal is which waiters an event of type t may concern (ok false: a type this
+// switch does not know, which TestEventSignalKnowsEveryType catches): an event that may make
+// a task or a wake claimable, or that may move the earliest entry of an index earlier (so a
+// waiter's timer is too late). Claims are not among them: a claim only takes due entries
+// (at <= its now) and puts each back at now+lease, later than the entry it took, so the
+// earliest entry a waiter computed can only move later; a waiter whose timer then fires
+// early finds nothing and waits again. Settlements only remove entries; a completion wake is
+// its own WakeRecorded.
+func eventSignal(t events.Type) (sig uint8, ok bool) {
 	switch t {
 	case events.TypeTaskSubmitted, events.TypeTaskReleased, events.TypeTaskExtended,
 		events.TypeTaskCancelRequested:
-		return sigTasks
+		return sigTasks, true
 	case events.TypeWakeRecorded:
-		return sigWakes
+		return sigWakes, true
+	case events.TypeTaskClaimed, events.TypeTaskSettled, events.TypeWakeClaimed, events.TypeWakeAcked,
+		events.TypeTaskSettleRejected, events.TypeWakeAckRejected:
+		return 0, true
 	}
-	return 0
+	return 0, false
 }
 
 // waitHub is the broadcast point of one engine: a channel per signal that is closed (and
@@ -173,7 +177,7 @@ func (t watchTxn) Append(ev events.Event) error {
 	if err := t.txn.Append(ev); err != nil {
 		return err
 	}
-	if s := eventSignal(ev.Type()); s != 0 {
+	if s, _ := eventSignal(ev.Type()); s != 0 {
 		*t.mask |= s
 		t.hub.signal(s)
 	}

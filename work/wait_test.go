@@ -6,8 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
 )
+
+// TestEventSignalKnowsEveryType: a new event type must be classified for the waiters (design
+// §8): does it make work claimable, or move an index's earliest entry earlier?
+func TestEventSignalKnowsEveryType(t *testing.T) {
+	for _, ty := range events.AllTypes() {
+		if _, ok := eventSignal(ty); !ok {
+			t.Errorf("event type %s: eventSignal (work/wait.go) does not say whether it wakes waiters", ty)
+		}
+	}
+}
 
 // waitBackends runs fn on the in-memory queue and on a durable one.
 func waitBackends(t *testing.T, fn func(t *testing.T, q *Queue)) {
