@@ -28,6 +28,8 @@ var schemaVersion = [256]uint8{
 	TypeWakeAcked:           1,
 	TypeTaskSettleRejected:  1,
 	TypeWakeAckRejected:     1,
+	TypeTaskExtended:        1,
+	TypeTaskReleased:        1,
 }
 
 const (
@@ -140,6 +142,17 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.WakeID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendUint(b, uint64(e.Reason))
+	case *TaskExtended:
+		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendInt(b, e.LeaseExpiresAt)
+	case *TaskReleased:
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendUint(b, uint64(e.Attempt))
+		b = msgp.AppendInt(b, e.RunAt)
+		b = msgp.AppendStr(b, e.Reason)
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
@@ -534,6 +547,8 @@ type Decoder struct {
 	wakeAcked           WakeAcked
 	taskSettleRejected  TaskSettleRejected
 	wakeAckRejected     WakeAckRejected
+	taskExtended        TaskExtended
+	taskReleased        TaskReleased
 }
 
 // Decode is the package's Decode into the Decoder's structs: the same checks, the same
@@ -635,6 +650,21 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.Reason = RejectReason(r.u64("reason", uint64(RejectNotClaimed)))
 		ev = e
+	case TypeTaskExtended:
+		e := fresh(d, func(d *Decoder) *TaskExtended { return &d.taskExtended })
+		r.header(&e.Header)
+		r.str("task_id", &e.TaskID)
+		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
+		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		ev = e
+	case TypeTaskReleased:
+		e := fresh(d, func(d *Decoder) *TaskReleased { return &d.taskReleased })
+		r.header(&e.Header)
+		r.str("task_id", &e.TaskID)
+		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
+		e.RunAt = r.i64("run_at")
+		r.str("reason", &e.Reason)
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.Left() != 0 {
@@ -687,6 +717,27 @@ func check(ev Event, seq uint64) *DecodeError {
 	case *WakeClaimed:
 		if e.Attempt == 0 {
 			return bad("attempt", "must be positive")
+		}
+	case *TaskExtended:
+		// Only the delivery holding a claim extends it, so there is an attempt; a lease is
+		// always for a positive duration, so the new expiry is after the heartbeat.
+		if e.Attempt == 0 {
+			return bad("attempt", "must be positive")
+		}
+		if e.LeaseExpiresAt <= h.At {
+			return bad("lease_expires_at", fmt.Sprintf("%d is not after the event's time %d", e.LeaseExpiresAt, h.At))
+		}
+	case *TaskReleased:
+		// Only the delivery holding a claim releases it; the task is eligible again at the
+		// request's RunAt or, when that is not later, at the release time: never before it.
+		if e.Attempt == 0 {
+			return bad("attempt", "must be positive")
+		}
+		if e.RunAt < h.At {
+			return bad("run_at", fmt.Sprintf("%d is before the event's time %d", e.RunAt, h.At))
+		}
+		if len(e.Reason) > MaxReleaseReason {
+			return bad("reason", fmt.Sprintf("%d bytes is longer than %d", len(e.Reason), MaxReleaseReason))
 		}
 	}
 	return nil

@@ -215,7 +215,7 @@ func TestDecodeEnvelopeVersion(t *testing.T) {
 
 func TestDecodeUnknownType(t *testing.T) {
 	b := readGolden(t, "task_claimed.v1")
-	for _, typ := range []byte{0, 10, 128, 255} {
+	for _, typ := range []byte{0, 12, 128, 255} {
 		c := slices.Clone(b)
 		c[1] = typ
 		decodeErr(t, c, 200, ErrCorrupt, "checksum") // without recomputing the checksum
@@ -468,6 +468,15 @@ func TestDecodeChecks(t *testing.T) {
 			Outcome: Outcome{State: 5}}, 3, "outcome.state"},
 		{"out of range reject reason", &TaskSettleRejected{Header: h, TaskID: "t", Attempt: 1, Reason: 3}, 3, "reason"},
 		{"out of range wake reject reason", &WakeAckRejected{Header: h, WakeID: "w", Attempt: 1, Reason: 255}, 3, "reason"},
+		{"no task id in an extension", &TaskExtended{Header: h, Attempt: 1, LeaseExpiresAt: 20}, 3, "subject"},
+		{"extension attempt 0", &TaskExtended{Header: h, TaskID: "t", LeaseExpiresAt: 20}, 3, "attempt"},
+		{"extension expiring at its time", &TaskExtended{Header: h, TaskID: "t", Attempt: 1, LeaseExpiresAt: 10}, 3, "lease_expires_at"},
+		{"extension expiring before its time", &TaskExtended{Header: h, TaskID: "t", Attempt: 1, LeaseExpiresAt: -20}, 3, "lease_expires_at"},
+		{"no task id in a release", &TaskReleased{Header: h, Attempt: 1, RunAt: 10}, 3, "subject"},
+		{"release attempt 0", &TaskReleased{Header: h, TaskID: "t", RunAt: 10}, 3, "attempt"},
+		{"release eligible before its time", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 9}, 3, "run_at"},
+		{"release reason over 64 KiB", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10,
+			Reason: strings.Repeat("r", MaxReleaseReason+1)}, 3, "reason"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -509,6 +518,26 @@ func TestDecodeChecks(t *testing.T) {
 			}
 			decodeErr(t, envelope(tc.typ, 1, join(arrayHead(len(elems)), elems)), 3, ErrCorrupt, tc.field)
 		})
+	}
+}
+
+// TestDecodeChecksAcceptEdges: the values at the edge of each rule of check are valid events
+// (an expiry one nanosecond after the heartbeat, a release eligible at once, a reason of
+// exactly 64 KiB), so check refuses only what no command appends.
+func TestDecodeChecksAcceptEdges(t *testing.T) {
+	h := Header{Seq: 3, SessionID: "sess", At: 10}
+	for _, ev := range []Event{
+		&TaskExtended{Header: h, TaskID: "t", Attempt: 1, LeaseExpiresAt: 11},
+		&TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10},
+		&TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10, Reason: strings.Repeat("r", MaxReleaseReason)},
+	} {
+		got, err := Decode(mustEncode(t, ev), 3)
+		if err != nil {
+			t.Fatalf("Decode(%T): %v", ev, err)
+		}
+		if !eventsEqual(got, ev) {
+			t.Fatalf("Decode:\n got  %#v\n want %#v", got, ev)
+		}
 	}
 }
 

@@ -318,8 +318,12 @@ type TaskReleased struct {
 	TaskID  string
 	Attempt uint32
 	RunAt   int64  // when the task is eligible again: the request's RunAt, or the release time
-	Reason  string // the worker's reason, "" for none (at most 64 KiB)
+	Reason  string // the worker's reason, "" for none (at most MaxReleaseReason bytes)
 }
+
+// MaxReleaseReason is the longest TaskReleased.Reason, in bytes (64 KiB): the limit the API
+// checks before a release is appended, which Decode checks again.
+const MaxReleaseReason = 64 << 10
 
 func (e *TaskSubmitted) Type() Type       { return TypeTaskSubmitted }
 func (e *TaskClaimed) Type() Type         { return TypeTaskClaimed }

@@ -118,6 +118,20 @@ var goldenFixtures = []goldenFixture{
 		Attempt: 1,
 		Reason:  RejectTokenMismatch,
 	}},
+	{"task_extended.v1", &TaskExtended{
+		Header:         Header{Seq: 70000, SessionID: goldenSession, At: goldenAt + 111e9},
+		TaskID:         goldenTask,
+		Attempt:        3,
+		LeaseExpiresAt: goldenAt + 151e9,
+	}},
+	{"task_released.v1", &TaskReleased{
+		// A reason of more than 31 bytes (str8), not ASCII.
+		Header:  Header{Seq: 300, SessionID: goldenSession, At: goldenAt + 112e9},
+		TaskID:  goldenTask,
+		Attempt: 3,
+		RunAt:   goldenAt + 172e9,
+		Reason:  "smtp: 421 try again later — backing off",
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
@@ -132,6 +146,8 @@ var bodyFieldNames = map[Type][]string{
 	TypeWakeAcked:           {"wake_id", "attempt", "lease_token"},
 	TypeTaskSettleRejected:  {"task_id", "attempt", "reason"},
 	TypeWakeAckRejected:     {"wake_id", "attempt", "reason"},
+	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
+	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -350,7 +366,7 @@ func TestWireNumbersStable(t *testing.T) {
 	types := map[string]Type{
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
-		"wake_ack_rejected": 9,
+		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {
@@ -370,7 +386,7 @@ func TestWireNumbersStable(t *testing.T) {
 			t.Errorf("TypeByName(%q) = %v, %v", typ.String(), got, ok)
 		}
 	}
-	for _, n := range []int{0, 10, 255} {
+	for _, n := range []int{0, 12, 255} {
 		if Type(n).Known() {
 			t.Errorf("Type(%d) is Known", n)
 		}

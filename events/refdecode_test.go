@@ -258,6 +258,21 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.Reason = RejectReason(r.u64("reason", uint64(RejectNotClaimed)))
 		ev = e
+	case TypeTaskExtended: // added with the type, after fd9b309, in the same style
+		e := &TaskExtended{}
+		r.header(&e.Header)
+		e.TaskID = r.str("task_id")
+		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
+		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		ev = e
+	case TypeTaskReleased: // added with the type, after fd9b309, in the same style
+		e := &TaskReleased{}
+		r.header(&e.Header)
+		e.TaskID = r.str("task_id")
+		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
+		e.RunAt = r.i64("run_at")
+		e.Reason = r.str("reason")
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.rd.Len() != 0 {

@@ -91,6 +91,25 @@ func (g *gen) attempt() uint32 {
 	return 1 + g.r.Uint32N(math.MaxUint32)
 }
 
+// after draws a time at or after lo, at every msgpack width where it can.
+func (g *gen) after(lo int64) int64 {
+	if t := g.i64(); t >= lo {
+		return t
+	}
+	switch g.r.IntN(3) {
+	case 0:
+		return lo // the edge
+	case 1:
+		return math.MaxInt64
+	}
+	// Uniform in [lo, MaxInt64): the span, up to 2^64-1, counted in uint64; the sum wraps
+	// back into range.
+	if span := uint64(math.MaxInt64) - uint64(lo); span > 0 {
+		return lo + int64(g.r.Uint64N(span))
+	}
+	return lo
+}
+
 func (g *gen) outcome() Outcome {
 	return Outcome{
 		State:   StateSucceeded + TaskState(g.r.IntN(3)),
@@ -139,6 +158,14 @@ func (g *gen) event(t Type, seq uint64) Event {
 		return &TaskSettleRejected{Header: h, TaskID: g.str(true), Attempt: uint32(g.u64()), Reason: RejectReason(g.r.IntN(3))}
 	case TypeWakeAckRejected:
 		return &WakeAckRejected{Header: h, WakeID: g.str(true), Attempt: uint32(g.u64()), Reason: RejectReason(g.r.IntN(3))}
+	case TypeTaskExtended:
+		// check: the new expiry is after the heartbeat.
+		h.At = min(h.At, math.MaxInt64-1)
+		return &TaskExtended{Header: h, TaskID: g.str(true), Attempt: g.attempt(), LeaseExpiresAt: g.after(h.At + 1)}
+	case TypeTaskReleased:
+		// check: eligible again no earlier than the release; a reason of at most 64 KiB
+		// (g.str's longest is 65536, the limit).
+		return &TaskReleased{Header: h, TaskID: g.str(true), Attempt: g.attempt(), RunAt: g.after(h.At), Reason: g.str(false)}
 	}
 	panic("unknown type " + t.String())
 }
