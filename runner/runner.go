@@ -470,7 +470,9 @@ func (r *Runner) dispatch() {
 		r.mu.Lock()
 		r.free += want - got
 		r.mu.Unlock()
-		if got < want && len(batch) == 0 {
+		// Fewer than asked: nothing more was due when the round claimed. Wait, rather
+		// than ask again: a commit since then is seen by WaitTasks's read or its signal.
+		if got < want {
 			r.waitForTasks()
 		}
 	}
