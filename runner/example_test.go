@@ -78,10 +78,14 @@ func Example() {
 		panic(err)
 	}
 	for _, t := range tasks {
-		fmt.Println(t.Kind, t.State, string(t.Outcome.Output), t.Outcome.Error)
+		if t.State == work.TaskSucceeded {
+			fmt.Println(t.Kind, t.State, string(t.Outcome.Output))
+		} else {
+			fmt.Println(t.Kind, t.State, t.Outcome.Error)
+		}
 	}
 	// Output:
 	// greet succeeded "hello, ada"
 	// greet succeeded "hello, grace"
-	// charge failed  negative amount
+	// charge failed negative amount
 }
