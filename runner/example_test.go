@@ -19,7 +19,9 @@ type doneHooks struct {
 	done chan runner.Result
 }
 
-func (h doneHooks) TaskEnd(_ context.Context, _ work.TaskDelivery, r runner.TaskResult) { h.done <- r.Result }
+func (h doneHooks) TaskEnd(_ context.Context, _ work.TaskDelivery, r runner.TaskResult) {
+	h.done <- r.Result
+}
 
 func Example() {
 	ctx := context.Background()
