@@ -46,6 +46,13 @@ type Config struct {
 	Handlers map[string]Handler
 	// Concurrency is the number of task handlers that may run at once (> 0).
 	Concurrency int
+	// Prefetch is how many tasks the runner may hold claimed beyond Concurrency, waiting for
+	// a free slot (>= 0; default 0). A slot that frees then starts the next task at once,
+	// without waiting for a claim's round trip (an fsync on a durable store), which is what
+	// bounds the throughput of short handlers (docs/performance.md). The cost: those tasks'
+	// leases run (and are heartbeaten) while they wait, and another runner cannot take
+	// them meanwhile; Stop releases them at once.
+	Prefetch int
 	// LeaseFor is the lease of each claim (> 0); heartbeats renew it while a handler runs.
 	LeaseFor time.Duration
 	// Heartbeat is how often a running task's lease is extended; 0: LeaseFor/3. It must be
@@ -234,7 +241,9 @@ type Runner struct {
 	stopping   bool
 	closed     bool            // the queue was closed under the runner: nothing more to claim
 	stopCtx    context.Context // Stop's, once it began: how long a failing store is retried
-	free       int             // task slots not running a handler
+	free       int             // tasks the runner may still claim: Concurrency+Prefetch minus those it holds
+	slots      int             // handler slots (goroutines) not running a handler
+	ready      []*task         // claimed (prefetched), waiting for a slot
 	active     int             // tasks claimed whose result is not queued yet
 	finished   []finished      // results waiting for the next SettleAndClaim
 	inFlight   int             // SettleAndClaim calls going (at most roundsInFlight)
@@ -250,11 +259,13 @@ type Runner struct {
 
 // task is one claimed task while its handler runs.
 type task struct {
-	d        work.TaskDelivery // the claim (heartbeats keep the same attempt and token)
-	ctx      context.Context   // the handler's, as Hooks.TaskStart returned it
+	d        work.TaskDelivery               // the claim (heartbeats keep the same attempt and token)
+	base     context.Context                 // the handler's context before Hooks.TaskStart
+	hookCtx  atomic.Pointer[context.Context] // what Hooks.TaskStart returned, once it runs
 	cancel   context.CancelCauseFunc
 	hb       *time.Timer
-	started  time.Time
+	run      bool         // its handler started (set with started, under Runner.mu)
+	started  time.Time    // when its handler started
 	canceled atomic.Bool  // a cancel request was seen
 	owner    atomic.Int32 // 0 while the handler runs; then who records the result (ownerHandler, ownerLost, ownerStop)
 }
@@ -264,6 +275,15 @@ const (
 	ownerLost
 	ownerStop
 )
+
+// ctx is the context Hooks.TaskStart returned, or the handler's base context when the
+// handler never started.
+func (t *task) ctx() context.Context {
+	if c := t.hookCtx.Load(); c != nil {
+		return *c
+	}
+	return t.base
+}
 
 // take makes who the one that records t's result; false when another already did.
 func (t *task) take(who int32) bool { return t.owner.CompareAndSwap(0, who) }
@@ -297,6 +317,9 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	slices.Sort(kinds)
 	if cfg.Concurrency <= 0 {
 		return nil, &ConfigError{Field: "Concurrency", Message: "must be positive"}
+	}
+	if cfg.Prefetch < 0 {
+		return nil, &ConfigError{Field: "Prefetch", Message: "must not be negative"}
 	}
 	if cfg.LeaseFor <= 0 {
 		return nil, &ConfigError{Field: "LeaseFor", Message: "must be positive"}
@@ -335,7 +358,7 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 		cfg.WakeLeaseFor = cfg.LeaseFor
 	}
 	r := &Runner{q: q, cfg: cfg, kinds: kinds, log: cfg.Logger, hooks: cfg.Hooks, heartbeat: hb,
-		maxAttempts: uint32(min(cfg.MaxAttempts, 1<<31)), free: cfg.Concurrency,
+		maxAttempts: uint32(min(cfg.MaxAttempts, 1<<31)), free: cfg.Concurrency + cfg.Prefetch, slots: cfg.Concurrency,
 		running: make(map[*task]struct{}), kick: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -387,6 +410,18 @@ func (r *Runner) stop(ctx context.Context) error {
 	r.mu.Lock()
 	r.stopping, r.stopCtx = true, ctx
 	started := r.started
+	// Prefetched tasks never started: they go back at once.
+	for _, t := range r.ready {
+		if t.take(ownerStop) {
+			t.hb.Stop()
+			t.cancel(ErrStopping)
+			r.free++
+			r.queue(finished{t: t, settle: work.Settle{Delivery: t.d,
+				Release: &work.ReleaseRequest{Reason: "runner stopping"}},
+				res: TaskResult{Result: Released, Err: ErrStopping}})
+		}
+	}
+	r.ready = nil
 	r.mu.Unlock()
 	r.claimCancel()
 	r.nudge()
@@ -549,7 +584,7 @@ func (r *Runner) settleAndClaim(batch []finished, want int) int {
 			r.log.Error("runner: results dropped", "settles", len(batch), "err", err)
 			for _, f := range batch {
 				f.res.SettleErr = err
-				r.hooks.TaskEnd(f.t.ctx, f.settle.Delivery, f.res)
+				r.hooks.TaskEnd(f.t.ctx(), f.settle.Delivery, f.res)
 			}
 			if errors.Is(err, work.ErrClosed) {
 				r.mu.Lock()
@@ -615,7 +650,7 @@ func (r *Runner) recorded(f finished, serr error) {
 	default:
 		r.log.Debug("runner: task done", attrs...)
 	}
-	r.hooks.TaskEnd(f.t.ctx, d, res)
+	r.hooks.TaskEnd(f.t.ctx(), d, res)
 }
 
 // waitForTasks waits, with r.mu held on entry and exit, until tasks of the runner's kinds
@@ -645,20 +680,51 @@ func (r *Runner) waitForTasks() {
 	}
 }
 
-// startTask runs d's handler in a goroutine with a heartbeat.
+// startTask starts d's handler in a goroutine if a slot is free, else keeps it ready
+// (prefetched) for the next slot; its heartbeat starts now either way.
 func (r *Runner) startTask(d work.TaskDelivery) {
 	hctx, cancel := context.WithCancelCause(r.runCtx)
-	t := &task{d: d, cancel: cancel, started: time.Now()}
-	t.ctx = r.hooks.TaskStart(hctx, d)
+	t := &task{d: d, base: hctx, cancel: cancel}
+	// Armed only once t.hb is set: the callback re-arms it.
+	t.hb = time.AfterFunc(time.Duration(1<<62), func() { r.beat(t) })
 	r.mu.Lock()
 	r.active++
 	r.running[t] = struct{}{}
+	t.hb.Reset(r.heartbeat)
+	if r.slots == 0 {
+		r.ready = append(r.ready, t)
+		r.mu.Unlock()
+		return
+	}
+	r.slots--
+	t.run, t.started = true, time.Now()
 	r.handlers.Add(1)
 	r.mu.Unlock()
-	// Armed only once t.hb is set: the callback re-arms it.
-	t.hb = time.AfterFunc(time.Duration(1<<62), func() { r.beat(t) })
-	t.hb.Reset(r.heartbeat)
-	go r.runTask(t)
+	go r.runTasks(t)
+}
+
+// runTasks runs t, then the ready tasks while there are any: one goroutine per slot.
+func (r *Runner) runTasks(t *task) {
+	defer r.handlers.Done()
+	for t != nil {
+		t = r.runTask(t)
+	}
+}
+
+// nextReady takes the next ready task that is still the runner's, or gives the slot back;
+// r.mu is held.
+func (r *Runner) nextReady() *task {
+	for len(r.ready) > 0 {
+		t := r.ready[0]
+		r.ready[0] = nil
+		r.ready = r.ready[1:]
+		if t.owner.Load() == 0 {
+			t.run, t.started = true, time.Now()
+			return t
+		}
+	}
+	r.slots++
+	return nil
 }
 
 // beat extends t's lease, and re-arms itself while the handler runs.
@@ -675,9 +741,12 @@ func (r *Runner) beat(t *task) {
 			r.mu.Lock()
 			r.active--
 			delete(r.running, t)
+			if !t.run {
+				r.free++ // no handler will return for it (nextReady skips it)
+			}
 			r.mu.Unlock()
 			r.nudge()
-			r.hooks.TaskEnd(t.ctx, t.d, TaskResult{Result: LeaseLost, Err: ErrLeaseLost, Duration: time.Since(t.started)})
+			r.hooks.TaskEnd(t.ctx(), t.d, TaskResult{Result: LeaseLost, Err: ErrLeaseLost})
 		}
 		return
 	case err != nil:
@@ -696,9 +765,11 @@ func (r *Runner) beat(t *task) {
 	}
 }
 
-// runTask runs t's handler and queues its result.
-func (r *Runner) runTask(t *task) {
-	defer r.handlers.Done()
+// runTask runs t's handler, queues its result, and returns the next ready task to run in
+// this slot (nil: none).
+func (r *Runner) runTask(t *task) *task {
+	ctx := r.hooks.TaskStart(t.base, t.d)
+	t.hookCtx.Store(&ctx)
 	d := t.d
 	var out json.RawMessage
 	var err error
@@ -713,7 +784,7 @@ func (r *Runner) runTask(t *task) {
 		err = Permanent(fmt.Errorf("attempt %d is beyond MaxAttempts %d: earlier attempts never reported", d.Attempt, r.maxAttempts))
 	default:
 		ran = true
-		out, err = r.call(t.ctx, r.cfg.Handlers[d.Task.Kind], d.Task)
+		out, err = r.call(ctx, r.cfg.Handlers[d.Task.Kind], d.Task)
 	}
 	t.hb.Stop()
 	var took time.Duration
@@ -724,9 +795,10 @@ func (r *Runner) runTask(t *task) {
 		// Lease lost or released by Stop: the result is not recorded.
 		r.mu.Lock()
 		r.free++
+		next := r.nextReady()
 		r.mu.Unlock()
 		r.nudge()
-		return
+		return next
 	}
 	f := finished{t: t, settle: work.Settle{Delivery: d}, res: TaskResult{Err: err, Duration: took}}
 	switch {
@@ -747,7 +819,9 @@ func (r *Runner) runTask(t *task) {
 	r.mu.Lock()
 	r.free++
 	r.queue(f)
+	next := r.nextReady()
 	r.mu.Unlock()
+	return next
 }
 
 // call runs h, turning a panic into a *PanicError.

@@ -127,6 +127,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Concurrency", func(c *runner.Config) { c.Concurrency = 0 }},
 		{"Concurrency", func(c *runner.Config) { c.Concurrency = -1 }},
 		{"LeaseFor", func(c *runner.Config) { c.LeaseFor = 0 }},
+		{"Prefetch", func(c *runner.Config) { c.Prefetch = -1 }},
 		{"Heartbeat", func(c *runner.Config) { c.Heartbeat = time.Second }},
 		{"Heartbeat", func(c *runner.Config) { c.Heartbeat = 2 * time.Second }},
 		{"Heartbeat", func(c *runner.Config) { c.Heartbeat = -1 }},
@@ -497,5 +498,67 @@ func TestWakeHandler(t *testing.T) {
 	})
 	if err != nil || acked != 1 {
 		t.Fatalf("%d wakes acknowledged (%v), want 1", acked, err)
+	}
+}
+
+// TestPrefetch: a runner holds at most Concurrency+Prefetch tasks, runs Concurrency of them,
+// and at Stop releases the prefetched ones at once, before its context ends.
+func TestPrefetch(t *testing.T) {
+	q := openQueue(t)
+	hooks := newHooks()
+	running := make(chan string, 10)
+	r, err := runner.New(q, runner.Config{Handlers: map[string]runner.Handler{"k": func(ctx context.Context, task work.Task) (json.RawMessage, error) {
+		running <- task.ID
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}, Concurrency: 1, Prefetch: 2, LeaseFor: time.Hour, Hooks: hooks, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, submit(t, q, "k", fmt.Sprint(i)).ID)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := <-running
+	states := func() (running, pending int) {
+		for _, id := range ids {
+			switch read(t, q, id).State {
+			case work.TaskRunning:
+				running++
+			case work.TaskPending:
+				pending++
+			}
+		}
+		return
+	}
+	if run, pend := states(); run != 3 || pend != 1 {
+		t.Fatalf("%d claimed, %d pending: want 3 held (1 running, 2 prefetched) and 1 pending", run, pend)
+	}
+	select {
+	case id := <-running:
+		t.Fatalf("a second handler (%s) runs with Concurrency 1", id)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(ctx) }()
+	// The prefetched two are released before the stop's context ends.
+	for range 2 {
+		if e := hooks.next(t); e.r.Result != runner.Released || e.d.Task.ID == first || ctx.Err() != nil {
+			t.Fatalf("%s: %v (context %v), want a prefetched task released at once", e.d.Task.ID, e.r.Result, ctx.Err())
+		}
+	}
+	if err := <-stopped; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop: %v", err)
+	}
+	if e := hooks.next(t); e.r.Result != runner.Released || e.d.Task.ID != first {
+		t.Fatalf("%s: %v, want the running task released", e.d.Task.ID, e.r.Result)
+	}
+	if run, pend := states(); run != 0 || pend != 4 {
+		t.Fatalf("after Stop: %d running, %d pending, want all 4 pending", run, pend)
 	}
 }
