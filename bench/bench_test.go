@@ -59,7 +59,10 @@ func benchmarkWorklogW2(b *testing.B, sys, pool string) {
 	}
 }
 
-func BenchmarkWorklogW2Runner(b *testing.B)   { benchmarkWorklogW2(b, "worklog", "runner") }
+func BenchmarkWorklogW2Runner(b *testing.B) { benchmarkWorklogW2(b, "worklog", "runner") }
+func BenchmarkWorklogW2RunnerNoPrefetch(b *testing.B) {
+	benchmarkWorklogW2(b, "worklog", "runner-noprefetch")
+}
 func BenchmarkWorklogW2Dispatch(b *testing.B) { benchmarkWorklogW2(b, "worklog", "dispatch") }
 func BenchmarkWorklogW2Each(b *testing.B)     { benchmarkWorklogW2(b, "worklog", "each") }
 func BenchmarkWorklogNoSyncW2Dispatch(b *testing.B) {

@@ -23,7 +23,7 @@ type worklogQueue struct {
 	opts *work.Options
 	q    *work.Queue
 	s    *work.Session
-	pool string // "runner", "dispatch" or "each"
+	pool string // "runner", "runner-noprefetch", "dispatch" or "each"
 }
 
 func openWorklog(mode work.SyncMode) func(context.Context, string, childConfig) (queue, error) {
@@ -67,7 +67,11 @@ func (w *worklogQueue) Work(ctx context.Context, total, workers int) error {
 	case "dispatch":
 		return w.workDispatch(ctx, total, workers)
 	}
-	return w.workRunner(ctx, total, workers)
+	prefetch := workers
+	if w.pool == "runner-noprefetch" {
+		prefetch = 0
+	}
+	return w.workRunner(ctx, total, workers, prefetch)
 }
 
 // countingHooks counts the tasks the runner recorded as succeeded (TaskEnd comes after the
@@ -95,14 +99,16 @@ func (h *countingHooks) TaskEnd(_ context.Context, d work.TaskDelivery, r runner
 }
 
 // workRunner is W2 through the runner package, as River's rows go through River's client:
-// a runner with `workers` slots and a handler that does nothing; its dispatcher settles the
-// finished deliveries and claims the next tasks in one SettleAndClaim per round. The clock
-// stops when the last result is recorded (durable).
-func (w *worklogQueue) workRunner(ctx context.Context, total, workers int) error {
+// a runner with `workers` handler slots (River's MaxWorkers) and a handler that does
+// nothing; its dispatcher settles the finished deliveries and claims the next tasks in one
+// SettleAndClaim per round, holding up to `prefetch` claimed tasks beyond the slots
+// (Config.Prefetch). The clock stops when the last result is recorded (durable).
+func (w *worklogQueue) workRunner(ctx context.Context, total, workers, prefetch int) error {
 	hooks := &countingHooks{total: int64(total), done: make(chan struct{}), failed: make(chan error, 1)}
 	r, err := runner.New(w.q, runner.Config{
 		Handlers:    map[string]runner.Handler{"bench": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
 		Concurrency: workers,
+		Prefetch:    prefetch,
 		LeaseFor:    10 * time.Minute,
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks:       hooks,
