@@ -17,6 +17,10 @@ var (
 	// ErrFormatTooNew: the store was written by a newer build (its marker or its format key
 	// names a newer format). Returned by Open.
 	ErrFormatTooNew = errors.New("pebblelog: store format is newer than this build")
+	// ErrNeedsUpgrade: a read of a store of an older format, opened read-only, that only a
+	// newer format can answer (format 3's kind index, session task lists and counts). A
+	// read-write Open upgrades the store.
+	ErrNeedsUpgrade = errors.New("pebblelog: store format is too old for this read")
 	// ErrLocked: another process (or another Open in this one) holds the store: its
 	// WORKLOG.lock or Pebble's LOCK. Returned by Open.
 	ErrLocked = errors.New("pebblelog: store is open in another process")

@@ -2,6 +2,8 @@ package pebblelog
 
 import (
 	"encoding/binary"
+
+	"github.com/worklog/worklog/events"
 )
 
 // Key prefixes: one byte each. Part of the store format (FormatVersion); never reuse one.
@@ -15,6 +17,11 @@ const (
 	prefixWakeKey   = 'K' // K<uvarint len><session><key>: wake id
 	prefixDue       = 'd' // d<at 8B ordered><submit seq 8B BE>: task id
 	prefixAvailable = 'a' // a<at 8B ordered><record seq 8B BE>: wake id
+
+	// Format 3.
+	prefixKindDue     = 'D' // D<uvarint len><kind><at 8B ordered><submit seq 8B BE>: task id
+	prefixSessionTask = 'l' // l<uvarint len><session><submit seq 8B BE>: task id
+	prefixCount       = 'c' // c<uvarint len><kind><state 1B>: number of tasks, 8B BE
 )
 
 var (
@@ -24,7 +31,12 @@ var (
 
 // projectionPrefixes are the keyspaces derived from the log: Verify rebuilds and compares
 // them (the last sequence too).
-var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable}
+var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
+	prefixKindDue, prefixSessionTask, prefixCount}
+
+// format3Prefixes are the keyspaces format 3 added. A store of an older format opened
+// read-only has none of them (the upgrade builds them: upgrade.go).
+var format3Prefixes = []byte{prefixKindDue, prefixSessionTask, prefixCount}
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 9)
@@ -69,10 +81,64 @@ func indexKey(prefix byte, at int64, seq uint64) []byte {
 }
 
 func parseIndexKey(k []byte) (at int64, seq uint64, ok bool) {
-	if len(k) != 17 {
+	return parseIndexTail(k, 1)
+}
+
+// parseIndexTail parses an index key whose (at, seq) follow a head of head bytes: the
+// prefix, and for the kind index the kind.
+func parseIndexTail(k []byte, head int) (at int64, seq uint64, ok bool) {
+	if len(k) != head+16 {
 		return 0, 0, false
 	}
-	return int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), binary.BigEndian.Uint64(k[9:]), true
+	return int64(binary.BigEndian.Uint64(k[head:]) ^ (1 << 63)), binary.BigEndian.Uint64(k[head+8:]), true
+}
+
+// kindIndexPrefix is the start of one kind's part of the per-kind due index. The kind is
+// length-prefixed, so no kind's range holds another kind's entries.
+func kindIndexPrefix(kind string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(kind)+16)
+	k = append(k, prefixKindDue)
+	k = binary.AppendUvarint(k, uint64(len(kind)))
+	return append(k, kind...)
+}
+
+func kindIndexKey(kind string, at int64, seq uint64) []byte {
+	k := kindIndexPrefix(kind)
+	k = binary.BigEndian.AppendUint64(k, orderedTime(at))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// kindIndexUpper is the exclusive upper bound of kind's entries due at maxAt.
+func kindIndexUpper(kind string, maxAt int64) []byte {
+	return append(kindIndexKey(kind, maxAt, 1<<64-1), 0)
+}
+
+// sessionTaskPrefix is the start of one session's task list.
+func sessionTaskPrefix(session string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(session)+8)
+	k = append(k, prefixSessionTask)
+	k = binary.AppendUvarint(k, uint64(len(session)))
+	return append(k, session...)
+}
+
+func sessionTaskKey(session string, submitSeq uint64) []byte {
+	return binary.BigEndian.AppendUint64(sessionTaskPrefix(session), submitSeq)
+}
+
+func countKey(kind string, state events.TaskState) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(kind)+1)
+	k = append(k, prefixCount)
+	k = binary.AppendUvarint(k, uint64(len(kind)))
+	return append(append(k, kind...), byte(state))
+}
+
+// parseCountKey returns the kind and state a count key names.
+func parseCountKey(k []byte) (kind string, state events.TaskState, ok bool) {
+	kind, rest, ok := splitScoped(k)
+	if !ok || len(rest) != 1 {
+		return "", 0, false
+	}
+	return kind, events.TaskState(rest[0]), true
 }
 
 // prefixEnd is the smallest key greater than every key with prefix p.

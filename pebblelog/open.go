@@ -22,8 +22,10 @@ import (
 // FormatVersion is the store format this build writes and the newest it reads: the key
 // layout, the projection record layout and the marker. Version 1 is the first; version 2
 // writes records without the values their creating event holds (input.go), reads version 1,
-// and upgrades it on a read-write open (upgrade.go).
-const FormatVersion = 2
+// and upgrades it on a read-write open (upgrade.go). Version 3 adds the per-kind due index,
+// the session task lists and the counts by kind and state (state_part2.go), which the
+// upgrade from 1 or 2 builds from the records.
+const FormatVersion = 3
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -481,6 +483,9 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	if !o.ReadOnly {
 		if s.maxIDs, err = (reader{db}).maxIDs(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the greatest record ids", Err: err})
+		}
+		if s.counts, err = (reader{db}).loadCounts(); err != nil {
+			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the counts", Err: err})
 		}
 		s.reqs = make(chan *request, o.MaxBatchCommands)
 		s.done = make(chan struct{})

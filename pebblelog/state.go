@@ -109,7 +109,7 @@ func (s reader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) erro
 // The upper bound stops the iterator at the first key past maxAt, so a claim never reads
 // future entries.
 func (s reader) scanIndex(prefix byte, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return s.scanRange([]byte{prefix}, indexUpper(prefix, maxAt), func(_ []byte, e projection.IndexEntry) bool {
+	return s.scanRange([]byte{prefix}, indexUpper(prefix, maxAt), 1, func(_ []byte, e projection.IndexEntry) bool {
 		return fn(e)
 	})
 }
@@ -119,16 +119,17 @@ func indexUpper(prefix byte, maxAt int64) []byte {
 	return append(indexKey(prefix, maxAt, 1<<64-1), 0)
 }
 
-// scanRange walks the index entries in [lower, upper), passing each one's key (valid only
-// during the call) and entry to fn until fn returns false.
-func (s reader) scanRange(lower, upper []byte, fn func(key []byte, e projection.IndexEntry) bool) (err error) {
+// scanRange walks the index entries in [lower, upper), whose keys have head bytes before
+// (at, seq), passing each one's key (valid only during the call) and entry to fn until fn
+// returns false.
+func (s reader) scanRange(lower, upper []byte, head int, fn func(key []byte, e projection.IndexEntry) bool) (err error) {
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, it.Close()) }()
 	for ok := it.First(); ok; ok = it.Next() {
-		at, seq, good := parseIndexKey(it.Key())
+		at, seq, good := parseIndexTail(it.Key(), head)
 		if !good {
 			return fmt.Errorf("%w: index key %q", ErrCorruptRecord, it.Key())
 		}
@@ -210,6 +211,12 @@ type writer struct {
 
 	// The records put in this batch, in the order first put; finish writes each once.
 	taskOrder, wakeOrder []string
+
+	// Format 3's counts and per-kind low-water marks (state_part2.go).
+	counts      map[countID]int64 // committed counts, read-only here; nil: read the stored ones
+	countDelta  map[countID]int64 // this batch's changes; finish writes them
+	kindLows    map[string][]byte // committed marks of the per-kind due index, read-only here
+	newKindLows map[string][]byte // this batch's marks
 }
 
 // maxIDs holds the greatest task and wake id in the store (including batches being built).
@@ -257,29 +264,29 @@ func (w *writer) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error
 	if w.lows == nil {
 		return w.reader.ScanDue(maxAt, fn)
 	}
-	return w.scanFrom(prefixDue, &w.lows.due, maxAt, fn)
+	return w.scanFrom([]byte{prefixDue}, indexUpper(prefixDue, maxAt), 1, &w.lows.due, fn)
 }
 
 func (w *writer) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
 	if w.lows == nil {
 		return w.reader.ScanWakes(maxAt, fn)
 	}
-	return w.scanFrom(prefixAvailable, &w.lows.avail, maxAt, fn)
+	return w.scanFrom([]byte{prefixAvailable}, indexUpper(prefixAvailable, maxAt), 1, &w.lows.avail, fn)
 }
 
-// scanFrom scans the index from *low (the index's start when nil) and raises *low to the
-// first live key it meets, or to its upper bound when it meets none.
-func (w *writer) scanFrom(prefix byte, low *[]byte, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	lower := []byte{prefix}
+// scanFrom scans the index range [start, upper), whose keys have head bytes before (at,
+// seq), from *low (start when nil) and raises *low to the first live key it meets, or to
+// upper when it meets none.
+func (w *writer) scanFrom(start, upper []byte, head int, low *[]byte, fn func(projection.IndexEntry) bool) error {
+	lower := start
 	if *low != nil {
 		lower = *low
 	}
-	upper := indexUpper(prefix, maxAt)
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil // no live entry below upper
 	}
 	var first []byte
-	err := w.reader.scanRange(lower, upper, func(key []byte, e projection.IndexEntry) bool {
+	err := w.reader.scanRange(lower, upper, head, func(key []byte, e projection.IndexEntry) bool {
 		if first == nil {
 			first = bytes.Clone(key)
 		}
@@ -356,6 +363,12 @@ func (w *writer) SetLastSeq(seq uint64) error {
 // finish writes the batch's last sequence, if it applied any event. Call it once, just
 // before the batch commits: the key then always moves with the events in the same batch.
 func (w *writer) finish(from uint64) error {
+	// The counts first: publish merges the batch's changes into the writer's counts whatever
+	// the batch holds, so they must be written with it even without an event (only tests
+	// change counts without one).
+	if err := w.writeCounts(); err != nil {
+		return err
+	}
 	if w.lastSeq == from {
 		return nil
 	}

@@ -29,8 +29,10 @@ type Store struct {
 
 	fh *failures // the failure state and Pebble's handlers (failure.go)
 
-	lastSeq uint64  // owned by the writer goroutine after Open
-	maxIDs  *maxIDs // read at Open, then owned by the writer goroutine
+	lastSeq uint64            // owned by the writer goroutine after Open
+	maxIDs  *maxIDs           // read at Open, then owned by the writer goroutine
+	counts  map[countID]int64 // read at Open, then owned by the writer goroutine
+	format  int               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
 }
 
 // Dir returns the store's directory.
@@ -93,7 +95,17 @@ func (s *Store) View(fn func(projection.Reader) error) (err error) {
 		return err
 	}
 	defer s.leave(&err)
-	return fn(reader{s.db})
+	return fn(s.viewReader(s.db))
+}
+
+// viewReader is the projection.Reader of View and ViewSnapshot: a store of an older format
+// opened read-only has none of format 3's keyspaces, and its reads of them say so rather
+// than find nothing.
+func (s *Store) viewReader(r pebble.Reader) projection.Reader {
+	if s.format < 3 {
+		return olderReader{reader{r}, s}
+	}
+	return reader{r}
 }
 
 // ViewSnapshot runs fn against a consistent point-in-time view of the whole store.
@@ -104,7 +116,7 @@ func (s *Store) ViewSnapshot(fn func(projection.Reader) error) (err error) {
 	defer s.leave(&err)
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	return fn(reader{snap})
+	return fn(s.viewReader(snap))
 }
 
 // ReadLog calls fn for each event with seq >= from (inclusive), in order, until fn returns

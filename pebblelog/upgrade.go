@@ -1,6 +1,7 @@
 package pebblelog
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -56,14 +57,25 @@ func (s *Store) storeFormats() (marker, key int, err error) {
 }
 
 // upgrade brings a store of an older format to FormatVersion, when it is opened read-write.
-// Open calls it after checkMarker and checkFormatKey have refused newer formats.
+// Open calls it after checkMarker and checkFormatKey have refused newer formats. It also
+// records the format the store is read in (Store.format): a read-only Open of an older store
+// upgrades nothing and reads it as it is.
 func (s *Store) upgrade() error {
-	if s.opts.ReadOnly {
-		return nil
-	}
 	marker, key, err := s.storeFormats()
 	if err != nil {
 		return err
+	}
+	s.format = key
+	if key == 0 {
+		s.format = FormatVersion // an empty store opened read-only: nothing in any keyspace
+	}
+	if s.opts.ReadOnly {
+		return nil
+	}
+	if key < 3 {
+		if err := s.buildFormat3(); err != nil {
+			return fmt.Errorf("pebblelog: %s: upgrading to format 3 (building the kind index, session task lists and counts): %w", s.dir, err)
+		}
 	}
 	if key < FormatVersion {
 		err := s.db.Set(keyFormat, []byte(markerPrefix+strconv.Itoa(FormatVersion)), pebble.Sync)
@@ -81,5 +93,97 @@ func (s *Store) upgrade() error {
 			return fmt.Errorf("pebblelog: %s: upgrading the marker to %d: %w", s.dir, FormatVersion, err)
 		}
 	}
+	s.format = FormatVersion
 	return nil
+}
+
+// The upgrade to format 3.
+//
+// Format 3 adds three keyspaces that the fold keeps: the per-kind due index, the session task
+// lists and the counts by kind and state. Each follows from the task records alone (a task's
+// entry in its kind's index is its due-index entry, EligibleAt at SubmitSeq; its place in its
+// session's list is its SubmitSeq; it counts once under its kind and state), so the upgrade
+// builds them from the records in one pass, without replaying the log.
+//
+// Order, for crash safety: the three keyspaces are first cleared, then built, in batches
+// committed without sync; then the format key is written with a sync, which makes every
+// batch before it durable too (the WAL is a prefix); then the marker. A crash before the
+// format key leaves format key 2: the next Open builds again from scratch, whatever a crash
+// kept of the first build and whatever a format-2 build wrote meanwhile (it keeps none of
+// these keyspaces, so a partial build would be stale by then: hence the clear). A crash
+// between the key and the marker is the format-1 case above: the key is the witness that the
+// keyspaces are complete, the marker is raised at the next Open.
+
+// upgradeBatchBytes bounds one batch of the build.
+const upgradeBatchBytes = 4 << 20
+
+func (s *Store) buildFormat3() (err error) {
+	clear := s.db.NewBatch()
+	for _, p := range format3Prefixes {
+		if err := clear.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
+			clear.Close()
+			return err
+		}
+	}
+	if err := s.commitUpgrade(clear); err != nil {
+		return fmt.Errorf("clearing the new keyspaces: %w", err)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixTask}, UpperBound: []byte{prefixTask + 1}})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	counts := map[countID]int64{}
+	b := s.db.NewBatch()
+	defer func() { b.Close() }()
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		t, err := decodeTask(it.Key(), v)
+		if err != nil {
+			return err
+		}
+		id := []byte(t.ID)
+		if err := b.Set(sessionTaskKey(t.SessionID, t.SubmitSeq), id, nil); err != nil {
+			return err
+		}
+		if at, in := t.EligibleAt(); in {
+			if err := b.Set(kindIndexKey(t.Kind, at, t.SubmitSeq), id, nil); err != nil {
+				return err
+			}
+		}
+		counts[countID{t.Kind, t.State}]++
+		if b.Len() >= upgradeBatchBytes {
+			if err := s.commitUpgrade(b); err != nil {
+				return err
+			}
+			b = s.db.NewBatch()
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	for id, n := range counts {
+		if err := b.Set(countKey(id.kind, id.state), encodeCount(n), nil); err != nil {
+			return err
+		}
+	}
+	err = s.commitUpgrade(b)
+	b = s.db.NewBatch() // for the deferred Close: a committed batch is closed by commitUpgrade
+	return err
+}
+
+// commitUpgrade commits one batch of the upgrade without sync (the format key's synced write
+// comes after) and closes it.
+func (s *Store) commitUpgrade(b *pebble.Batch) error {
+	err := b.Commit(pebble.NoSync)
+	if err == nil {
+		err = s.fh.err() // a Fatalf in the commit pipeline returns nil to us
+	}
+	if err == nil {
+		b.Close()
+	}
+	return err
 }

@@ -28,7 +28,13 @@ type format1Dump struct {
 
 func loadFormat1Dump(t *testing.T) format1Dump {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "format1-records.json"))
+	return loadDump(t, "format1-records.json")
+}
+
+// loadDump reads a fixture's record dump (format1-records.json, format2-records.json).
+func loadDump(t *testing.T, name string) format1Dump {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +52,13 @@ func loadFormat1Dump(t *testing.T) format1Dump {
 // (an Open read-write upgrades it, and even a read-only one creates lock files).
 func copyFixture(t *testing.T, fs vfs.FS, dir string) {
 	t.Helper()
-	src := filepath.Join("testdata", "format1-store")
+	copyFixtureFrom(t, "format1-store", fs, dir)
+}
+
+// copyFixtureFrom copies the fixture testdata/name into dir on fs, synced.
+func copyFixtureFrom(t *testing.T, name string, fs vfs.FS, dir string) {
+	t.Helper()
+	src := filepath.Join("testdata", name)
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)

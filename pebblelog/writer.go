@@ -198,7 +198,8 @@ func (s *Store) writeLoop() {
 		<-synced
 		close(stopWatch)
 	}()
-	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs}
+	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs,
+		counts: s.counts, kindLows: map[string][]byte{}}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -228,6 +229,9 @@ type writerState struct {
 	cache  *recordCache // the records of committed batches
 	maxIDs *maxIDs      // the greatest record keys (see maxIDs)
 	syncq  chan<- pending
+
+	counts   map[countID]int64 // the committed counts (state_part2.go)
+	kindLows map[string][]byte // the committed lows of the per-kind due index
 }
 
 // pending is a group of answered-to-be commands: once b (if any) is durable, the syncer
@@ -270,7 +274,8 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
-	return &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs}
+	return &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
+		counts: ws.counts, kindLows: ws.kindLows}
 }
 
 func (s *Store) runGroup(ws *writerState, group []*request) {
@@ -381,6 +386,8 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	}
 	s.lastSeq = w.lastSeq
 	*ws.lows = *w.lows // only a committed batch's view may raise the committed lows
+	mergeKindLows(ws.kindLows, w.newKindLows)
+	mergeCounts(ws.counts, w.countDelta)
 	ws.cache.merge(w.tasks, w.wakes)
 	if s.opts.NoSync {
 		b.Close()

@@ -81,7 +81,8 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		return applyTaskSubmitted(s, e, fail)
 	case *events.WakeRecorded:
 		return applyWakeRecorded(s, e, fail)
-	case *events.TaskClaimed, *events.TaskSettled, *events.TaskCancelRequested, *events.TaskSettleRejected:
+	case *events.TaskClaimed, *events.TaskSettled, *events.TaskCancelRequested, *events.TaskSettleRejected,
+		*events.TaskExtended, *events.TaskReleased:
 		t, err := s.EditTask(taskID)
 		if err != nil {
 			return err
@@ -89,11 +90,11 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		if t == nil {
 			return fail("no such task")
 		}
-		oldAt, oldIn := t.EligibleAt()
+		old := placeOf(t)
 		if err := taskRule(t, ev, h, fail); err != nil {
 			return err
 		}
-		if err := moveDue(s, oldAt, oldIn, t); err != nil {
+		if err := moveTask(s, old, t); err != nil {
 			return err
 		}
 		return s.TaskEdited(t)
@@ -136,6 +137,30 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 		t.Attempts = e.Attempt
 		t.LeaseToken = e.LeaseToken
 		t.LeaseExpiresAt = e.LeaseExpiresAt
+	case *events.TaskExtended:
+		if !t.HeldBy(e.Attempt) {
+			return fail("extension by attempt %d, which does not hold the claim (state %s, attempts %d)", e.Attempt, t.State, t.Attempts)
+		}
+		if e.LeaseExpiresAt <= h.At {
+			return fail("extension needs a lease that ends after it")
+		}
+		t.LeaseExpiresAt = e.LeaseExpiresAt
+	case *events.TaskReleased:
+		if !t.HeldBy(e.Attempt) {
+			return fail("release by attempt %d, which does not hold the claim (state %s, attempts %d)", e.Attempt, t.State, t.Attempts)
+		}
+		if e.RunAt < h.At {
+			return fail("release until %d, before the release", e.RunAt)
+		}
+		t.LeaseToken, t.LeaseExpiresAt = "", 0
+		if t.CancelRequested {
+			// The holder gives back work whose cancel was requested: it ends as a cancel of
+			// pending work does (the decide code then records its completion wake).
+			cancelNow(t, h.At)
+		} else {
+			t.State = events.StatePending
+			t.ScheduledAt = e.RunAt
+		}
 	case *events.TaskSettled:
 		if !t.OwnedBy(e.Attempt, e.LeaseToken) {
 			return fail("settlement by a delivery that does not own the claim")
@@ -153,9 +178,7 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 			t.CancelRequested, t.CancelRequestedAt = true, h.At
 		}
 		if t.State == events.StatePending {
-			t.State = events.StateCanceled
-			t.FinishedAt = h.At
-			t.Outcome = events.Outcome{State: events.StateCanceled}
+			cancelNow(t, h.At)
 		}
 	case *events.TaskSettleRejected:
 		if !t.RejectionRecordable(e.Attempt) {
@@ -167,6 +190,14 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 	}
 	t.UpdatedSeq = h.Seq
 	return nil
+}
+
+// cancelNow ends t, which no claim holds, as canceled at at: a cancel request on pending
+// work, or the release of work whose cancel was requested.
+func cancelNow(t *Task, at int64) {
+	t.State = events.StateCanceled
+	t.FinishedAt = at
+	t.Outcome = events.Outcome{State: events.StateCanceled}
 }
 
 // claimRule checks what a claim of an eligible task or wake names: the next attempt (attempts
@@ -267,7 +298,7 @@ func applyTaskSubmitted(s State, e *events.TaskSubmitted, fail failFunc) error {
 			return err
 		}
 	}
-	if err := moveDue(s, 0, false, t); err != nil {
+	if err := addTask(s, t); err != nil {
 		return err
 	}
 	return s.PutTask(t)
@@ -360,25 +391,75 @@ func applyWakeRecorded(s State, e *events.WakeRecorded, fail failFunc) error {
 	return s.PutWake(w)
 }
 
-// moveDue moves t's due-index entry from where it was, (oldAt, oldIn) as EligibleAt said
-// before the change, to where it is now.
-func moveDue(s State, oldAt int64, oldIn bool, t *Task) error {
-	newAt, newIn := t.EligibleAt()
-	if oldIn {
-		if newIn && oldAt == newAt {
-			return nil // entry unchanged
+// taskPlace is what the fold's indexes and counts hold of a task: its due-index time and
+// whether it is in the due index at all (EligibleAt), and its state (Counts). Apply takes it
+// before a rule changes the task, and moveTask moves the task's entries from there.
+type taskPlace struct {
+	at    int64
+	due   bool
+	state events.TaskState
+}
+
+func placeOf(t *Task) taskPlace {
+	at, due := t.EligibleAt()
+	return taskPlace{at: at, due: due, state: t.State}
+}
+
+// addTask enters a new task into the indexes and counts: its session's list, the due indexes
+// (a new task is pending) and the count of its kind's pending tasks.
+func addTask(s State, t *Task) error {
+	if err := s.PutSessionTask(t.SessionID, t.SubmitSeq, t.ID); err != nil {
+		return err
+	}
+	if err := s.AddCount(t.Kind, t.State, 1); err != nil {
+		return err
+	}
+	at, _ := t.EligibleAt()
+	return putDue(s, t, at)
+}
+
+// moveTask moves t's entries from old, its place before the change, to where it is now: its
+// count from the old state to the new, and its entry in the due index and its kind's due
+// index from the old time to the new (out of both once it is terminal). Both due indexes
+// always hold the same tasks at the same keys.
+func moveTask(s State, old taskPlace, t *Task) error {
+	if old.state != t.State {
+		if err := s.AddCount(t.Kind, old.state, -1); err != nil {
+			return err
 		}
-		if err := s.DeleteDue(IndexEntry{At: oldAt, Seq: t.SubmitSeq, ID: t.ID}); err != nil {
+		if err := s.AddCount(t.Kind, t.State, 1); err != nil {
+			return err
+		}
+	}
+	newAt, newIn := t.EligibleAt()
+	if old.due {
+		if newIn && old.at == newAt {
+			return nil // entries unchanged
+		}
+		e := IndexEntry{At: old.at, Seq: t.SubmitSeq, ID: t.ID}
+		if err := s.DeleteDue(e); err != nil {
+			return err
+		}
+		if err := s.DeleteKindDue(t.Kind, e); err != nil {
 			return err
 		}
 	}
 	if newIn {
-		return s.PutDue(IndexEntry{At: newAt, Seq: t.SubmitSeq, ID: t.ID})
+		return putDue(s, t, newAt)
 	}
 	return nil
 }
 
-// moveWakeIndex is moveDue for the available-wake index.
+// putDue puts t's entries at at into the due index and its kind's.
+func putDue(s State, t *Task, at int64) error {
+	e := IndexEntry{At: at, Seq: t.SubmitSeq, ID: t.ID}
+	if err := s.PutDue(e); err != nil {
+		return err
+	}
+	return s.PutKindDue(t.Kind, e)
+}
+
+// moveWakeIndex is moveTask for the available-wake index (wakes have no counts).
 func moveWakeIndex(s State, oldAt int64, oldIn bool, w *Wake) error {
 	newAt, newIn := w.AvailableAt()
 	if oldIn {

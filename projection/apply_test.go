@@ -664,9 +664,10 @@ func (f *failing) WakeEdited(w *Wake) error { return f.write(f.copying.WakeEdite
 
 func TestApplyStoreErrors(t *testing.T) {
 	pre := number([]events.Event{submitW("t", 0), claim("t", 1, 1, "a"), settle("t", 2, 1, "a", events.StateSucceeded),
-		wake("w", 0), submit("u", 0)})
+		wake("w", 0), submit("u", 0), submit("r", 0), claim("r", 0, 1, "c")})
 	for _, ev := range []events.Event{submit("x", 3), claim("u", 3, 1, "b"), cancel("u", 3),
-		doneWake("v", "t", 3, events.StateSucceeded), wake("v", 3), wclaim("w", 3, 1, "a")} {
+		doneWake("v", "t", 3, events.StateSucceeded), wake("v", 3), wclaim("w", 3, 1, "a"),
+		extend("r", 3, 1, 90), release("r", 3, 1, 3)} {
 		for _, mode := range []failing{{failRead: true}, {failWrite: true}} {
 			f := &failing{copying: copying{fold(t, pre)}, failRead: mode.failRead, failWrite: mode.failWrite}
 			ev.Head().Seq = uint64(len(pre) + 1)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +62,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 			}
 			fmt.Fprintln(&out, s.apply(t, d, ev))
 		}
+		checkInvariants(t, s.inPlace)
 		out.WriteString(render(s.inPlace))
 		return out.String()
 	case "state":
@@ -130,6 +132,8 @@ func (s *script) apply(t *testing.T, d *datadriven.TestData, ev events.Event) st
 //	claim         task= attempt= token= expires=
 //	settle        task= attempt= token= outcome=succeeded|failed|canceled [summary=] [output=] [error=]
 //	cancel        task=
+//	extend        task= attempt= expires=
+//	release       task= attempt= run_at= [reason=]
 //	reject-settle task= attempt= reason=superseded|token_mismatch|not_claimed
 //	wake          wake= [payload=] [key=] [reason=N]        a direct wake
 //	done-wake     wake= task= outcome= [summary=] [output=] [error=]   a completion wake
@@ -168,6 +172,11 @@ func parseEvent(line string, next uint64) (events.Event, error) {
 			LeaseToken: p.str("token", ""), Outcome: p.outcome()}
 	case "cancel":
 		ev = &events.TaskCancelRequested{Header: h, TaskID: p.str("task", "")}
+	case "extend":
+		ev = &events.TaskExtended{Header: h, TaskID: p.str("task", ""), Attempt: p.attempt(), LeaseExpiresAt: p.int("expires", 0)}
+	case "release":
+		ev = &events.TaskReleased{Header: h, TaskID: p.str("task", ""), Attempt: p.attempt(), RunAt: p.int("run_at", 0),
+			Reason: p.str("reason", "")}
 	case "reject-settle":
 		ev = &events.TaskSettleRejected{Header: h, TaskID: p.str("task", ""), Attempt: p.attempt(), Reason: p.reason()}
 	case "wake":
@@ -292,8 +301,9 @@ func (p *argParser) reason() events.RejectReason {
 }
 
 // render prints a state compactly: one line a record, fields that are zero left out (but
-// for the few every record has), then the idempotency keys, both indexes and the last
-// sequence.
+// for the few every record has), then the idempotency keys, the due index, each kind's due
+// index (when it differs from the due index: several kinds) and counts, each session's task
+// list (when there are several sessions), the wake index and the last sequence.
 func render(m *Mem) string {
 	var b strings.Builder
 	for _, x := range m.Tasks() {
@@ -343,6 +353,7 @@ func render(m *Mem) string {
 	renderKeys(&b, "task keys", m.taskKeys)
 	renderKeys(&b, "wake keys", m.wakeKeys)
 	renderIndex(&b, "due", m.ScanDue)
+	renderPart2(&b, m)
 	renderIndex(&b, "available", m.ScanWakes)
 	fmt.Fprintf(&b, "last seq %d\n", m.lastSeq)
 	return b.String()
@@ -387,4 +398,43 @@ func renderIndex(b *strings.Builder, what string, scan func(int64, func(IndexEnt
 		es = []string{"(empty)"}
 	}
 	fmt.Fprintf(b, "%s: %s\n", what, strings.Join(es, " "))
+}
+
+// renderPart2 prints the indexes of part 2. A kind's due index is printed only when there
+// are several kinds (with one, it is the due index, and checkInvariants holds it so), and
+// the session lists only when there are several sessions (with one, the records' order).
+func renderPart2(b *strings.Builder, m *Mem) {
+	var kinds, sessions []string
+	_ = m.Counts(func(k string, _ events.TaskState, _ int64) bool {
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+		return true
+	})
+	if len(kinds) > 1 {
+		for _, k := range kinds {
+			renderIndex(b, "due "+k, func(at int64, fn func(IndexEntry) bool) error { return m.ScanDueKind(k, at, fn) })
+		}
+	}
+	var counts []string
+	_ = m.Counts(func(k string, st events.TaskState, n int64) bool {
+		counts = append(counts, fmt.Sprintf("%s/%s=%d", k, st, n))
+		return true
+	})
+	if len(counts) > 0 {
+		fmt.Fprintf(b, "counts: %s\n", strings.Join(counts, " "))
+	}
+	for _, x := range m.Tasks() {
+		if !slices.Contains(sessions, x.SessionID) {
+			sessions = append(sessions, x.SessionID)
+		}
+	}
+	if len(sessions) > 1 {
+		slices.Sort(sessions)
+		for _, s := range sessions {
+			var ids []string
+			_ = m.ScanSessionTasks(s, 0, func(_ uint64, id string) bool { ids = append(ids, id); return true })
+			fmt.Fprintf(b, "tasks of %s: %s\n", s, strings.Join(ids, " "))
+		}
+	}
 }

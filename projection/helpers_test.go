@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -57,6 +58,14 @@ func settle(id string, at int64, attempt uint32, token string, state events.Task
 
 func cancel(id string, at int64) *events.TaskCancelRequested {
 	return &events.TaskCancelRequested{Header: hdr(at), TaskID: id}
+}
+
+func extend(id string, at int64, attempt uint32, expires int64) *events.TaskExtended {
+	return &events.TaskExtended{Header: hdr(at), TaskID: id, Attempt: attempt, LeaseExpiresAt: expires}
+}
+
+func release(id string, at int64, attempt uint32, runAt int64) *events.TaskReleased {
+	return &events.TaskReleased{Header: hdr(at), TaskID: id, Attempt: attempt, RunAt: runAt, Reason: "retry"}
 }
 
 func rejectSettle(id string, at int64, attempt uint32, r events.RejectReason) *events.TaskSettleRejected {
@@ -206,6 +215,7 @@ func checkInvariants(t testing.TB, m *Mem) {
 	if got := wakesOf(t, m); !slices.Equal(got, avail) {
 		t.Errorf("wake index\n got  %v\n want %v", got, avail)
 	}
+	checkPart2Invariants(t, m, due)
 	for k, id := range m.taskKeys {
 		if x := m.tasks[id]; x == nil || x.SessionID != k.session || x.IdempotencyKey != k.key {
 			t.Errorf("task key %v names %s: %+v", k, id, x)
@@ -215,6 +225,66 @@ func checkInvariants(t testing.TB, m *Mem) {
 		if x := m.wakes[id]; x == nil || x.SessionID != k.session || x.IdempotencyKey != k.key {
 			t.Errorf("wake key %v names %s: %+v", k, id, x)
 		}
+	}
+}
+
+// checkPart2Invariants checks the indexes of part 2 against the records: each kind's due
+// index holds exactly the entries of due (the due index's, from the records) of its kind;
+// each session's list is its tasks in submission order; the counts are the records' tally.
+func checkPart2Invariants(t testing.TB, m *Mem, due []IndexEntry) {
+	t.Helper()
+	kindDue := map[string][]IndexEntry{}
+	sessions := map[string][]uint64{}
+	counts := map[string]map[events.TaskState]int64{}
+	for _, x := range m.Tasks() { // in submission order
+		sessions[x.SessionID] = append(sessions[x.SessionID], x.SubmitSeq)
+		if counts[x.Kind] == nil {
+			counts[x.Kind] = map[events.TaskState]int64{}
+		}
+		counts[x.Kind][x.State]++
+	}
+	for _, e := range due {
+		k := m.tasks[e.ID].Kind
+		kindDue[k] = append(kindDue[k], e)
+	}
+	for k := range m.kinds {
+		if _, ok := kindDue[k]; !ok {
+			kindDue[k] = nil
+		}
+	}
+	for k, want := range kindDue {
+		got := scan(t, func(at int64, fn func(IndexEntry) bool) error { return m.ScanDueKind(k, at, fn) }, math.MaxInt64)
+		if !slices.Equal(got, want) {
+			t.Errorf("due index of kind %q\n got  %v\n want %v", k, got, want)
+		}
+	}
+	for s, want := range sessions {
+		var got []uint64
+		if err := m.ScanSessionTasks(s, 0, func(seq uint64, id string) bool {
+			if m.tasks[id] == nil || m.tasks[id].SubmitSeq != seq || m.tasks[id].SessionID != s {
+				t.Errorf("session %s lists (%d, %s): %+v", s, seq, id, m.tasks[id])
+			}
+			got = append(got, seq)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("task list of session %s\n got  %v\n want %v", s, got, want)
+		}
+	}
+	got := map[string]map[events.TaskState]int64{}
+	if err := m.Counts(func(k string, st events.TaskState, n int64) bool {
+		if got[k] == nil {
+			got[k] = map[events.TaskState]int64{}
+		}
+		got[k][st] = n
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(counts) {
+		t.Errorf("counts\n got  %v\n want %v", got, counts)
 	}
 }
 
@@ -242,6 +312,22 @@ func (s *spy) DeleteDue(e IndexEntry) error       { s.writes++; return s.State.D
 func (s *spy) PutWakeIndex(e IndexEntry) error    { s.writes++; return s.State.PutWakeIndex(e) }
 func (s *spy) DeleteWakeIndex(e IndexEntry) error { s.writes++; return s.State.DeleteWakeIndex(e) }
 func (s *spy) SetLastSeq(seq uint64) error        { s.writes++; return s.State.SetLastSeq(seq) }
+func (s *spy) PutKindDue(k string, e IndexEntry) error {
+	s.writes++
+	return s.State.PutKindDue(k, e)
+}
+func (s *spy) DeleteKindDue(k string, e IndexEntry) error {
+	s.writes++
+	return s.State.DeleteKindDue(k, e)
+}
+func (s *spy) PutSessionTask(sess string, seq uint64, id string) error {
+	s.writes++
+	return s.State.PutSessionTask(sess, seq, id)
+}
+func (s *spy) AddCount(k string, st events.TaskState, d int64) error {
+	s.writes++
+	return s.State.AddCount(k, st, d)
+}
 
 // copying is a State over a Mem that hands Apply copies of the records and writes them back
 // when told they changed, as pebblelog's writer does, instead of the Mem's own records: the

@@ -24,7 +24,10 @@ type sim struct {
 	counts map[events.Type]int
 }
 
-var sessions = []string{"s1", "s2", "s3"}
+var (
+	sessions = []string{"s1", "s2", "s3"}
+	kinds    = []string{"k", "mail", "thumb"}
+)
 
 func newSim(t testing.TB, seed uint64) *sim {
 	return &sim{t: t, r: rand.New(rand.NewPCG(seed, seed^0x5eed)), m: NewMem(), counts: map[events.Type]int{}}
@@ -74,10 +77,10 @@ func (s *sim) completionWake(id string) {
 func (s *sim) step() {
 	s.now += int64(s.r.IntN(8))
 	r := s.r
-	switch k := r.IntN(100); {
+	switch k := r.IntN(112); {
 	case k < 25: // submit
 		sess := sessions[r.IntN(len(sessions))]
-		e := &events.TaskSubmitted{Header: s.h(sess), TaskID: s.id("t"), Kind: "k", Input: []byte(`{}`),
+		e := &events.TaskSubmitted{Header: s.h(sess), TaskID: s.id("t"), Kind: kinds[r.IntN(len(kinds))], Input: []byte(`{}`),
 			WakeOnCompletion: r.IntN(2) == 0}
 		if r.IntN(3) == 0 {
 			e.HasRunAt, e.RunAt = true, s.now+int64(r.IntN(60))-10
@@ -143,13 +146,28 @@ func (s *sim) step() {
 			return
 		}
 		s.apply(&events.WakeAcked{Header: s.h(w.SessionID), WakeID: w.ID, Attempt: w.Attempts, LeaseToken: w.LeaseToken})
-	default: // a stale ack, recorded
+	case k < 100: // a stale ack, recorded
 		w, ok := pick(r, s.m.Wakes(), func(w *Wake) bool { return w.Attempts > w.RejectedAttempt })
 		if !ok {
 			return
 		}
 		s.apply(&events.WakeAckRejected{Header: s.h(w.SessionID), WakeID: w.ID, Attempt: w.RejectedAttempt + 1,
 			Reason: events.RejectTokenMismatch})
+	case k < 106: // a heartbeat: the lease moves, earlier or later
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return x.State == events.StateRunning })
+		if !ok {
+			return
+		}
+		s.apply(&events.TaskExtended{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts,
+			LeaseExpiresAt: s.now + 1 + int64(r.IntN(40))})
+	default: // a release: pending again (at once or later), or canceled if a cancel was requested
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return x.State == events.StateRunning })
+		if !ok {
+			return
+		}
+		s.apply(&events.TaskReleased{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts,
+			RunAt: s.now + int64(r.IntN(3)*r.IntN(20)), Reason: "retry"})
+		s.completionWake(x.ID)
 	}
 }
 
@@ -299,6 +317,16 @@ func mutants(r *rand.Rand, ev events.Event) []events.Event {
 	case *events.WakeAckRejected:
 		clone(func(c events.Event) { c.(*events.WakeAckRejected).Attempt = 0 })
 		clone(func(c events.Event) { c.(*events.WakeAckRejected).Attempt += 1 << 20 })
+	case *events.TaskExtended:
+		clone(func(c events.Event) { c.(*events.TaskExtended).Attempt++ })
+		clone(func(c events.Event) { c.(*events.TaskExtended).Attempt-- })
+		clone(func(c events.Event) { c.(*events.TaskExtended).LeaseExpiresAt = e.At })
+		clone(func(c events.Event) { c.(*events.TaskExtended).TaskID = "nope" })
+	case *events.TaskReleased:
+		clone(func(c events.Event) { c.(*events.TaskReleased).Attempt++ })
+		clone(func(c events.Event) { c.(*events.TaskReleased).Attempt-- })
+		clone(func(c events.Event) { c.(*events.TaskReleased).RunAt = e.At - 1 })
+		clone(func(c events.Event) { c.(*events.TaskReleased).TaskID = "nope" })
 	}
 	return out
 }
@@ -330,6 +358,12 @@ func cloneEvent(ev events.Event) events.Event {
 		c := *e
 		return &c
 	case *events.WakeAckRejected:
+		c := *e
+		return &c
+	case *events.TaskExtended:
+		c := *e
+		return &c
+	case *events.TaskReleased:
 		c := *e
 		return &c
 	}

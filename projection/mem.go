@@ -25,6 +25,12 @@ type Mem struct {
 	avail    *btree.BTreeG[IndexEntry]
 	lastSeq  uint64
 
+	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
+	// its tasks in submission order. lastKind is the kind last looked up (Mem.kind).
+	kinds    map[string]*kindIndex
+	lastKind *kindIndex
+	sessions map[string]*sessionList
+
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
 	wakeChunk []Wake
@@ -47,6 +53,8 @@ func NewMemSized(tasks, wakes int) *Mem {
 		wakeKeys: map[sessionKey]string{},
 		due:      newIndex(),
 		avail:    newIndex(),
+		kinds:    map[string]*kindIndex{},
+		sessions: map[string]*sessionList{},
 	}
 }
 
@@ -77,17 +85,19 @@ func (m *Mem) WakeKey(sessionID, key string) (string, error) {
 	return m.wakeKeys[sessionKey{sessionID, key}], nil
 }
 
-// DeferIndexes stops the upkeep of the due and wake indexes until BuildIndexes, which
-// rebuilds both from the records: each index is a function of the records (Task.EligibleAt,
-// Wake.AvailableAt), so the result is the same as keeping them all along. It is for a bulk
-// fold that reads no index on the way (a rebuild, a time-travel fold): keeping a B-tree of
-// every pending task in order, entry by entry, was a fifth of the time of folding a log
-// where a million tasks were pending at once. ScanDue, ScanWakes and Diff call BuildIndexes
-// first; a Mem shared by concurrent readers must have its indexes built before it is shared.
+// DeferIndexes stops the upkeep of the indexes (the due and wake indexes, the per-kind due
+// indexes and counts, the session task lists) until BuildIndexes, which rebuilds them all
+// from the records: each is a function of the records (Task.EligibleAt, Wake.AvailableAt,
+// Task.Kind, State, SessionID and SubmitSeq), so the result is the same as keeping them all
+// along. It is for a bulk fold that reads no index on the way (a rebuild, a time-travel
+// fold): keeping a B-tree of every pending task in order, entry by entry, was a fifth of the
+// time of folding a log where a million tasks were pending at once. Every index read and Diff
+// call BuildIndexes first; a Mem shared by concurrent readers must have its indexes built
+// before it is shared.
 func (m *Mem) DeferIndexes() { m.deferred = true }
 
-// BuildIndexes rebuilds the due and wake indexes from the records if DeferIndexes stopped
-// their upkeep, and resumes it. It does nothing otherwise.
+// BuildIndexes rebuilds every index from the records if DeferIndexes stopped their upkeep,
+// and resumes it. It does nothing otherwise.
 func (m *Mem) BuildIndexes() {
 	if !m.deferred {
 		return
@@ -106,6 +116,7 @@ func (m *Mem) BuildIndexes() {
 		}
 	}
 	m.due, m.avail = sortedTree(due), sortedTree(avail)
+	m.buildPart2()
 }
 
 func newIndex() *btree.BTreeG[IndexEntry] { return btree.NewG(16, IndexEntry.Less) }
@@ -214,7 +225,8 @@ func (m *Mem) Wakes() []Wake {
 }
 
 // Diff compares two states and describes every difference, in a stable order: records by
-// id and field, keys, index entries, the last sequence. An empty result means equal.
+// id and field, keys, index entries, the last sequence, the per-kind due indexes and
+// counts, the session task lists. An empty result means equal.
 func (m *Mem) Diff(o *Mem) []string {
 	m.BuildIndexes()
 	o.BuildIndexes()
@@ -228,6 +240,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffKeys("wake key", m.wakeKeys, o.wakeKeys)...)
 	out = append(out, diffIndex("due index", m.due, o.due)...)
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
+	out = append(out, m.diffPart2(o)...)
 	return out
 }
 

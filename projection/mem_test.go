@@ -20,6 +20,10 @@ func TestDiffFields(t *testing.T) {
 		"task t: field UpdatedSeq: 2 vs 1",
 		"due index (40, 1, t): missing on the right",
 		"due index (0, 1, t): missing on the left",
+		`due index of kind "k" (40, 1, t): missing on the right`,
+		`due index of kind "k" (0, 1, t): missing on the left`,
+		`count of kind "k" pending: 0 vs 1`,
+		`count of kind "k" running: 1 vs 0`,
 	}
 	if got := a.Diff(b); !slices.Equal(got, want) {
 		t.Errorf("Diff:\n got  %q\n want %q", got, want)
@@ -44,6 +48,9 @@ func TestDiffRecordsAndKeys(t *testing.T) {
 		`wake key ("s1", "vk"): missing on the left, right has v`,
 		"due index (1, 3, u): missing on the left",
 		"wake index (1, 4, v): missing on the left",
+		`due index of kind "k" (1, 3, u): missing on the left`,
+		`count of kind "k" pending: 1 vs 2`,
+		`task list of session "s1" (3, u): missing on the left`,
 	}
 	if got := a.Diff(b); !slices.Equal(got, want) {
 		t.Errorf("Diff:\n got  %q\n want %q", got, want)
@@ -56,6 +63,9 @@ func TestDiffRecordsAndKeys(t *testing.T) {
 		`wake key ("s1", "vk"): v vs ""`,
 		"due index (1, 3, u): missing on the right",
 		"wake index (1, 4, v): missing on the right",
+		`due index of kind "k" (1, 3, u): missing on the right`,
+		`count of kind "k" pending: 2 vs 1`,
+		`task list of session "s1" (3, u): missing on the right`,
 	}
 	if got := b.Diff(a); !slices.Equal(got, want) {
 		t.Errorf("reverse Diff:\n got  %q\n want %q", got, want)
@@ -182,5 +192,48 @@ func TestMemReturnsCopies(t *testing.T) {
 	}
 	if got, _ := m.Wake("none"); got != nil {
 		t.Errorf("Wake(none) = %+v", got)
+	}
+}
+
+// TestDiffCatchesPart2Upkeep: a state whose per-kind due index, counts or session list went
+// wrong (an upkeep bug) differs from a rebuild of its log, whose indexes are derived from the
+// records (DeferIndexes), and Diff names the entry: what a verify of the live state relies on.
+func TestDiffCatchesPart2Upkeep(t *testing.T) {
+	evs := number([]events.Event{submit("t", 0), submit("u", 1), claim("t", 2, 1, "a")})
+	rebuilt := NewMem()
+	rebuilt.DeferIndexes()
+	for _, ev := range evs {
+		if err := Apply(rebuilt, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(m *Mem)
+		want   string
+	}{
+		{"a missing kind entry", func(m *Mem) { _ = m.DeleteKindDue("k", IndexEntry{At: 1, Seq: 2, ID: "u"}) },
+			`due index of kind "k" (1, 2, u): missing on the left`},
+		{"an entry under another kind", func(m *Mem) {
+			_ = m.DeleteKindDue("k", IndexEntry{At: 1, Seq: 2, ID: "u"})
+			_ = m.PutKindDue("other", IndexEntry{At: 1, Seq: 2, ID: "u"})
+		}, `due index of kind "other" (1, 2, u): missing on the right`},
+		{"a wrong count", func(m *Mem) { _ = m.AddCount("k", events.StateRunning, 1) },
+			`count of kind "k" running: 2 vs 1`},
+		{"a count left behind", func(m *Mem) { _ = m.AddCount("k", events.StateFailed, -1) },
+			`count of kind "k" failed: -1 vs 0`},
+		{"a missing session entry", func(m *Mem) { m.sessions[sess].tasks = m.sessions[sess].tasks[:1] },
+			`task list of session "s1" (2, u): missing on the left`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			live := fold(t, evs)
+			if d := live.Diff(rebuilt); len(d) > 0 {
+				t.Fatalf("before the damage: %q", d)
+			}
+			tc.damage(live)
+			if d := live.Diff(rebuilt); !slices.Contains(d, tc.want) {
+				t.Errorf("Diff = %q, want it to contain %q", d, tc.want)
+			}
+		})
 	}
 }

@@ -8,7 +8,15 @@ package projection
 // OwnedBy reports whether the delivery of attempt with token still owns the task's claim:
 // the task is running under that very claim. Only such a delivery may settle it.
 func (t *Task) OwnedBy(attempt uint32, token string) bool {
-	return t.Claimed() && t.Attempts == attempt && t.LeaseToken == token
+	return t.HeldBy(attempt) && t.LeaseToken == token
+}
+
+// HeldBy reports whether attempt holds the task's claim: the task is running and that is its
+// latest attempt. It is OwnedBy without the token, for the events of the claim's holder that
+// do not repeat it (events.TaskExtended, events.TaskReleased): the decide code appends them
+// only after OwnedBy, and the fold accepts them only under HeldBy.
+func (t *Task) HeldBy(attempt uint32) bool {
+	return t.Claimed() && t.Attempts == attempt
 }
 
 // OwnedBy reports whether the delivery of attempt with token still owns the wake's claim:

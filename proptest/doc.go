@@ -49,7 +49,7 @@
 //
 // Each op (ops_test.go) has a String for the report and is generated (gen_test.go) with
 // weights that favour the interesting cases; TestGeneratorCoverage checks that random
-// histories reach each of them (52 named cases):
+// histories reach each of them (92 named cases):
 //
 //	submit     immediate or scheduled (before, at, 1ns after, later than now); fresh, or a
 //	           repeat under a used key with the same intent (maybe another spelling of the
@@ -67,8 +67,20 @@
 //	ack        current (also after its lease expired), stale, repeated, forged, unknown
 //	advance    1ns to 2s, or exactly onto / 1ns before / 1ns after a lease expiry or a
 //	           schedule
-//	invalid    one of 15 requests that validation must refuse (blank kind, whitespace
-//	           key, bad JSON, zero lease or limit, non-terminal or malformed outcome, ...)
+//	invalid    one of 23 requests that validation must refuse (blank kind, whitespace
+//	           key, bad JSON, zero lease or limit, non-terminal or malformed outcome, a
+//	           release's RunAt or reason, empty kinds, ...)
+//	extend     (work-api-2.md) a heartbeat of the current delivery (its lease later or
+//	           earlier than before, after it expired, with a cancel request), of a superseded,
+//	           settled or released one, forged, unknown
+//	release    current (no RunAt, RunAt in the past, now, 1ns after, later), of a
+//	           cancel-requested task (canceled, with its completion wake), repeated,
+//	           superseded, settled, forged, unknown
+//	claimKinds one kind, both, the kind nobody submits, a kind named twice
+//	tasks      a session's list, filtered by states and kinds, after a cursor of its own,
+//	           of another session, or an unknown id, varied limits
+//	settleAndClaim  up to 3 finishes and releases (any of the deliveries above), then a
+//	           claim of all kinds or some, limit 0 to 100, all in one step
 //	reopen     (restartable backends) Close, then Open the same directory
 //	crash      (restartable backends) open a vfs.CrashClone holding exactly the synced data,
 //	           without closing first
@@ -109,6 +121,20 @@
 //	                  every error matches exactly one kind sentinel, is a *work.Error with the
 //	                  id or key, and has the seed's message
 //	[redaction]       a lease token never appears in fmt output of a delivery or in an error
+//	[claim-kinds]     a claim by kind delivers only those kinds, in the claim order among
+//	                  them (with [at-least-once] and [claim-order] against the model)
+//	[list]            Session.Tasks is the session's tasks in submission order, filtered,
+//	                  after the cursor, at most the limit; a cursor that is not the session's
+//	                  is ErrTaskNotFound
+//	[stats]           Queue.StatsAt(now) equals the model's counts by state and by kind, the
+//	                  number due now and the oldest due time, after every step
+//	                  Part 2's rules hold through the properties above: a heartbeat or release
+//	                  by a stale delivery is ErrStaleDelivery and changes nothing ([fencing],
+//	                  [log], every task read back); attempts count claims through releases
+//	                  ([attempts]); an extended lease fences redelivery until its new expiry,
+//	                  earlier or later, and a released one not at all ([fencing],
+//	                  [at-least-once]); a SettleAndClaim settles each delivery on its own
+//	                  (one stale settle fails only its own result) before its claims
 //	[durability]      (restartable backends) after Reopen or Crash the log holds exactly the
 //	                  acknowledged events and the state still equals the model
 //	[differential]    two backends given the same history return the same results, rendered

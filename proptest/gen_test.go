@@ -36,6 +36,24 @@ func genOp(r *rand.Rand, m *model) op {
 	} else {
 		choices = append(choices, choice{1, func() op { return AckOp{W: -1} }})
 	}
+	// Part 2: heartbeats, releases, claims by kind, listings, settle-and-claim steps.
+	choices = append(choices,
+		choice{5, func() op { return genClaimKinds(r) }},
+		choice{4, func() op { return genTasks(r, m) }},
+	)
+	if len(claimedTasks) > 0 {
+		choices = append(choices,
+			choice{8, func() op { return genExtend(r, m, claimedTasks) }},
+			choice{7, func() op { return genRelease(r, m, claimedTasks) }},
+			choice{4, func() op { return genSettleAndClaim(r, m, claimedTasks) }},
+		)
+	} else {
+		choices = append(choices,
+			choice{1, func() op { return ExtendOp{T: -1, Lease: genLease(r)} }},
+			choice{1, func() op { return ReleaseOp{T: -1} }},
+			choice{1, func() op { return genSettleAndClaim(r, m, nil) }},
+		)
+	}
 	if m.restartable {
 		choices = append(choices, choice{1, func() op { return ReopenOp{} }}, choice{1, func() op { return CrashOp{} }})
 	}
@@ -314,4 +332,119 @@ func genAdvance(r *rand.Rand, m *model) op {
 		return AdvanceOp{D: time.Duration(d)}
 	}
 	return AdvanceOp{D: pick(r, time.Nanosecond, time.Millisecond, 250*time.Millisecond, 500*time.Millisecond, time.Second, 2*time.Second)}
+}
+
+// genDelivery picks a delivery as genFinish does: mostly the current one of a running task,
+// sometimes a superseded one, one of a settled or released task, or a forged token.
+func genDelivery(r *rand.Rand, m *model, claimed []int) (int, uint32, bool) {
+	var running, redelivered []int
+	for _, h := range claimed {
+		if m.tasks[h].state == mRunning {
+			running = append(running, h)
+		}
+		if m.tasks[h].attempts > 1 {
+			redelivered = append(redelivered, h)
+		}
+	}
+	h := pick(r, claimed...)
+	if len(running) > 0 && r.Intn(10) < 7 {
+		h = pick(r, running...)
+	}
+	a := m.tasks[h].attempts
+	switch {
+	case len(redelivered) > 0 && r.Intn(10) < 2:
+		h = pick(r, redelivered...)
+		a = uint32(1 + r.Intn(int(m.tasks[h].attempts)-1))
+	case r.Intn(8) == 0:
+		a = uint32(1 + r.Intn(int(m.tasks[h].attempts)))
+	}
+	return h, a, r.Intn(14) == 0
+}
+
+func genExtend(r *rand.Rand, m *model, claimed []int) op {
+	if r.Intn(30) == 0 {
+		return ExtendOp{T: -1, Lease: genLease(r)}
+	}
+	h, a, forged := genDelivery(r, m, claimed)
+	return ExtendOp{T: h, Attempt: a, Lease: genLease(r), Forged: forged}
+}
+
+// genReleaseAt: no RunAt, or one in the past, now, 1ns after, or later.
+func genReleaseAt(r *rand.Rand, m *model) (bool, int64) {
+	if r.Intn(2) == 0 {
+		return false, 0
+	}
+	d := pick(r, -time.Second, 0, time.Nanosecond, 500*time.Millisecond, time.Second, 3*time.Second)
+	return true, m.now + int64(d)
+}
+
+func genRelease(r *rand.Rand, m *model, claimed []int) op {
+	if r.Intn(30) == 0 {
+		return ReleaseOp{T: -1}
+	}
+	h, a, forged := genDelivery(r, m, claimed)
+	has, runAt := genReleaseAt(r, m)
+	return ReleaseOp{T: h, Attempt: a, HasRunAt: has, RunAt: runAt, Forged: forged}
+}
+
+// genKindMask: one kind, both, or the kind nobody submits.
+func genKindMask(r *rand.Rand) int { return pick(r, 1, 1, 2, 2, 3, 4, 5) }
+
+func genClaimKinds(r *rand.Rand) op {
+	return ClaimKindsOp{Mask: genKindMask(r), Dup: r.Intn(8) == 0, Lease: genLease(r), Limit: genLimit(r)}
+}
+
+func genTasks(r *rand.Rand, m *model) op {
+	o := TasksOp{S: r.Intn(m.nSess), After: -1, Limit: pick(r, 1, 2, 3, 100, 100)}
+	if len(m.tasks) > 0 && r.Intn(10) < 6 {
+		o.S = m.tasks[r.Intn(len(m.tasks))].sess
+	}
+	if r.Intn(2) == 0 {
+		o.States = 1 + r.Intn(31)
+	}
+	if r.Intn(10) < 4 {
+		o.Kinds = genKindMask(r)
+	}
+	var own, foreign []int
+	for h, t := range m.tasks {
+		if t.sess == o.S {
+			own = append(own, h)
+		} else {
+			foreign = append(foreign, h)
+		}
+	}
+	switch n := r.Intn(20); {
+	case n < 7 && len(own) > 0:
+		o.After = pick(r, own...)
+	case n < 9 && len(foreign) > 0:
+		o.After = pick(r, foreign...)
+	case n < 10:
+		o.After = -2
+	}
+	return o
+}
+
+func genSettleAndClaim(r *rand.Rand, m *model, claimed []int) op {
+	o := SettleAndClaimOp{Lease: genLease(r), Limit: pick(r, 0, 1, 2, 100)}
+	if r.Intn(10) < 4 {
+		o.Mask = genKindMask(r)
+	}
+	if len(claimed) == 0 {
+		return o
+	}
+	for n := pick(r, 1, 1, 2, 3); n > 0; n-- {
+		h, a, forged := genDelivery(r, m, claimed)
+		st := settleSpec{T: h, Attempt: a, Forged: forged}
+		if r.Intn(2) == 0 {
+			st.Release = true
+			st.HasRun, st.RunAt = genReleaseAt(r, m)
+		} else {
+			st.Outcome = r.Intn(len(outcomePool))
+			if m.tasks[h].cancelReq && r.Intn(2) == 0 {
+				st.Outcome = cancelOutcome
+			}
+		}
+		o.Settles = append(o.Settles, st)
+	}
+	return o
 }

@@ -363,6 +363,12 @@ var opTypes = map[string]reflect.Type{
 	"reopen":     reflect.TypeOf(ReopenOp{}),
 	"crash":      reflect.TypeOf(CrashOp{}),
 	"invalid":    reflect.TypeOf(InvalidOp{}),
+
+	"extend":         reflect.TypeOf(ExtendOp{}),
+	"release":        reflect.TypeOf(ReleaseOp{}),
+	"claimKinds":     reflect.TypeOf(ClaimKindsOp{}),
+	"tasks":          reflect.TypeOf(TasksOp{}),
+	"settleAndClaim": reflect.TypeOf(SettleAndClaimOp{}),
 }
 
 func opName(o op) string {

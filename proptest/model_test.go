@@ -158,6 +158,7 @@ type mTask struct {
 	outcome   int    // outcomePool index once terminal, else -1
 	settledBy uint32 // the attempt whose delivery settled it; 0: none (or canceled pending)
 	cwake     int    // completion wake handle, -1 if none
+	extended  bool   // the current attempt's lease was extended (for coverage only)
 }
 
 // eligible reports whether a claim at now may deliver the task, and since when it is eligible.
@@ -239,6 +240,16 @@ type expect struct {
 	events int
 	// audit: a rejected stale settlement or acknowledgment, which may append one audit event.
 	audit bool
+	// audits: how many audit events a SettleAndClaim may append (one per stale settle).
+	audits int
+	// lease is the new lease expiry of an extension.
+	lease int64
+	// listed is what Session.Tasks must return, in order (task handles).
+	listed []int
+	// settles holds, for SettleAndClaim, what each settle must return, with the task as
+	// that settle left it (settled[i]; a released task may also be claimed in the same step).
+	settles []expect
+	settled []mTask
 	// why explains a rejection in property terms, for messages.
 	why string
 }
@@ -362,14 +373,16 @@ func (m *model) eligibleTasks() []claimed {
 	return out
 }
 
-func (m *model) claim(lease int64, limit int) {
-	el := m.eligibleTasks()
+func (m *model) claim(lease int64, limit int) { m.claimList(m.eligibleTasks(), lease, limit) }
+
+// claimList claims the first limit of the eligible tasks el, in order.
+func (m *model) claimList(el []claimed, lease int64, limit int) {
 	if len(el) > limit {
 		el = el[:limit]
 	}
 	for i := range el {
 		t := &m.tasks[el[i].h]
-		t.state = mRunning
+		t.state, t.extended = mRunning, false
 		t.attempts++
 		t.leaseExp = m.now + lease
 		el[i].attempt = t.attempts
@@ -400,10 +413,166 @@ func (m *model) finish(h int, attempt uint32, outcome int, forged bool) {
 			m.exp.why = "forged token"
 		case t.state.terminal():
 			m.exp.why = "the task is already " + t.state.String()
+		case t.state == mPending:
+			m.exp.why = fmt.Sprintf("attempt %d released the task", t.attempts)
 		default:
 			m.exp.why = fmt.Sprintf("superseded by attempt %d", t.attempts)
 		}
 	}
+}
+
+// owns reports whether delivery (h, attempt) holds the task's claim: running, the current
+// attempt, the real token. Otherwise it sets the stale expectation, with why.
+func (m *model) owns(h int, attempt uint32, forged bool) bool {
+	t := &m.tasks[h]
+	if !forged && t.state == mRunning && t.attempts == attempt {
+		return true
+	}
+	m.exp.err, m.exp.audit = errStale, true
+	switch {
+	case forged:
+		m.exp.why = "forged token"
+	case t.state.terminal():
+		m.exp.why = "the task is already " + t.state.String()
+	case t.state == mPending:
+		m.exp.why = fmt.Sprintf("attempt %d released the task", t.attempts)
+	default:
+		m.exp.why = fmt.Sprintf("superseded by attempt %d", t.attempts)
+	}
+	return false
+}
+
+// extend is ExtendAt (work-api-2.md, lease extension): the owner's lease expires at exactly
+// now+lease, earlier or later than before; expiry itself is not checked.
+func (m *model) extend(h int, attempt uint32, lease int64, forged bool) {
+	m.exp.task = h
+	if h < 0 {
+		m.exp.err = errNotFound
+		return
+	}
+	if !m.owns(h, attempt, forged) {
+		return
+	}
+	t := &m.tasks[h]
+	t.leaseExp, t.extended = m.now+lease, true
+	m.exp.lease, m.exp.events = t.leaseExp, 1
+}
+
+// release is ReleaseAt: the owner gives the task back, pending at runAt when that is after
+// now, else at now, with its attempts; a task whose cancel was requested is canceled instead,
+// as a cancel of pending work is (with its completion wake).
+func (m *model) release(h int, attempt uint32, hasRunAt bool, runAt int64, forged bool) {
+	m.exp.task = h
+	if h < 0 {
+		m.exp.err = errNotFound
+		return
+	}
+	if !m.owns(h, attempt, forged) {
+		return
+	}
+	t := &m.tasks[h]
+	m.exp.events = 1
+	if t.cancelReq {
+		t.state, t.finished, t.outcome = mCanceled, m.now, cancelOutcome
+		m.complete(h)
+		return
+	}
+	t.state, t.scheduled = mPending, m.now
+	if hasRunAt && runAt > m.now {
+		t.scheduled = runAt
+	}
+}
+
+// kindMask has bit k set for kind k of claimKindNames; kind 2 is never submitted.
+var claimKindNames = []string{kindNames[0], kindNames[1], "video"}
+
+// claimKinds is ClaimKindsAt: ClaimDue restricted to the kinds in mask, in the same order.
+func (m *model) claimKinds(mask int, lease int64, limit int) {
+	var el []claimed
+	for _, c := range m.eligibleTasks() {
+		if mask&(1<<m.tasks[c.h].kind) != 0 {
+			el = append(el, c)
+		}
+	}
+	m.claimList(el, lease, limit)
+}
+
+// list is Session.Tasks: the session's tasks in submission order (handle order), after the
+// task after (-1: from the first; -2: an unknown id), of the states and kinds in the masks
+// (0: all), at most limit.
+func (m *model) list(sess, stateMask, kindMask, after, limit int) {
+	start := 0
+	switch {
+	case after == -2:
+		m.exp.err, m.exp.task = errNotFound, -1
+		return
+	case after >= 0:
+		if m.tasks[after].sess != sess {
+			m.exp.err, m.exp.task = errNotFound, after
+			return
+		}
+		start = after + 1
+	}
+	m.exp.listed = []int{}
+	for h := start; h < len(m.tasks) && len(m.exp.listed) < limit; h++ {
+		t := m.tasks[h]
+		if t.sess == sess && (stateMask == 0 || stateMask&(1<<t.state) != 0) && (kindMask == 0 || kindMask&(1<<t.kind) != 0) {
+			m.exp.listed = append(m.exp.listed, h)
+		}
+	}
+}
+
+// settleSpec is one settle of a SettleAndClaim.
+type settleSpec struct {
+	T       int
+	Attempt uint32
+	Forged  bool
+	Release bool  // else Finish with Outcome
+	Outcome int   // outcomePool index
+	HasRun  bool  // Release: RunAt set
+	RunAt   int64 // Release: absolute model time
+}
+
+// settleAndClaim is SettleAndClaimAt: each settle as FinishAt or ReleaseAt, one after the
+// other, each with its own result, then a claim (of the kinds in mask, or of all kinds when
+// mask is 0) with limit (0: none).
+func (m *model) settleAndClaim(settles []settleSpec, mask int, lease int64, limit int) {
+	var subs []expect
+	var after []mTask
+	var cws []int
+	events, audits := 0, 0
+	for _, st := range settles {
+		m.exp = expect{task: -1, wake: -1}
+		if st.Release {
+			m.release(st.T, st.Attempt, st.HasRun, st.RunAt, st.Forged)
+		} else {
+			m.finish(st.T, st.Attempt, st.Outcome, st.Forged)
+		}
+		subs = append(subs, m.exp)
+		var rec mTask
+		if st.T >= 0 {
+			rec = m.tasks[st.T]
+		}
+		after = append(after, rec)
+		events += m.exp.events
+		cws = append(cws, m.exp.newCW...)
+		if m.exp.audit {
+			audits++
+		}
+	}
+	m.exp = expect{task: -1, wake: -1}
+	switch {
+	case limit == 0:
+		m.exp.claims = []claimed{}
+	case mask == 0:
+		m.claim(lease, limit)
+	default:
+		m.claimKinds(mask, lease, limit)
+	}
+	m.exp.settles, m.exp.settled = subs, after
+	m.exp.events += events
+	m.exp.newCW = cws
+	m.exp.audits = audits
 }
 
 func (m *model) wake(sess, key, payload int) {

@@ -234,6 +234,12 @@ func (o ClaimOp) check(m *model, r *result) []string {
 	if r.err != nil {
 		return []string{fmt.Sprintf("[model] claim failed: %v", r.err)}
 	}
+	return checkTaskClaims(m, r, o.Limit)
+}
+
+// checkTaskClaims compares the deliveries of a claim (ClaimDue, ClaimKinds, the claims of a
+// SettleAndClaim) with the model's prediction and binds each to its (handle, attempt).
+func checkTaskClaims(m *model, r *result, limit int) []string {
 	s := r.sys
 	var fails []string
 	got := make([]int, len(r.tds))
@@ -246,7 +252,7 @@ func (o ClaimOp) check(m *model, r *result) []string {
 		got[i] = h
 		fails = append(fails, s.checkTaskDelivery(h, d)...)
 	}
-	fails = append(fails, compareClaims("task", m.exp.claims, got, o.Limit, func(h int) string {
+	fails = append(fails, compareClaims("task", m.exp.claims, got, limit, func(h int) string {
 		if h < 0 {
 			return "?"
 		}
@@ -669,6 +675,43 @@ var invalidCases = []invalidCase{
 	}},
 	{"cancel an empty task id", "task_id", func(s *system) error {
 		_, err := s.q().Session("s1").CancelAt(s.ctx, "", s.at())
+		return err
+	}},
+	// Part 2 (work-api-2.md); appended, so that saved histories keep their cases.
+	{"extend with lease 0", "lease_for", func(s *system) error {
+		d := work.NewTaskDelivery(work.Task{ID: unknownTaskID}, 1, at(0), forgedToken)
+		_, err := s.q().ExtendAt(s.ctx, d, 0, s.at())
+		return err
+	}},
+	{"extend a blank task id", "task_id", func(s *system) error {
+		d := work.NewTaskDelivery(work.Task{ID: " "}, 1, at(0), forgedToken)
+		_, err := s.q().ExtendAt(s.ctx, d, time.Second, s.at())
+		return err
+	}},
+	{"release with RunAt out of range", "run_at", func(s *system) error {
+		d := work.NewTaskDelivery(work.Task{ID: unknownTaskID}, 1, at(0), forgedToken)
+		_, err := s.q().ReleaseAt(s.ctx, d, work.ReleaseRequest{RunAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}, s.at())
+		return err
+	}},
+	{"release with a reason over 64 KiB", "reason", func(s *system) error {
+		d := work.NewTaskDelivery(work.Task{ID: unknownTaskID}, 1, at(0), forgedToken)
+		_, err := s.q().ReleaseAt(s.ctx, d, work.ReleaseRequest{Reason: strings.Repeat("r", work.MaxReasonBytes+1)}, s.at())
+		return err
+	}},
+	{"claim kinds with no kinds", "kinds", func(s *system) error {
+		_, err := s.q().ClaimKindsAt(s.ctx, nil, s.at(), time.Second, 10)
+		return err
+	}},
+	{"claim kinds with a blank kind", "kind", func(s *system) error {
+		_, err := s.q().ClaimKindsAt(s.ctx, []string{"thumb", " "}, s.at(), time.Second, 10)
+		return err
+	}},
+	{"tasks with limit 0", "limit", func(s *system) error {
+		_, err := s.q().Session("s1").Tasks(s.ctx, work.TaskFilter{})
+		return err
+	}},
+	{"settle and claim with a negative limit", "limit", func(s *system) error {
+		_, _, err := s.q().SettleAndClaimAt(s.ctx, nil, nil, s.at(), time.Second, -1)
 		return err
 	}},
 }

@@ -196,6 +196,84 @@ func TestScenarios(t *testing.T) {
 			AdvanceOp{D: 5 * sec},
 			ClaimWakesOp{Lease: sec, Limit: 100},
 		}},
+		{"heartbeats move the lease either way; stale ones change nothing", []op{
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none, Wake: true},
+			ClaimOp{Lease: sec, Limit: 100},
+			AdvanceOp{D: sec / 2},
+			ExtendOp{T: 0, Attempt: 1, Lease: 3 * sec}, // until 3.5s, later than before
+			AdvanceOp{D: sec},
+			ClaimOp{Lease: sec, Limit: 100},            // 1.5s: nothing, the lease was extended
+			ExtendOp{T: 0, Attempt: 1, Lease: sec / 2}, // until 2s, earlier than before
+			AdvanceOp{D: sec/2 - 1},
+			ClaimOp{Lease: sec, Limit: 100}, // 1ns early: nothing
+			AdvanceOp{D: 1},
+			ClaimOp{Lease: sec, Limit: 100},                           // exactly at the new expiry: attempt 2
+			ExtendOp{T: 0, Attempt: 1, Lease: 10 * sec},               // superseded
+			ExtendOp{T: 0, Attempt: 2, Lease: 10 * sec, Forged: true}, // forged
+			ExtendOp{T: -1, Lease: sec},                               // unknown
+			CancelOp{S: s1, T: 0},
+			ExtendOp{T: 0, Attempt: 2, Lease: sec}, // sees the cancel request
+			FinishOp{T: 0, Attempt: 2, Outcome: cancelOutcome},
+			ExtendOp{T: 0, Attempt: 2, Lease: sec}, // settled
+			AdvanceOp{D: time.Hour},
+			ClaimOp{Lease: sec, Limit: 100},
+		}},
+		{"release: pending again with its attempts; a cancel-requested task is canceled", []op{
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: k1, Wake: true},
+			SubmitOp{S: s1, Kind: index, Input: ab, Key: none, Wake: true},
+			ClaimOp{Lease: sec, Limit: 100},
+			ReleaseOp{T: 0, Attempt: 1, HasRunAt: true, RunAt: int64(2 * sec)},
+			ReleaseOp{T: 0, Attempt: 1},                                   // repeated: stale
+			FinishOp{T: 0, Attempt: 1, Outcome: 0},                        // the released delivery cannot settle
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: k1, Wake: true}, // the key still finds it
+			CancelOp{S: s1, T: 1},
+			ReleaseOp{T: 1, Attempt: 1, HasRunAt: true, RunAt: int64(5 * sec)}, // canceled, with its wake
+			ClaimWakesOp{Lease: sec, Limit: 100},
+			AdvanceOp{D: 2*sec - 1},
+			ClaimOp{Lease: sec, Limit: 100}, // 1ns early
+			AdvanceOp{D: 1},
+			ClaimOp{Lease: sec, Limit: 100},                       // attempt 2
+			ReleaseOp{T: 0, Attempt: 2, HasRunAt: true, RunAt: 0}, // RunAt in the past: due now
+			ClaimOp{Lease: sec, Limit: 100},                       // attempt 3
+			FinishOp{T: 0, Attempt: 3, Outcome: 6},
+			ReleaseOp{T: 0, Attempt: 3}, // settled
+			ReleaseOp{T: -1},
+		}},
+		{"claims by kind and a session's list", []op{
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none},
+			SubmitOp{S: s1, Kind: index, Input: one, Key: none},
+			SubmitOp{S: s2, Kind: thumb, Input: one, Key: none},
+			ClaimKindsOp{Mask: 2, Lease: sec, Limit: 100},
+			ClaimKindsOp{Mask: 4, Lease: sec, Limit: 100}, // a kind nobody submits
+			TasksOp{S: s1, After: -1, Limit: 100},
+			TasksOp{S: s1, States: 1 << mRunning, After: -1, Limit: 100},
+			TasksOp{S: s1, Kinds: 1, After: -1, Limit: 100},
+			TasksOp{S: s1, After: 0, Limit: 100},
+			TasksOp{S: s1, After: 2, Limit: 100}, // another session's task
+			TasksOp{S: s2, After: -2, Limit: 100},
+			ClaimKindsOp{Mask: 1, Dup: true, Lease: sec, Limit: 1},
+			ClaimKindsOp{Mask: 3, Lease: sec, Limit: 100},
+			AdvanceOp{D: sec},
+			ClaimKindsOp{Mask: 1, Lease: sec, Limit: 100}, // redeliveries of thumb only
+			TasksOp{S: s1, After: -1, Limit: 1},
+		}},
+		{"settle and claim: each settle on its own, then the claims", []op{
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none, Wake: true},
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none},
+			SubmitOp{S: s2, Kind: index, Input: one, Key: none},
+			ClaimOp{Lease: sec, Limit: 2},
+			SettleAndClaimOp{Settles: []settleSpec{
+				{T: 0, Attempt: 1, Outcome: 0},
+				{T: 1, Attempt: 1, Release: true},
+				{T: 1, Attempt: 1, Outcome: 0},               // released just before: stale
+				{T: 0, Attempt: 1, Forged: true, Outcome: 6}, // forged
+				{T: 0, Attempt: 1, Outcome: 1},               // the same outcome again: fine
+			}, Lease: sec, Limit: 100},
+			SettleAndClaimOp{Settles: []settleSpec{{T: 1, Attempt: 2, Release: true, HasRun: true, RunAt: int64(sec)}}, Mask: 1, Lease: sec, Limit: 100},
+			AdvanceOp{D: sec},
+			SettleAndClaimOp{Mask: 2, Lease: sec, Limit: 100},
+			SettleAndClaimOp{Lease: 0, Limit: 0},
+		}},
 	}
 	for _, sc := range scenarios {
 		for _, b := range allBackends() {
@@ -282,6 +360,8 @@ var caseAppending = map[events.Type]string{
 	events.TypeWakeAcked:           "ack current",
 	events.TypeTaskSettleRejected:  "finish stale (superseded)",
 	events.TypeWakeAckRejected:     "ack stale",
+	events.TypeTaskExtended:        "extend current",
+	events.TypeTaskReleased:        "release current",
 }
 
 var coverageCases = []string{
@@ -301,6 +381,19 @@ var coverageCases = []string{
 	"completion wake succeeded", "completion wake failed", "completion wake canceled running",
 	"completion wake canceled pending",
 	"invalid", "reopen", "crash",
+	// part 2
+	"extend current", "extend earlier than before", "extend after lease expiry", "extend with a cancel request",
+	"extend stale (superseded)", "extend forged", "extend settled", "extend released", "extend unknown",
+	"release current", "release into the future", "release with RunAt not after now", "release without RunAt",
+	"release cancel-requested", "release stale (superseded)", "release forged", "release settled",
+	"release repeated", "release unknown", "completion wake canceled by release",
+	"claim after release", "claim after extension",
+	"claim kinds", "claim kinds empty", "claim kinds skips other kinds", "claim kinds cut by limit",
+	"claim kinds redelivery", "claim kinds of a kind nobody submits",
+	"tasks listed", "tasks filtered", "tasks after a cursor", "tasks after a foreign task",
+	"tasks after an unknown id", "tasks cut by limit",
+	"settle and claim finish", "settle and claim release", "settle and claim stale settle",
+	"settle and claim claims", "settle and claim mixed results", "settle and claim claims a task it released",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -369,8 +462,14 @@ func classify(o op, m, n *model) []string {
 			add("claim cut by limit")
 		}
 		for _, cl := range e.claims {
+			if t := m.tasks[cl.h]; t.state == mPending && t.attempts > 0 {
+				add("claim after release")
+			}
 			if cl.expired {
 				add("claim redelivery after lease expiry")
+				if m.tasks[cl.h].extended {
+					add("claim after extension")
+				}
 			}
 			if cl.since == m.now {
 				add("claim exactly at eligibility")
@@ -455,6 +554,109 @@ func classify(o op, m, n *model) []string {
 				}
 			}
 		}
+	case ExtendOp:
+		switch {
+		case o.T < 0:
+			add("extend unknown")
+		case e.err == errStale && o.Forged:
+			add("extend forged")
+		case e.err == errStale && m.tasks[o.T].state.terminal():
+			add("extend settled")
+		case e.err == errStale && m.tasks[o.T].state == mPending:
+			add("extend released")
+		case e.err == errStale:
+			add("extend stale (superseded)")
+		default:
+			add("extend current")
+			was := m.tasks[o.T]
+			if n.tasks[o.T].leaseExp < was.leaseExp {
+				add("extend earlier than before")
+			}
+			if was.leaseExp <= m.now {
+				add("extend after lease expiry")
+			}
+			if was.cancelReq {
+				add("extend with a cancel request")
+			}
+		}
+	case ReleaseOp:
+		classifyRelease(add, o.T, o.Forged, o.HasRunAt, o.RunAt, m, e)
+	case ClaimKindsOp:
+		if len(e.claims) == 0 {
+			add("claim kinds empty")
+		} else {
+			add("claim kinds")
+		}
+		if o.Mask&4 != 0 {
+			add("claim kinds of a kind nobody submits")
+		}
+		var mine int
+		for _, c := range m.eligibleTasks() {
+			if o.Mask&(1<<m.tasks[c.h].kind) != 0 {
+				mine++
+			} else {
+				add("claim kinds skips other kinds")
+			}
+		}
+		if len(e.claims) == o.Limit && mine > o.Limit {
+			add("claim kinds cut by limit")
+		}
+		for _, cl := range e.claims {
+			if cl.expired {
+				add("claim kinds redelivery")
+			}
+		}
+	case TasksOp:
+		switch {
+		case e.err == errNotFound && o.After == -2:
+			add("tasks after an unknown id")
+		case e.err == errNotFound:
+			add("tasks after a foreign task")
+		default:
+			if len(e.listed) > 0 {
+				add("tasks listed")
+				if o.States != 0 || o.Kinds != 0 {
+					add("tasks filtered")
+				}
+			}
+			if o.After >= 0 {
+				add("tasks after a cursor")
+			}
+			if len(e.listed) == o.Limit {
+				add("tasks cut by limit")
+			}
+		}
+	case SettleAndClaimOp:
+		ok, bad := false, false
+		released := map[int]bool{}
+		for i, st := range o.Settles {
+			sub := e.settles[i]
+			if sub.err != errNone {
+				bad = true
+				if sub.err == errStale {
+					add("settle and claim stale settle")
+				}
+				continue
+			}
+			ok = true
+			if st.Release {
+				add("settle and claim release")
+				released[st.T] = true
+			} else {
+				add("settle and claim finish")
+			}
+		}
+		if ok && bad {
+			add("settle and claim mixed results")
+		}
+		if len(e.claims) > 0 {
+			add("settle and claim claims")
+		}
+		for _, cl := range e.claims {
+			if released[cl.h] {
+				add("settle and claim claims a task it released")
+			}
+		}
 	case InvalidOp:
 		add("invalid")
 	case ReopenOp:
@@ -464,6 +666,9 @@ func classify(o op, m, n *model) []string {
 	}
 	for _, w := range e.newCW {
 		t := m.tasks[n.wakes[w].task]
+		if _, ok := o.(ReleaseOp); ok {
+			add("completion wake canceled by release")
+		}
 		switch st := outcomePool[n.wakes[w].outcome].state; {
 		case st == mCanceled && t.state == mPending:
 			add("completion wake canceled pending")
@@ -474,4 +679,32 @@ func classify(o op, m, n *model) []string {
 		}
 	}
 	return c
+}
+
+// classifyRelease names the cases of a release of delivery (h, attempt) applied to m.
+func classifyRelease(add func(...string), h int, forged, hasRunAt bool, runAt int64, m *model, e expect) {
+	switch {
+	case h < 0:
+		add("release unknown")
+	case e.err == errStale && forged:
+		add("release forged")
+	case e.err == errStale && m.tasks[h].state.terminal():
+		add("release settled")
+	case e.err == errStale && m.tasks[h].state == mPending:
+		add("release repeated")
+	case e.err == errStale:
+		add("release stale (superseded)")
+	case m.tasks[h].cancelReq:
+		add("release cancel-requested")
+	default:
+		add("release current")
+		switch {
+		case !hasRunAt:
+			add("release without RunAt")
+		case runAt > m.now:
+			add("release into the future")
+		default:
+			add("release with RunAt not after now")
+		}
+	}
 }

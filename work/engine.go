@@ -239,18 +239,10 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 		if err := tx.Append(&events.TaskCancelRequested{Header: h, TaskID: taskID}); err != nil {
 			return err
 		}
-		if t, err = mustTask(tx, taskID); err != nil {
-			return err
-		}
 		// A pending task is canceled at once, and then its policy may ask for a wake; a
 		// running one only records the request.
-		if t.CompletionWakeDue() {
-			if err := completionWake(tx, wakeID, t, at); err != nil {
-				return err
-			}
-		}
-		out = b.taskSnapshot(t)
-		return nil
+		out, _, err = b.settled(tx, taskID, wakeID, at)
+		return err
 	})
 	return result(out, derr, err)
 }
@@ -263,32 +255,40 @@ func completionWake(tx txn, id string, t *projection.Task, at int64) error {
 }
 
 func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return claim(ctx, b, now, leaseFor, limit, txn.ScanDue, "lease",
-		func(tx txn, id string, at, expires int64, token string) (TaskDelivery, error) {
-			t, err := mustTask(tx, id)
-			if err != nil {
-				return TaskDelivery{}, err
-			}
-			ev := &events.TaskClaimed{
-				Header: events.Header{SessionID: t.SessionID, At: at},
-				TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
-			}
-			if err := tx.Append(ev); err != nil {
-				return TaskDelivery{}, err
-			}
-			if t, err = mustTask(tx, id); err != nil {
-				return TaskDelivery{}, err
-			}
-			return NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
-		})
+	return claim(ctx, b, now, leaseFor, limit, txn.ScanDue, "lease", b.claimTask)
 }
 
-// claim is ClaimDue and ClaimWakes: in one command it collects up to limit ids that scan
-// finds eligible at now, then claims each (claimOne appends the claim event and returns the
-// delivery) with a lease until now+leaseFor and a fresh token drawn for purpose.
+// claimTask claims the task id, which a scan found eligible at at, as ClaimDue,
+// ClaimKinds and SettleAndClaim do: the next attempt, with token until expires.
+func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token string) (TaskDelivery, error) {
+	t, err := mustTask(tx, id)
+	if err != nil {
+		return TaskDelivery{}, err
+	}
+	ev := &events.TaskClaimed{
+		Header: events.Header{SessionID: t.SessionID, At: at},
+		TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
+	}
+	if err := tx.Append(ev); err != nil {
+		return TaskDelivery{}, err
+	}
+	if t, err = mustTask(tx, id); err != nil {
+		return TaskDelivery{}, err
+	}
+	return NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
+}
+
+// scanFunc is a scan of an eligibility index for a claim: txn.ScanDue, txn.ScanWakes, or
+// ClaimKinds' merge of the kinds' due indexes.
+type scanFunc = func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error
+
+// claimFunc claims one id that a scan found (claimTask, or the wake's in ClaimWakes).
+type claimFunc[D any] = func(tx txn, id string, at, expires int64, token string) (D, error)
+
+// claim is ClaimDue, ClaimWakes and ClaimKinds: in one command it claims up to limit ids
+// that scan finds eligible at now (claimIn), with a lease until now+leaseFor.
 func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor time.Duration, limit int,
-	scan func(txn, int64, func(projection.IndexEntry) bool) error, purpose string,
-	claimOne func(tx txn, id string, at, expires int64, token string) (D, error),
+	scan scanFunc, purpose string, claimOne claimFunc[D],
 ) ([]D, error) {
 	at, verr := nanos("now", now)
 	if verr != nil {
@@ -300,31 +300,41 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 	}
 	var out []D
 	err := b.eng.Update(ctx, func(tx txn) error {
-		out = out[:0] // fn may run twice (engine.update)
-		// Collect first: each claim moves its entry, which would disturb the scan.
-		var ids []string
-		err := scan(tx, at, func(e projection.IndexEntry) bool {
-			ids = append(ids, e.ID)
-			return len(ids) < limit
-		})
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			token, err := b.ids.token(purpose)
-			if err != nil {
-				return err
-			}
-			d, err := claimOne(tx, id, at, expires, token)
-			if err != nil {
-				return err
-			}
-			out = append(out, d)
-		}
-		return nil
+		var err error
+		out, err = claimIn(tx, b, at, expires, limit, scan, purpose, claimOne, out[:0]) // fn may run twice (engine.update)
+		return err
 	})
 	if err != nil {
 		return nil, backendErr(err)
+	}
+	return out, nil
+}
+
+// claimIn is the claim loop inside a command: it collects up to limit ids that scan finds
+// eligible at at, then claims each (claimOne appends the claim event and returns the
+// delivery) with a fresh token drawn for purpose, appending the deliveries to out.
+func claimIn[D any](tx txn, b *logBackend, at, expires int64, limit int, scan scanFunc, purpose string,
+	claimOne claimFunc[D], out []D,
+) ([]D, error) {
+	// Collect first: each claim moves its entry, which would disturb the scan.
+	var ids []string
+	err := scan(tx, at, func(e projection.IndexEntry) bool {
+		ids = append(ids, e.ID)
+		return len(ids) < limit
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, id := range ids {
+		token, err := b.ids.token(purpose)
+		if err != nil {
+			return out, err
+		}
+		d, err := claimOne(tx, id, at, expires, token)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -349,61 +359,72 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 		return Task{}, verr
 	}
 	eo := outcomeTo(o)
-	token := d.LeaseToken()
-	var out Task
-	var derr error
 	// A completion wake may be recorded: its id is drawn before the command is queued.
 	wakeID, idErr := b.ids.id("wake", at)
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
+	var out Task
+	var derr error
 	err := b.eng.Update(ctx, func(tx txn) error {
-		out, derr = Task{}, nil // fn may run twice (engine.update)
-		t, err := tx.Task(d.Task.ID)
-		if err != nil {
-			return err
-		}
-		if t == nil {
-			derr = notFound(d.Task.ID)
-			return nil
-		}
-		if t.SettledToken != "" && t.SettledToken == token {
-			if !sameOutcome(t.Outcome, eo) {
-				derr = badTransition("the delivery was already settled with a different outcome")
-				return nil
-			}
-			out = b.taskSnapshot(t)
-			return nil
-		}
-		if !t.OwnedBy(d.Attempt, token) {
-			derr = stale(t.ID)
-			if !t.RejectionRecordable(d.Attempt) {
-				return nil
-			}
-			return tx.Append(&events.TaskSettleRejected{
-				Header: events.Header{SessionID: t.SessionID, At: at},
-				TaskID: t.ID, Attempt: d.Attempt, Reason: rejectReason(t.Claimed(), t.Attempts, d.Attempt),
-			})
-		}
-		ev := &events.TaskSettled{
-			Header: events.Header{SessionID: t.SessionID, At: at},
-			TaskID: t.ID, Attempt: d.Attempt, LeaseToken: token, Outcome: eo,
-		}
-		if err := tx.Append(ev); err != nil {
-			return err
-		}
-		if t, err = mustTask(tx, t.ID); err != nil {
-			return err
-		}
-		if t.CompletionWakeDue() {
-			if err := completionWake(tx, wakeID, t, at); err != nil {
-				return err
-			}
-		}
-		out = b.taskSnapshot(t)
-		return nil
+		var err error
+		out, derr, err = b.finishIn(tx, d, eo, wakeID, at) // fn may run twice: all three set afresh
+		return err
 	})
 	return result(out, derr, err)
+}
+
+// finishIn decides a Finish inside a command (Finish, SettleAndClaim): the task afterwards,
+// or the domain error; the last error is the engine's, which fails the command.
+func (b *logBackend) finishIn(tx txn, d TaskDelivery, eo events.Outcome, wakeID string, at int64) (Task, error, error) {
+	token := d.LeaseToken()
+	t, err := tx.Task(d.Task.ID)
+	if err != nil {
+		return Task{}, nil, err
+	}
+	if t == nil {
+		return Task{}, notFound(d.Task.ID), nil
+	}
+	if t.SettledToken != "" && t.SettledToken == token {
+		if !sameOutcome(t.Outcome, eo) {
+			return Task{}, badTransition("the delivery was already settled with a different outcome"), nil
+		}
+		return b.taskSnapshot(t), nil, nil
+	}
+	if !t.OwnedBy(d.Attempt, token) {
+		if !t.RejectionRecordable(d.Attempt) {
+			return Task{}, stale(t.ID), nil
+		}
+		return Task{}, stale(t.ID), tx.Append(&events.TaskSettleRejected{
+			Header: events.Header{SessionID: t.SessionID, At: at},
+			TaskID: t.ID, Attempt: d.Attempt, Reason: rejectReason(t.Claimed(), t.Attempts, d.Attempt),
+		})
+	}
+	ev := &events.TaskSettled{
+		Header: events.Header{SessionID: t.SessionID, At: at},
+		TaskID: t.ID, Attempt: d.Attempt, LeaseToken: token, Outcome: eo,
+	}
+	if err := tx.Append(ev); err != nil {
+		return Task{}, nil, err
+	}
+	return b.settled(tx, t.ID, wakeID, at)
+}
+
+// settled finishes a command that ended task id (a settlement, a cancel of pending work, the
+// release of work whose cancel was requested): it records the task's completion wake when
+// its policy asks for one (Task.CompletionWakeDue), and returns the task's snapshot. A task
+// that did not end (a cancel request on running work, a release) records nothing.
+func (b *logBackend) settled(tx txn, id, wakeID string, at int64) (Task, error, error) {
+	t, err := mustTask(tx, id)
+	if err != nil {
+		return Task{}, nil, err
+	}
+	if t.CompletionWakeDue() {
+		if err := completionWake(tx, wakeID, t, at); err != nil {
+			return Task{}, nil, err
+		}
+	}
+	return b.taskSnapshot(t), nil, nil
 }
 
 func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRequest, now time.Time) (Wake, error) {

@@ -127,13 +127,8 @@ func (q *Queue) ReleaseAt(ctx context.Context, d TaskDelivery, r ReleaseRequest,
 	if err := validateNonBlank("task_id", d.Task.ID); err != nil {
 		return Task{}, err
 	}
-	if !r.RunAt.IsZero() {
-		if _, err := nanos("run_at", r.RunAt); err != nil {
-			return Task{}, err
-		}
-	}
-	if len(r.Reason) > MaxReasonBytes {
-		return Task{}, invalid("reason", "is longer than 64 KiB")
+	if err := validateRelease(&r); err != nil {
+		return Task{}, err
 	}
 	if _, err := nanos("now", now); err != nil {
 		return Task{}, err
@@ -220,7 +215,7 @@ func (s *Session) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 		}
 	}
 	for _, st := range f.States {
-		if st > TaskCanceled {
+		if st < TaskPending || st > TaskCanceled {
 			return nil, invalid("states", "names an unknown task state")
 		}
 	}

@@ -64,6 +64,7 @@ func scenarios() []scenario {
 		lifecycleScenarios(),
 		logScenarios(),
 		concurrencyScenarios(),
+		runningScenarios(),
 	} {
 		all = append(all, group...)
 	}
