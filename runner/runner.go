@@ -690,6 +690,19 @@ func (r *Runner) startTask(d work.TaskDelivery) {
 	r.mu.Lock()
 	r.active++
 	r.running[t] = struct{}{}
+	if r.stopping {
+		// Claimed by a round that was in flight when Stop began: it goes back at once,
+		// and no handler starts once Stop waits for them.
+		t.take(ownerStop)
+		t.hb.Stop()
+		t.cancel(ErrStopping)
+		r.free++
+		r.queue(finished{t: t, settle: work.Settle{Delivery: d,
+			Release: &work.ReleaseRequest{Reason: "runner stopping"}},
+			res: TaskResult{Result: Released, Err: ErrStopping}})
+		r.mu.Unlock()
+		return
+	}
 	t.hb.Reset(r.heartbeat)
 	if r.slots == 0 {
 		r.ready = append(r.ready, t)
@@ -862,9 +875,17 @@ func (r *Runner) wakeLoop() {
 			}
 			continue
 		}
+		r.mu.Lock()
+		if r.stopping {
+			// Stop waits for the handlers: none may start now. The wakes are delivered
+			// again when their leases expire.
+			r.mu.Unlock()
+			return
+		}
+		r.handlers.Add(len(ws))
+		r.mu.Unlock()
 		var wg sync.WaitGroup
 		for _, d := range ws {
-			r.handlers.Add(1)
 			wg.Go(func() {
 				defer r.handlers.Done()
 				r.runWake(d)
