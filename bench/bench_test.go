@@ -18,7 +18,7 @@ func TestSmoke(t *testing.T) {
 			}
 			r := runChild(context.Background(), childConfig{
 				System: s.name, Dir: t.TempDir(), Run: 1,
-				N: 100, Workers: 4, PGDSN: dsn, WorklogPool: "dispatch",
+				N: 100, Workers: 4, PGDSN: dsn, WorklogPool: "runner",
 			})
 			if r.Error != "" {
 				t.Fatal(r.Error)
@@ -59,6 +59,10 @@ func benchmarkWorklogW2(b *testing.B, sys, pool string) {
 	}
 }
 
+func BenchmarkWorklogW2Runner(b *testing.B) { benchmarkWorklogW2(b, "worklog", "runner") }
+func BenchmarkWorklogW2RunnerNoPrefetch(b *testing.B) {
+	benchmarkWorklogW2(b, "worklog", "runner-noprefetch")
+}
 func BenchmarkWorklogW2Dispatch(b *testing.B) { benchmarkWorklogW2(b, "worklog", "dispatch") }
 func BenchmarkWorklogW2Each(b *testing.B)     { benchmarkWorklogW2(b, "worklog", "each") }
 func BenchmarkWorklogNoSyncW2Dispatch(b *testing.B) {

@@ -71,7 +71,7 @@ func main() {
 		pgDSN      = flag.String("pg", os.Getenv("BENCH_PG_DSN"), "PostgreSQL DSN of a server to create throwaway databases on (run.sh starts one); empty skips river-pg")
 		out        = flag.String("out", "", "also append every child's JSON line to this file")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the timed phases to FILE.<system>.<run> (children)")
-		pool       = flag.String("worklog-pool", "dispatch", "worklog's W2 pool: dispatch (one dispatcher claims for every idle worker, like River's producer) or each (every worker claims its own task)")
+		pool       = flag.String("worklog-pool", "runner", "worklog's W2 pool: runner (the runner package, as River's rows use River's client; Prefetch = workers), runner-noprefetch (Prefetch 0), dispatch (a hand-written dispatcher claims for every idle worker, like River's producer) or each (every worker claims its own task)")
 		report     = flag.String("report", "", "print the table from a file of JSON lines written by -out, and exit")
 	)
 	flag.Parse()
@@ -88,8 +88,8 @@ func main() {
 		}
 		return
 	}
-	if *pool != "dispatch" && *pool != "each" {
-		fmt.Fprintln(os.Stderr, "-worklog-pool must be dispatch or each")
+	if *pool != "runner" && *pool != "runner-noprefetch" && *pool != "dispatch" && *pool != "each" {
+		fmt.Fprintln(os.Stderr, "-worklog-pool must be runner, runner-noprefetch, dispatch or each")
 		os.Exit(2)
 	}
 	if *report != "" {

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/runner"
 	"github.com/worklog/worklog/work"
 )
 
@@ -19,7 +23,7 @@ type worklogQueue struct {
 	opts *work.Options
 	q    *work.Queue
 	s    *work.Session
-	pool string // "dispatch" or "each"
+	pool string // "runner", "runner-noprefetch", "dispatch" or "each"
 
 	// reopen opens the queue again for the check (nil: work.Open(dir, opts)); done runs
 	// after it (dropping a PostgreSQL row's database).
@@ -62,10 +66,80 @@ func (w *worklogQueue) Duplicate(ctx context.Context, key string, input []byte) 
 
 // Work runs the W2 pool in the shape -worklog-pool chose.
 func (w *worklogQueue) Work(ctx context.Context, total, workers int) error {
-	if w.pool == "each" {
+	switch w.pool {
+	case "each":
 		return w.workEach(ctx, total, workers)
+	case "dispatch":
+		return w.workDispatch(ctx, total, workers)
 	}
-	return w.workDispatch(ctx, total, workers)
+	prefetch := workers
+	if w.pool == "runner-noprefetch" {
+		prefetch = 0
+	}
+	return w.workRunner(ctx, total, workers, prefetch)
+}
+
+// countingHooks counts the tasks the runner recorded as succeeded (TaskEnd comes after the
+// SettleAndClaim that recorded the result returned, that is once it is durable), and
+// reports the first task that ended otherwise.
+type countingHooks struct {
+	runner.NoHooks
+	total     int64
+	succeeded atomic.Int64
+	done      chan struct{} // closed when total succeeded
+	failed    chan error    // cap 1
+}
+
+func (h *countingHooks) TaskEnd(_ context.Context, d work.TaskDelivery, r runner.TaskResult) {
+	if r.Result != runner.Succeeded || r.SettleErr != nil {
+		select {
+		case h.failed <- fmt.Errorf("task %s: %v (handler error %v, settle error %v)", d.Task.ID, r.Result, r.Err, r.SettleErr):
+		default:
+		}
+		return
+	}
+	if h.succeeded.Add(1) == h.total {
+		close(h.done)
+	}
+}
+
+// workRunner is W2 through the runner package, as River's rows go through River's client:
+// a runner with `workers` handler slots (River's MaxWorkers) and a handler that does
+// nothing; its dispatcher settles the finished deliveries and claims the next tasks in one
+// SettleAndClaim per round, holding up to `prefetch` claimed tasks beyond the slots
+// (Config.Prefetch). The clock stops when the last result is recorded (durable).
+func (w *worklogQueue) workRunner(ctx context.Context, total, workers, prefetch int) error {
+	hooks := &countingHooks{total: int64(total), done: make(chan struct{}), failed: make(chan error, 1)}
+	r, err := runner.New(w.q, runner.Config{
+		Handlers:    map[string]runner.Handler{"bench": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
+		Concurrency: workers,
+		Prefetch:    prefetch,
+		LeaseFor:    10 * time.Minute,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Hooks:       hooks,
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Start(); err != nil {
+		return err
+	}
+	var werr error
+	select {
+	case <-hooks.done:
+	case werr = <-hooks.failed:
+	case <-ctx.Done():
+		werr = ctx.Err()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.Stop(stopCtx); err != nil && werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return werr
+	}
+	return poolResult(nil, hooks.succeeded.Load(), total)
 }
 
 // completerBacklog bounds the settlements in flight in the dispatch pool, as River's batch

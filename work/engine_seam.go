@@ -16,7 +16,7 @@ func newEngineQueue(e engine, c engineapi.Config) *Queue {
 	if maxValue <= 0 {
 		maxValue = DefaultMaxValueBytes
 	}
-	lb := &logBackend{eng: e, ids: newIDSource(c.Entropy), maxValue: maxValue, clock: wallClock,
+	lb := &logBackend{eng: watched(e), ids: newIDSource(c.Entropy), maxValue: maxValue, clock: wallClock,
 		ownedValueMin: c.OwnedValueMin}
 	return &Queue{b: lb, log: lb, maxValue: maxValue}
 }

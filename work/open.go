@@ -58,7 +58,7 @@ func (q *Queue) pebble() (*pebbleEngine, bool) {
 	if q.log == nil {
 		return nil, false
 	}
-	pe, ok := q.log.eng.(*pebbleEngine)
+	pe, ok := baseEngine(q.log.eng).(*pebbleEngine)
 	return pe, ok
 }
 

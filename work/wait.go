@@ -1,0 +1,329 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/worklog/worklog/events"
+	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
+)
+
+// Waiting without polling (issue 13 §2).
+//
+// A waiter blocks on a broadcast channel that a commit closes when it may have made work
+// claimable, and on a timer set to the earliest entry of the due index (or the
+// available-wake index): a scheduled time or a lease expiry. What is due is decided by the
+// projection, as the claims decide it; only the timer reads the wall clock.
+//
+// The signal comes from the engine seam, not from each command: every engine is wrapped in
+// a watchedEngine, whose transactions look at the type of each event appended, so a new
+// command (or a new backend) signals without being told to.
+
+// errNoWaiting is the cause of the ErrBackend error of WaitTasks/WaitWakes on a queue over a
+// custom Backend: only worklog's own backends signal their commits.
+var errNoWaiting = errors.New("work: this backend does not signal its commits (waiting needs NewInMemory, Open or postgres.Open)")
+
+// signal bits: which waiters an event may concern.
+const (
+	sigTasks uint8 = 1 << iota
+	sigWakes
+)
+
+// eventSignal is which waiters an event of type t may concern (ok false: a type this
+// switch does not know, which TestEventSignalKnowsEveryType catches): an event that may make
+// a task or a wake claimable, or that may move the earliest entry of an index earlier (so a
+// waiter's timer is too late). Claims are not among them: a claim only takes due entries
+// (at <= its now) and puts each back at now+lease, later than the entry it took, so the
+// earliest entry a waiter computed can only move later; a waiter whose timer then fires
+// early finds nothing and waits again. Settlements only remove entries; a completion wake is
+// its own WakeRecorded.
+func eventSignal(t events.Type) (sig uint8, ok bool) {
+	switch t {
+	case events.TypeTaskSubmitted, events.TypeTaskReleased, events.TypeTaskExtended,
+		events.TypeTaskCancelRequested:
+		return sigTasks, true
+	case events.TypeWakeRecorded:
+		return sigWakes, true
+	case events.TypeTaskClaimed, events.TypeTaskSettled, events.TypeWakeClaimed, events.TypeWakeAcked,
+		events.TypeTaskSettleRejected, events.TypeWakeAckRejected:
+		return 0, true
+	}
+	return 0, false
+}
+
+// waitHub is the broadcast point of one engine: a channel per signal that is closed (and
+// forgotten) when the signal fires, made only when somebody waits, so a commit with no
+// waiter costs one atomic load.
+type waitHub struct {
+	tasks, wakes atomic.Pointer[chan struct{}]
+	done         chan struct{} // closed when the engine closes
+	closeOnce    sync.Once
+
+	// Commits of other processes, from an engine that implements engineapi.Watcher,
+	// forwarded to both signals by one goroutine started by the first waiter.
+	watcher   engineapi.Watcher
+	watchOnce sync.Once
+}
+
+func newWaitHub(e engine) *waitHub {
+	h := &waitHub{done: make(chan struct{})}
+	if w, ok := e.(engineapi.Watcher); ok {
+		h.watcher = w
+	}
+	return h
+}
+
+func (h *waitHub) slot(which uint8) *atomic.Pointer[chan struct{}] {
+	if which == sigWakes {
+		return &h.wakes
+	}
+	return &h.tasks
+}
+
+// channel returns the channel the next signal of which closes.
+func (h *waitHub) channel(which uint8) <-chan struct{} {
+	p := h.slot(which)
+	for {
+		if c := p.Load(); c != nil {
+			return *c
+		}
+		c := make(chan struct{})
+		if p.CompareAndSwap(nil, &c) {
+			return c
+		}
+	}
+}
+
+// signal wakes every waiter of the signals in mask.
+func (h *waitHub) signal(mask uint8) {
+	for _, which := range [...]uint8{sigTasks, sigWakes} {
+		if mask&which == 0 {
+			continue
+		}
+		p := h.slot(which)
+		if p.Load() == nil { // nobody waits: the common case under load
+			continue
+		}
+		if c := p.Swap(nil); c != nil {
+			close(*c)
+		}
+	}
+}
+
+func (h *waitHub) close() {
+	h.closeOnce.Do(func() { close(h.done) })
+}
+
+// watch starts, once, the goroutine that turns another process's commits into signals.
+func (h *waitHub) watch() {
+	if h.watcher == nil {
+		return
+	}
+	h.watchOnce.Do(func() {
+		changed := h.watcher.Changed()
+		go func() {
+			for {
+				select {
+				case _, ok := <-changed:
+					if !ok {
+						return
+					}
+					h.signal(sigTasks | sigWakes)
+				case <-h.done:
+					return
+				}
+			}
+		}()
+	})
+}
+
+// watchedEngine is an engine whose commits signal its waitHub.
+type watchedEngine struct {
+	engine
+	hub *waitHub
+}
+
+// watched wraps e so that its commits wake the queue's waiters.
+func watched(e engine) *watchedEngine { return &watchedEngine{engine: e, hub: newWaitHub(e)} }
+
+// baseEngine is the engine under the waiters' wrapper (the Pebble engine for Checkpoint).
+func baseEngine(e engine) engine {
+	if w, ok := e.(*watchedEngine); ok {
+		return w.engine
+	}
+	return e
+}
+
+// watchCall is one Update of a watchedEngine: the transaction handed to the decide code
+// (the engine's, whose Append it wraps) and what its events signaled. Calls are pooled, and
+// run is made once per pooled call, so that watching costs a command no allocation (a
+// closure and a wrapper per Update cost three, measured on BenchmarkInMemory).
+type watchCall struct {
+	txn  // the engine's transaction of the current run of fn
+	hub  *waitHub
+	fn   func(tx txn) error
+	mask uint8
+	run  func(tx txn) error // runFn, bound once
+}
+
+var watchCalls = sync.Pool{New: func() any {
+	w := &watchCall{}
+	w.run = w.runFn
+	return w
+}}
+
+// runFn is what the engine runs: fn over this call. fn may run twice (engine.Update): only
+// the last run's events commit, so the mask starts afresh.
+func (w *watchCall) runFn(tx txn) error {
+	w.txn, w.mask = tx, 0
+	return w.fn(w)
+}
+
+// Append signals before the command commits, so a waiter's claim can be queued while this
+// batch is still being written and share its fsync. That early signal is safe: a claim runs
+// after this batch in the engine's order (the single writer, or the in-memory engine's
+// lock), so it sees the event, and if the batch is discarded the waiter only finds nothing.
+// But a waiter that starts waiting after it and reads the state before the batch is visible
+// would miss it, so Update signals again once the commit returned.
+func (w *watchCall) Append(ev events.Event) error {
+	if err := w.txn.Append(ev); err != nil {
+		return err
+	}
+	if s, _ := eventSignal(ev.Type()); s != 0 {
+		w.mask |= s
+		w.hub.signal(s)
+	}
+	return nil
+}
+
+func (e *watchedEngine) Update(ctx context.Context, fn func(tx txn) error) error {
+	w := watchCalls.Get().(*watchCall)
+	w.hub, w.fn, w.mask = e.hub, fn, 0
+	// The engine runs w.run only until Update returns (a caller whose ctx ends first waits
+	// for a running closure and stops it from running again), so w is free after it.
+	err := e.engine.Update(ctx, w.run)
+	mask := w.mask
+	w.txn, w.hub, w.fn = nil, nil, nil
+	watchCalls.Put(w)
+	if err == nil && mask != 0 {
+		e.hub.signal(mask)
+	}
+	return err
+}
+
+func (e *watchedEngine) Close() error {
+	e.hub.close()
+	return e.engine.Close()
+}
+
+// hub is the queue's waitHub, or nil for a backend that does not signal.
+func (q *Queue) hub() *waitHub {
+	if q.log == nil {
+		return nil
+	}
+	if w, ok := q.log.eng.(*watchedEngine); ok {
+		return w.hub
+	}
+	return nil
+}
+
+// WaitTasks blocks until a task of one of kinds (of any kind when kinds is empty) may be
+// claimable, so that a worker's loop needs no sleep: it returns nil at once when such a task
+// is due now (pending and scheduled at or before now, or running with an expired lease);
+// otherwise when a commit of this queue may have made one claimable (a submit, a release, a
+// cancel request or a lease extension, of any kind), when the earliest scheduled time or
+// lease expiry of those kinds comes, or, on an engine shared with other processes
+// (PostgreSQL), when another process commits such a change. It returns an ErrBackend error
+// wrapping ctx.Err() when ctx ends, and one wrapping ErrClosed when the queue is closed.
+//
+// A waiter uses no CPU while it waits: it blocks on a channel and a timer. Wakeups may be
+// spurious: nil means "try to claim", and the claim may find nothing (another worker was
+// faster, the commit concerned another kind, a task was claimed before its timer fired).
+// Call it again then. What is due is read from the projection, as the claims read it; the
+// wall clock only sets the timer, so a clock that jumps makes a waiter return early (and
+// wait again) or late, never miss a signal.
+func (q *Queue) WaitTasks(ctx context.Context, kinds []string) error {
+	for _, k := range kinds {
+		if err := validateNonBlank("kind", k); err != nil {
+			return err
+		}
+	}
+	return q.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
+		if len(kinds) == 0 {
+			return r.ScanDue(math.MaxInt64, first)
+		}
+		for _, k := range kinds {
+			if err := r.ScanDueKind(k, math.MaxInt64, first); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// WaitWakes is WaitTasks for wakes: it returns when an unacknowledged wake may be claimable
+// (one is available now, a wake was recorded, a wake's lease expired), with the same rules.
+func (q *Queue) WaitWakes(ctx context.Context) error {
+	return q.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
+		return r.ScanWakes(math.MaxInt64, first)
+	})
+}
+
+// wait is WaitTasks and WaitWakes: scan calls first with the first entry of each index the
+// waiter cares about (first returns false to stop each scan at its first entry).
+func (q *Queue) wait(ctx context.Context, which uint8, scan func(projection.Reader, func(projection.IndexEntry) bool) error) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	h := q.hub()
+	if h == nil {
+		return backendErr(errNoWaiting)
+	}
+	h.watch()
+	// The channel is taken before the state is read: a commit after the read closes it, so
+	// no signal falls between the read and the wait.
+	signaled := h.channel(which)
+	var earliest int64
+	found := false
+	err := q.log.eng.View(ctx, func(r projection.Reader) error {
+		found = false
+		return scan(r, func(e projection.IndexEntry) bool {
+			if !found || e.At < earliest {
+				earliest, found = e.At, true
+			}
+			return false
+		})
+	})
+	if err != nil {
+		return backendErr(err)
+	}
+	var timer <-chan time.Time
+	if found {
+		now := wallClock().UnixNano()
+		if earliest <= now {
+			return nil
+		}
+		d := time.Duration(earliest - now)
+		if d < 0 { // earliest - now overflowed: far enough to wait for signals only
+			d = math.MaxInt64
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-signaled:
+		return nil
+	case <-timer:
+		return nil
+	case <-ctx.Done():
+		return backendErr(ctx.Err())
+	case <-h.done:
+		return backendErr(ErrClosed)
+	}
+}
