@@ -22,6 +22,8 @@ const (
 	prefixKindDue     = 'D' // D<uvarint len><kind><at 8B ordered><submit seq 8B BE>: task id
 	prefixSessionTask = 'l' // l<uvarint len><session><submit seq 8B BE>: task id
 	prefixCount       = 'c' // c<uvarint len><kind><state 1B>: number of tasks, 8B BE
+	prefixPrunable    = 'r' // r<at 8B ordered><seq 8B BE>: 't' or 'w', then the id: retention index
+	prefixPruned      = 'p' // p<from seq 8B BE>: to seq 8B BE: a pruned range of the log
 )
 
 var (
@@ -32,11 +34,11 @@ var (
 // projectionPrefixes are the keyspaces derived from the log: Verify rebuilds and compares
 // them (the last sequence too).
 var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
-	prefixKindDue, prefixSessionTask, prefixCount}
+	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable}
 
 // format3Prefixes are the keyspaces format 3 added. A store of an older format opened
 // read-only has none of them (the upgrade builds them: upgrade.go).
-var format3Prefixes = []byte{prefixKindDue, prefixSessionTask, prefixCount}
+var format3Prefixes = []byte{prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable}
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 9)

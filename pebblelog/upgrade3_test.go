@@ -26,6 +26,12 @@ func format3Keys(t *testing.T, db pebble.Reader) []string {
 	t.Helper()
 	var lines []string
 	for _, p := range format3Prefixes {
+		if p == prefixPrunable {
+			// Its entries need the acknowledgment times, which the dumps do not hold: Verify
+			// compares it with the fold of the log (mustVerify), and
+			// TestUpgradeBuildsRetentionIndex checks it on its own.
+			continue
+		}
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
 		if err != nil {
 			t.Fatal(err)

@@ -389,6 +389,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	mergeKindLows(ws.kindLows, w.newKindLows)
 	mergeCounts(ws.counts, w.countDelta)
 	ws.cache.merge(w.tasks, w.wakes)
+	ws.cache.forget(w.deleted)
 	if s.opts.NoSync {
 		b.Close()
 		b = nil
