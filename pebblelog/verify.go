@@ -203,7 +203,10 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		return err
 	}
 	if prev < storedLast && nextPruned < len(pruned) && pruned[nextPruned] == (projection.SeqRange{From: prev + 1, To: storedLast}) {
-		nextPruned++ // the newest events were pruned
+		nextPruned++ // the newest events were pruned: the last sequence stays theirs
+		if err := w.SetLastSeq(storedLast); err != nil {
+			return err
+		}
 	} else if prev != storedLast {
 		add("log: ends at seq %d but the stored last sequence is %d", prev, storedLast)
 	}

@@ -65,6 +65,7 @@ func scenarios() []scenario {
 		logScenarios(),
 		concurrencyScenarios(),
 		runningScenarios(),
+		pruneScenarios(),
 	} {
 		all = append(all, group...)
 	}
