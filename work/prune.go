@@ -27,7 +27,9 @@ const DefaultPruneInterval = time.Minute
 
 // pruneGroup bounds the subjects one prune command removes: each group is one command (one
 // batch) of the single writer, so other commands wait behind at most one group.
-const pruneGroup = 256
+// A variable only for the crash test, which makes groups small so that a crash lands
+// between them.
+var pruneGroup = 256
 
 // Prune removes the history that became prunable before before (docs/design.md,
 // "Retention"): a terminal task that finished before it, with its completion wake once that
