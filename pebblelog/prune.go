@@ -9,19 +9,19 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
 )
 
 // Retention on Pebble (docs/design.md, "Retention").
 //
-// The fold keeps the retention index (r: subjects by the time they became prunable), so a
-// prune reads only what it removes. Txn.Prune removes a bounded group of subjects in the
-// command's batch: through projection.PruneSubject their records, keys, list entries, counts
-// and index entries; here their events (found through the session event index, between the
-// subject's first and last event) and their session index entries; and it records the
-// removed sequences in the pruned ranges (p), coalesced, so that Verify tells a pruned gap
-// from a lost one. A subject is removed whole in one batch or not at all.
+// The fold keeps the retention index (r: subjects by the time they became prunable), and
+// every append writes its event's entry in the per-subject event index (x), so a prune reads
+// only what it removes. Txn.Prune removes a bounded group of subjects in the command's batch:
+// through projection.PruneSubject their records, keys, list entries, counts and index
+// entries; here their events (runs of the log by range deletion), their session and subject
+// index entries; and it records the removed sequences in the pruned ranges (p), coalesced,
+// so that Verify tells a pruned gap from a lost one. A subject is removed whole in one batch
+// or not at all.
 
 func pruneKey(at int64, seq uint64) []byte { return indexKey(prefixPrunable, at, seq) }
 
@@ -201,7 +201,7 @@ type PruneResult struct {
 // minRangeDelete is the run of consecutive pruned events from which Prune deletes the log
 // with one range deletion instead of a point deletion per event: fewer tombstones, and a
 // range a compaction drops whole.
-const minRangeDelete = 4
+const minRangeDelete = 64
 
 // Prune removes up to limit subjects prunable before before (projection.PrunableBefore),
 // oldest first, with all their events, in this command's batch: a crash keeps all of a
@@ -222,144 +222,92 @@ func (t *Txn) Prune(before int64, limit int) (PruneResult, error) {
 	if err != nil || len(entries) == 0 {
 		return res, err
 	}
-	// Remove the records, and gather per session the subjects and the spans their events
-	// lie in.
-	type sessionWork struct {
-		subjects []projection.Pruned
-	}
-	bySession := map[string]*sessionWork{}
-	var sessions []string
+	// Remove the records, then each subject's events, found through the per-subject index
+	// (x): what a prune reads is what it removes.
+	var seqs []uint64
 	for _, e := range entries {
 		p, err := projection.PruneSubject(w, e, before)
 		if err != nil {
 			return res, err
 		}
-		if p.TaskID != "" {
-			res.Tasks++
+		for _, id := range []string{p.TaskID, p.WakeID} {
+			if id == "" {
+				continue
+			}
+			if id == p.TaskID {
+				res.Tasks++
+			} else {
+				res.Wakes++
+			}
+			got, err := w.subjectEvents(p.SessionID, id)
+			if err != nil {
+				return res, err
+			}
+			seqs = append(seqs, got...)
 		}
-		if p.WakeID != "" {
-			res.Wakes++
-		}
-		sw := bySession[p.SessionID]
-		if sw == nil {
-			sw = &sessionWork{}
-			bySession[p.SessionID] = sw
-			sessions = append(sessions, p.SessionID)
-		}
-		sw.subjects = append(sw.subjects, p)
-	}
-	var seqs []uint64
-	var d events.Decoder
-	for _, session := range sessions {
-		sw := bySession[session]
-		got, err := w.sessionEventsOf(session, sw.subjects, &d)
-		if err != nil {
-			return res, err
-		}
-		seqs = append(seqs, got...)
 	}
 	slices.Sort(seqs)
-	for _, r := range projection.RunsOf(seqs) {
+	runs := projection.RunsOf(seqs)
+	for _, r := range runs { // first, while the batch holds no range deletion (see above)
+		if err := w.addPruned(r); err != nil {
+			return res, err
+		}
+	}
+	for _, r := range runs {
 		if r.To-r.From+1 >= minRangeDelete {
 			if err := w.b.DeleteRange(eventKey(r.From), eventKey(r.To+1), nil); err != nil {
 				return res, err
 			}
-		} else {
-			for s := r.From; s <= r.To; s++ {
-				if err := w.b.Delete(eventKey(s), nil); err != nil {
-					return res, err
-				}
-			}
+			continue
 		}
-		if err := w.addPruned(r); err != nil {
-			return res, err
+		for s := r.From; s <= r.To; s++ {
+			if err := w.b.Delete(eventKey(s), nil); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.Events = uint64(len(seqs))
 	return res, nil
 }
 
-// sessionEventsOf finds the events of the subjects (all of one session) through the session
-// event index, deletes their session index entries and returns their sequences. Each
-// subject's events lie between its first and last event (Pruned.FirstSeq, LastSeq); the
-// spans are merged, so each index entry is read once. An event of another subject in a span
-// is read and kept.
-func (w *writer) sessionEventsOf(session string, subjects []projection.Pruned, d *events.Decoder) ([]uint64, error) {
-	spans := make([]projection.SeqRange, 0, len(subjects))
-	ids := make(map[string]bool, 2*len(subjects))
-	for _, p := range subjects {
-		spans = append(spans, projection.SeqRange{From: p.FirstSeq, To: p.LastSeq})
-		if p.TaskID != "" {
-			ids["t"+p.TaskID] = true
-		}
-		if p.WakeID != "" {
-			ids["w"+p.WakeID] = true
-		}
-	}
-	slices.SortFunc(spans, func(a, b projection.SeqRange) int {
-		return cmpUint(a.From, b.From)
-	})
-	var merged []projection.SeqRange
-	for _, s := range spans {
-		if n := len(merged); n > 0 && s.From <= merged[n-1].To+1 {
-			merged[n-1].To = max(merged[n-1].To, s.To)
-			continue
-		}
-		merged = append(merged, s)
+// subjectEvents returns the sequences of id's events from the per-subject index, and deletes
+// them from it (one range deletion: the subject's entries are contiguous) and from the
+// session event index.
+func (w *writer) subjectEvents(session, id string) (_ []uint64, err error) {
+	prefix := subjectPrefix(id)
+	end := prefixEnd(prefix)
+	it, err := w.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: end})
+	if err != nil {
+		return nil, err
 	}
 	var out []uint64
-	prefix := sessionPrefix(session)
-	for _, s := range merged {
-		it, err := w.b.NewIter(&pebble.IterOptions{
-			LowerBound: sessionEventKey(session, s.From), UpperBound: sessionEventKey(session, s.To+1)})
-		if err != nil {
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(prefix)+8 {
+			it.Close()
+			return nil, fmt.Errorf("%w: subject index key %q", ErrCorruptRecord, k)
+		}
+		out = append(out, binary.BigEndian.Uint64(k[len(prefix):]))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s has a record but no events in the subject index", ErrCorruptRecord, id)
+	}
+	// Point deletions, not a range deletion over the prefix: every later iterator over the
+	// indexed batch (this group's next subjects, the claims of the same batch) fragments
+	// all of the batch's range deletions, and a group of them made a prune 10 times slower
+	// (BenchmarkRetention: 4.1 s instead of 0.44 s for 4,000 tasks).
+	for _, seq := range out {
+		if err := w.b.Delete(binary.BigEndian.AppendUint64(bytes.Clone(prefix), seq), nil); err != nil {
 			return nil, err
 		}
-		var keys [][]byte
-		for ok := it.First(); ok; ok = it.Next() {
-			k := it.Key()
-			if len(k) != len(prefix)+8 {
-				it.Close()
-				return nil, fmt.Errorf("%w: session index key %q", ErrCorruptRecord, k)
-			}
-			keys = append(keys, bytes.Clone(k))
-		}
-		if err := errors.Join(it.Error(), it.Close()); err != nil {
+		if err := w.b.Delete(sessionEventKey(session, seq), nil); err != nil {
 			return nil, err
-		}
-		for _, k := range keys {
-			seq := binary.BigEndian.Uint64(k[len(prefix):])
-			v, ok, err := w.reader.get(eventKey(seq))
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				return nil, fmt.Errorf("%w: session index entry %d of session %q has no event", ErrCorruptRecord, seq, session)
-			}
-			ev, err := d.Decode(v, seq)
-			if err != nil {
-				return nil, err
-			}
-			taskID, wakeID := ev.Subject()
-			if (taskID != "" && ids["t"+taskID]) || (wakeID != "" && ids["w"+wakeID]) {
-				if err := w.b.Delete(k, nil); err != nil {
-					return nil, err
-				}
-				out = append(out, seq)
-			}
 		}
 	}
 	return out, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // addPruned records r in the pruned ranges, coalesced with a range that ends just before it

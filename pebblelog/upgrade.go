@@ -135,6 +135,9 @@ func (s *Store) buildFormat3() (err error) {
 	if err := s.buildRetentionWakes(); err != nil {
 		return fmt.Errorf("building the retention index of wakes: %w", err)
 	}
+	if err := s.buildSubjectIndex(); err != nil {
+		return fmt.Errorf("building the per-subject event index: %w", err)
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixTask}, UpperBound: []byte{prefixTask + 1}})
 	if err != nil {
 		return err

@@ -132,3 +132,46 @@ func (s *Store) buildRetentionTask(b *pebble.Batch, t *projection.Task) error {
 	e := projection.PruneEntry{At: at, Seq: t.SubmitSeq, ID: t.ID}
 	return b.Set(pruneKey(e.At, e.Seq), pruneValue(e), nil)
 }
+
+// buildSubjectIndex writes the per-subject event index (x) of every event in the log: the
+// one part of the upgrade that reads the whole log (decoding each event's subject).
+func (s *Store) buildSubjectIndex() (err error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	b := s.db.NewBatch()
+	defer func() { b.Close() }()
+	var d events.Decoder
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			return fmt.Errorf("%w: log key %q", ErrCorruptRecord, k)
+		}
+		seq := binary.BigEndian.Uint64(k[1:])
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		ev, err := d.Decode(v, seq)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
+			return err
+		}
+		if b.Len() >= upgradeBatchBytes {
+			if err := s.commitUpgrade(b); err != nil {
+				return err
+			}
+			b = s.db.NewBatch()
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	err = s.commitUpgrade(b)
+	b = s.db.NewBatch()
+	return err
+}

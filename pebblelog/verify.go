@@ -177,6 +177,9 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		if err := b.Set(sessionEventKey(ev.Head().SessionID, seq), nil, nil); err != nil {
 			return err
 		}
+		if err := b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
+			return err
+		}
 		if aerr := projection.Apply(w, ev); aerr != nil {
 			add("log: %v", aerr)
 			folding = false
@@ -398,6 +401,10 @@ func describeKey(k []byte) string {
 	case prefixPruned:
 		if len(k) == 9 {
 			return fmt.Sprintf("pruned range from seq %d", binary.BigEndian.Uint64(k[1:]))
+		}
+	case prefixSubject:
+		if id, rest, ok := splitScoped(k); ok && len(rest) == 8 {
+			return fmt.Sprintf("subject index (%s, seq %d)", id, binary.BigEndian.Uint64([]byte(rest)))
 		}
 	case prefixMeta:
 		return "meta " + string(k[1:])

@@ -45,6 +45,10 @@ func (t *Txn) Append(ev events.Event) error {
 	if err := t.w.b.Set(sessionEventKey(h.SessionID, h.Seq), nil, nil); err != nil {
 		return err
 	}
+	// The per-subject index: a prune finds a subject's events without reading others.
+	if err := t.w.b.Set(subjectEventKey(ev, h.Seq), nil, nil); err != nil {
+		return err
+	}
 	return projection.Apply(t.w, ev)
 }
 
