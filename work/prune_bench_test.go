@@ -62,7 +62,9 @@ func benchRetention(b *testing.B, on bool, windows, perWindow int) {
 	var pruneTime time.Duration
 	for w := range windows {
 		base := start.Add(time.Duration(w) * time.Hour)
-		now := func(i int) time.Time { return base.Add(time.Duration(i) * 100 * time.Millisecond / time.Duration(perWindow/1000+1)) }
+		now := func(i int) time.Time {
+			return base.Add(time.Duration(i) * 100 * time.Millisecond / time.Duration(perWindow/1000+1))
+		}
 		for i := range perWindow {
 			s := q.Session(fmt.Sprintf("s%d", i%100))
 			r := work.TaskRequest{Kind: "crawl", Input: input, IdempotencyKey: fmt.Sprintf("w%d-%d", w, i)}
