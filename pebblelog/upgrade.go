@@ -10,6 +10,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
+// The upgrades. A format-1 store is brought to format 3 in one Open: its records are read as
+// they are (format 2's rule, below), and format 3's keyspaces are built from them (further
+// down); the format key and the marker then move straight to FormatVersion.
+//
 // The upgrade from format 1 to format 2.
 //
 // Format 2 reads format-1 records as they are (a record that carries its input is used as it

@@ -27,10 +27,12 @@ type Mem struct {
 	lastSeq  uint64
 
 	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
-	// its tasks in submission order. lastKind is the kind last looked up (Mem.kind).
-	kinds    map[string]*kindIndex
-	lastKind *kindIndex
-	sessions map[string]*sessionList
+	// its tasks in submission order. lastKind and lastSession are the last looked up: a
+	// session often submits several tasks in a row, and a move touches its kind twice.
+	kinds       map[string]*kindIndex
+	lastKind    *kindIndex
+	sessions    map[string]*sessionList
+	lastSession *sessionList
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task

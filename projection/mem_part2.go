@@ -29,7 +29,10 @@ type sessionTask struct {
 
 // sessionList is a session's tasks, in submission order. Apply adds tasks in sequence
 // order, so the list only grows at its end.
-type sessionList struct{ tasks []sessionTask }
+type sessionList struct {
+	session string
+	tasks   []sessionTask
+}
 
 // kind returns the index of kind k, made on first use. The last kind used is kept aside: a
 // fold sees runs of events of one kind, and each move touches the same kind twice (its
@@ -114,10 +117,13 @@ func (m *Mem) PutSessionTask(sessionID string, submitSeq uint64, taskID string) 
 	if m.deferred {
 		return nil
 	}
-	l := m.sessions[sessionID]
-	if l == nil {
-		l = &sessionList{}
-		m.sessions[sessionID] = l
+	l := m.lastSession
+	if l == nil || l.session != sessionID {
+		if l = m.sessions[sessionID]; l == nil {
+			l = &sessionList{session: sessionID}
+			m.sessions[sessionID] = l
+		}
+		m.lastSession = l
 	}
 	st := sessionTask{seq: submitSeq, id: taskID}
 	if n := len(l.tasks); n == 0 || l.tasks[n-1].seq < submitSeq {
@@ -157,7 +163,7 @@ func (m *Mem) AddCount(kind string, state events.TaskState, delta int64) error {
 // records (BuildIndexes).
 func (m *Mem) buildPart2() {
 	m.kinds, m.lastKind = map[string]*kindIndex{}, nil
-	m.sessions = map[string]*sessionList{}
+	m.sessions, m.lastSession = map[string]*sessionList{}, nil
 	due := map[string][]IndexEntry{}
 	for _, t := range m.tasks {
 		ki := m.kind(t.Kind)
@@ -167,7 +173,7 @@ func (m *Mem) buildPart2() {
 		}
 		l := m.sessions[t.SessionID]
 		if l == nil {
-			l = &sessionList{}
+			l = &sessionList{session: t.SessionID}
 			m.sessions[t.SessionID] = l
 		}
 		l.tasks = append(l.tasks, sessionTask{seq: t.SubmitSeq, id: t.ID})

@@ -219,13 +219,18 @@ func (o ClaimKindsOp) check(m *model, r *result) []string {
 	if r.err != nil {
 		return []string{fmt.Sprintf("[model] claim by kind failed: %v", r.err)}
 	}
+	return append(checkKinds(r, o.kinds()), checkTaskClaims(m, r, o.Limit)...)
+}
+
+// checkKinds: a claim restricted to kinds delivered only tasks of those kinds.
+func checkKinds(r *result, kinds []string) []string {
 	var fails []string
 	for _, d := range r.tds {
-		if k := strings.Join(o.kinds(), " "); !strings.Contains(" "+k+" ", " "+d.Task.Kind+" ") {
+		if k := strings.Join(kinds, " "); !strings.Contains(" "+k+" ", " "+d.Task.Kind+" ") {
 			fails = append(fails, fmt.Sprintf("[claim-kinds] a claim of kinds [%s] delivered %s of kind %s", k, r.sys.nameTask(d.Task.ID), d.Task.Kind))
 		}
 	}
-	return append(fails, checkTaskClaims(m, r, o.Limit)...)
+	return fails
 }
 
 // --- a session's tasks ---------------------------------------------------------------------------
@@ -455,6 +460,9 @@ func (o SettleAndClaimOp) check(m *model, r *result) []string {
 		if st.Release {
 			delete(s.taskLease, st.T)
 		}
+	}
+	if o.Mask != 0 {
+		fails = append(fails, checkKinds(r, ClaimKindsOp{Mask: o.Mask}.kinds())...)
 	}
 	return append(fails, checkTaskClaims(m, r, o.Limit)...)
 }

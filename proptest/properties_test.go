@@ -257,6 +257,18 @@ func TestScenarios(t *testing.T) {
 			ClaimKindsOp{Mask: 1, Lease: sec, Limit: 100}, // redeliveries of thumb only
 			TasksOp{S: s1, After: -1, Limit: 1},
 		}},
+		{"claims see work due before what they last claimed", []op{
+			AdvanceOp{D: 2 * sec},
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none},
+			ClaimKindsOp{Mask: 1, Lease: sec, Limit: 100},                                          // T0, due at 2s
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none, HasRunAt: true, RunAt: int64(sec)}, // due at 1s
+			ReleaseOp{T: 0, Attempt: 1},
+			ClaimKindsOp{Mask: 1, Lease: sec, Limit: 100}, // T1 (1s) then T0 (2s)
+			SubmitOp{S: s2, Kind: index, Input: one, Key: none},
+			ClaimOp{Lease: sec, Limit: 100},
+			SubmitOp{S: s2, Kind: index, Input: one, Key: none, HasRunAt: true, RunAt: int64(sec)},
+			ClaimOp{Lease: sec, Limit: 100},
+		}},
 		{"settle and claim: each settle on its own, then the claims", []op{
 			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none, Wake: true},
 			SubmitOp{S: s1, Kind: thumb, Input: one, Key: none},

@@ -148,27 +148,39 @@ func benchPebbleSynced(b *testing.B, callers int) {
 }
 
 // benchPebbleSubmitKeys: N closed-loop callers, each call one batch committed with
-// pebble.Sync holding the keys a worklog submit writes, at about the same sizes (~825 WAL
-// bytes a call): the event (the 300-byte value plus 40 bytes) under e+seq, a session index
-// key, a 300-byte task record under t+time-ordered id, a due-index entry and the last
-// sequence. The ratio of worklog to it is worklog's own overhead; its ratio to the one-value
-// baseline is what writing the projection and indexes in the same batch costs the storage.
+// pebble.Sync holding the keys a worklog submit writes (store format 3), at about the same
+// sizes: the event (the 300-byte value plus 40 bytes) under e+seq, a session index key, a
+// 300-byte task record under t+time-ordered id, a due-index entry, the kind's due-index
+// entry, the session task list entry, the kind's pending count and the last sequence. The
+// ratio of worklog to it is worklog's own overhead; its ratio to the one-value baseline is
+// what writing the projection and indexes in the same batch costs the storage.
 func benchPebbleSubmitKeys(b *testing.B, callers int) {
 	sessions := make([][]byte, callers)
+	lists := make([][]byte, callers)
 	for i := range sessions {
 		sessions[i] = fmt.Appendf(nil, "s\x0bsession-%03d", i)
+		lists[i] = fmt.Appendf(nil, "l\x0bsession-%03d", i)
 	}
+	kindDue := []byte("D\x09thumbnail")
+	count := []byte("c\x09thumbnail\x00")
+	var pending atomic.Int64
 	benchBarePebble(b, callers, func(batch *pebble.Batch, w int, s uint64, v []byte) error {
 		now := uint64(time.Now().UnixNano())
 		event := binary.BigEndian.AppendUint64([]byte{'e'}, s)
 		session := binary.BigEndian.AppendUint64(slices.Clip(sessions[w]), s)
 		id := fmt.Appendf(nil, "task_%016x%016x", now, s)
 		due := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{'d'}, now), s)
+		kd := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(slices.Clip(kindDue), now), s)
+		list := binary.BigEndian.AppendUint64(slices.Clip(lists[w]), s)
+		n := binary.BigEndian.AppendUint64(nil, uint64(pending.Add(1)))
 		return errors.Join(
 			batch.Set(event, v, nil),
 			batch.Set(session, nil, nil),
 			batch.Set(append([]byte{'t'}, id...), v[:300], nil),
 			batch.Set(due, id, nil),
+			batch.Set(kd, id, nil),
+			batch.Set(list, id, nil),
+			batch.Set(count, n, nil),
 			batch.Set([]byte("mlastseq"), event[1:], nil))
 	})
 }

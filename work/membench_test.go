@@ -27,6 +27,7 @@ func BenchmarkInMemory(b *testing.B) {
 		}
 		now := time.Unix(1_767_225_600, 0)
 		i := 0
+		u0 := rusage()
 		for b.Loop() {
 			r := benchRequest
 			r.Kind = kinds[i%len(kinds)]
@@ -35,6 +36,7 @@ func BenchmarkInMemory(b *testing.B) {
 			}
 			i++
 		}
+		reportCPU(b, u0)
 	})
 	b.Run("op=submit+claim+finish", func(b *testing.B) {
 		b.ReportAllocs()
@@ -52,6 +54,7 @@ func BenchmarkInMemory(b *testing.B) {
 			submit(i)
 		}
 		i := 0
+		u0 := rusage()
 		for b.Loop() {
 			submit(i) // keep the backlog
 			i++
@@ -63,5 +66,12 @@ func BenchmarkInMemory(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		reportCPU(b, u0)
 	})
+}
+
+// reportCPU reports the process's CPU time per op since u0 (steadier than wall time on a
+// shared machine).
+func reportCPU(b *testing.B, u0 usage) {
+	b.ReportMetric(float64(rusage().sub(u0).cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

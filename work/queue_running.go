@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/worklog/worklog/events"
 )
 
 // RunningBackend is what a Backend implements for the methods of part 2 of the API (lease
@@ -37,8 +39,9 @@ type ReleaseRequest struct {
 	Reason string    // optional; recorded in the log (e.g. the error that made the worker give up)
 }
 
-// MaxReasonBytes is the longest ReleaseRequest.Reason accepted.
-const MaxReasonBytes = 64 << 10
+// MaxReasonBytes is the longest ReleaseRequest.Reason accepted: the limit the event codec
+// checks when it decodes a task_released event.
+const MaxReasonBytes = events.MaxReleaseReason
 
 // TaskFilter selects a session's tasks (Session.Tasks).
 type TaskFilter struct {

@@ -386,3 +386,52 @@ func TestSettleAndClaimPartial(t *testing.T) {
 		})
 	}
 }
+
+// countingReader counts the records a View reads and the session-list entries it walks.
+type countingReader struct {
+	projection.Reader
+	tasks, listed *int
+}
+
+func (r countingReader) Task(id string) (*projection.Task, error) {
+	*r.tasks++
+	return r.Reader.Task(id)
+}
+
+func (r countingReader) ScanSessionTasks(session string, after uint64, fn func(uint64, string) bool) error {
+	return r.Reader.ScanSessionTasks(session, after, func(seq uint64, id string) bool { *r.listed++; return fn(seq, id) })
+}
+
+type countingViews struct {
+	*memEngine
+	tasks, listed int
+}
+
+func (e *countingViews) View(ctx context.Context, fn func(r projection.Reader) error) error {
+	return e.memEngine.View(ctx, func(r projection.Reader) error {
+		return fn(countingReader{r, &e.tasks, &e.listed})
+	})
+}
+
+// TestSessionTasksCost: a page of Session.Tasks reads the After task and the tasks it
+// returns or skips in its session, whatever other sessions hold.
+func TestSessionTasksCost(t *testing.T) {
+	e := &countingViews{memEngine: newMemEngine()}
+	q := queueOver(e)
+	var mine []string
+	for i := range 2000 {
+		mustSubmit(t, q, "other", TaskRequest{Kind: "k"}, at(i))
+		if i%400 == 0 {
+			mine = append(mine, mustSubmit(t, q, "s", TaskRequest{Kind: []string{"a", "b"}[len(mine)%2]}, at(i)).ID)
+		}
+	}
+	e.tasks, e.listed = 0, 0
+	ts, err := q.Session("s").Tasks(context.Background(), TaskFilter{After: mine[0], Kinds: []string{"a"}, Limit: 1})
+	if err != nil || len(ts) != 1 || ts[0].ID != mine[2] {
+		t.Fatalf("Tasks = %+v, %v; want %s", ts, err, mine[2])
+	}
+	// The cursor's record, then mine[1] (skipped: kind b) and mine[2].
+	if e.tasks != 3 || e.listed != 2 {
+		t.Errorf("read %d records and walked %d list entries, want 3 and 2", e.tasks, e.listed)
+	}
+}

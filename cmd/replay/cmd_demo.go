@@ -26,12 +26,16 @@ The story, on 2026-03-02 from 09:00 UTC, in three sessions:
   checkout-4821        a card charge whose first worker crashes: its lease expires, the task is
                        redelivered, and when the crashed worker comes back its Finish is fenced
                        off (task_settle_rejected); a stock reservation that fails; a receipt
-                       scheduled three minutes out; completion wakes, one of which is
-                       redelivered after its consumer crashed, and a stale acknowledgment
+                       scheduled three minutes out, whose mail server says "try again later":
+                       its worker releases it for a retry a minute on (task_released), and
+                       attempt 2 sends it; completion wakes, one of which is redelivered after
+                       its consumer crashed, and a stale acknowledgment
   nightly-report-0302  a scheduled report canceled while pending (with its completion wake),
-                       an export canceled while running (its worker settles with Cancellation)
+                       an export canceled while running (its worker sees the request on its
+                       heartbeat, task_extended, and settles with Cancellation)
   chat-7f3a            a summary with a completion wake, direct wakes with idempotency keys,
-                       work still scheduled and still running when the log ends
+                       work still scheduled, and a translation still running when the log
+                       ends, its lease kept alive by heartbeats
 
 With no DIR the store goes into a new temporary directory, which demo removes when it is done
 (and says so); --keep keeps it and prints where it is and how big. DIR must not exist or be
@@ -167,7 +171,8 @@ func (a *app) demoIn(ctx context.Context, dir string, seed uint64, seeded, kept 
 		d.tasks, d.wakes, last, clock(d.last.UnixNano()))
 	fmt.Fprintln(w, "written through work.Open with explicit times: a worker crashes and its task is redelivered")
 	fmt.Fprintln(w, "after the lease expires, the crashed worker's late Finish is fenced off, work is scheduled,")
-	fmt.Fprintln(w, "canceled while pending and while running, and sessions are woken directly and on completion.")
+	fmt.Fprintln(w, "canceled while pending and while running, a worker gives a task back to retry it later, long")
+	fmt.Fprintln(w, "work keeps its lease with heartbeats, and sessions are woken directly and on completion.")
 	fmt.Fprintf(w, "\nThe story of session %s, as `replay timeline %s --session %s` tells it:\n\n", demoSession, dir, demoSession)
 	s, err := readStory(ctx, st, demoSession)
 	if err != nil {
@@ -185,12 +190,14 @@ func (a *app) demoIn(ctx context.Context, dir string, seed uint64, seeded, kept 
 Try next:
   replay task %[1]s %[2]s
       why the charge succeeded on attempt 2, rule by rule
+  replay task %[1]s %[4]s
+      the receipt: released for a retry by attempt 1, sent by attempt 2
   replay state %[1]s --at 2026-03-02T09:00:35Z
       time travel: the charge's first lease has just expired, unnoticed
   replay log %[1]s --session %[3]s
   replay timeline %[1]s --session %[3]s --html checkout.html
   replay stats %[1]s
-`, dir, d.charge, demoSession)
+`, dir, d.charge, demoSession, d.receipt)
 	}
 	if !r.OK {
 		return exitCode(exitFindings)
@@ -201,13 +208,14 @@ Try next:
 // demo runs the sample story against a queue, checking that each claim gets the work the
 // story expects (the claim order is the queue's: eligibility time, then submission).
 type demo struct {
-	ctx    context.Context
-	q      *work.Queue
-	t0     time.Time
-	last   time.Time
-	tasks  int
-	wakes  int
-	charge string // the charge-card task: the demo's example for `replay task`
+	ctx     context.Context
+	q       *work.Queue
+	t0      time.Time
+	last    time.Time
+	tasks   int
+	wakes   int
+	charge  string // the charge-card task: the demo's example for `replay task`
+	receipt string // the send-receipt task: released once, then sent
 }
 
 func (d *demo) at(sec float64) time.Time {
@@ -258,6 +266,15 @@ func (d *demo) finish(sec float64, del work.TaskDelivery, o work.Outcome) error 
 	return nil
 }
 
+// extend is a worker's heartbeat: the lease of del then ends lease after sec.
+func (d *demo) extend(sec float64, del work.TaskDelivery, lease time.Duration) (work.TaskDelivery, error) {
+	out, err := d.q.ExtendAt(d.ctx, del, lease, d.at(sec))
+	if err != nil {
+		return out, fmt.Errorf("extend %s at +%gs: %w", del.Task.Kind, sec, err)
+	}
+	return out, nil
+}
+
 func (d *demo) claimWakes(sec float64, lease time.Duration, n int) ([]work.WakeDelivery, error) {
 	ws, err := d.q.ClaimWakesAt(d.ctx, d.at(sec), lease, 10)
 	if err != nil {
@@ -294,10 +311,12 @@ func (d *demo) script() error {
 		Input: js(map[string]any{"order": 4821, "sku": "sku-981", "qty": 2}), Wake: work.WakeOnCompletion}); err != nil {
 		return err
 	}
-	if _, err := d.submit(checkout, 1, work.TaskRequest{Kind: "send-receipt",
-		Input: js(map[string]any{"order": 4821, "email": "ana@example.com"}), RunAt: d.t0.Add(3 * time.Minute)}); err != nil {
+	receipt, err := d.submit(checkout, 1, work.TaskRequest{Kind: "send-receipt",
+		Input: js(map[string]any{"order": 4821, "email": "ana@example.com"}), RunAt: d.t0.Add(3 * time.Minute)})
+	if err != nil {
 		return err
 	}
+	d.receipt = receipt.ID
 	if _, err := d.submit(chat, 1.5, work.TaskRequest{Kind: "summarize",
 		Input: js(map[string]any{"thread": "7f3a", "messages": 48}), Wake: work.WakeOnCompletion}); err != nil {
 		return err
@@ -363,11 +382,19 @@ func (d *demo) script() error {
 	if err != nil {
 		return err
 	}
-	// 09:00:25 The export is canceled while running: the worker sees it and stops.
+	// 09:00:25 The export is canceled while running; at 09:00:26 its worker's heartbeat
+	// returns the task with the request on it, and the worker stops.
 	if _, err := d.q.Session(report).CancelAt(d.ctx, exportTask.ID, d.at(25)); err != nil {
 		return err
 	}
-	if err := d.finish(27, ex[0], work.Cancellation()); err != nil {
+	hb, err := d.extend(26, ex[0], lease)
+	if err != nil {
+		return err
+	}
+	if hb.Task.CancelRequestedAt.IsZero() {
+		return errors.New("the export's heartbeat did not show its cancel request")
+	}
+	if err := d.finish(27, hb, work.Cancellation()); err != nil {
 		return err
 	}
 	// 09:00:40 The charge's lease expired at 09:00:33: worker C gets it again (attempt 2).
@@ -418,25 +445,43 @@ func (d *demo) script() error {
 		Input: js(map[string]any{"thread": "7f3a", "messages": 12}), RunAt: d.t0.Add(30 * time.Minute), Wake: work.WakeOnCompletion}); err != nil {
 		return err
 	}
-	// 09:03:00 The receipt is due and sent.
+	// 09:03:00 The receipt is due; the mail server answers "try again later", so the worker
+	// gives the task back for a retry at 09:04:00.
 	r, err := d.claim(180, lease, "send-receipt")
 	if err != nil {
 		return err
 	}
-	if err := d.finish(181.5, r[0], work.Success(js(map[string]any{"message_id": "msg_77e1"}))); err != nil {
-		return err
+	if _, err := d.q.ReleaseAt(d.ctx, r[0], work.ReleaseRequest{RunAt: d.t0.Add(4 * time.Minute),
+		Reason: "smtp 421 4.7.0 mx.example.com: try again later"}, d.at(181)); err != nil {
+		return fmt.Errorf("release send-receipt: %w", err)
 	}
-	// 09:03:10 A translation starts and is still running when the log ends.
+	// 09:03:10 A translation starts; its worker sends a heartbeat every ten seconds, and it
+	// is still running when the log ends.
 	if _, err := d.submit(chat, 190, work.TaskRequest{Kind: "translate",
 		Input: js(map[string]any{"thread": "7f3a", "to": "de"}), Wake: work.WakeOnCompletion}); err != nil {
 		return err
 	}
-	if _, err := d.claim(200, lease, "translate"); err != nil {
+	tr, err := d.claim(200, lease, "translate")
+	if err != nil {
 		return err
 	}
 	// 09:03:25 One more message for the chat; nobody has claimed it yet.
 	if _, err := d.q.Session(chat).WakeAt(d.ctx, work.WakeRequest{
 		Payload: js(map[string]any{"from": "ana", "text": "thanks!"}), IdempotencyKey: "msg-1030"}, d.at(205)); err != nil {
+		return err
+	}
+	hb = tr[0]
+	for _, sec := range []float64{210, 220, 230} {
+		if hb, err = d.extend(sec, hb, lease); err != nil {
+			return err
+		}
+	}
+	// 09:04:00 The receipt is due again: attempt 2 sends it.
+	r, err = d.claim(240, lease, "send-receipt")
+	if err != nil {
+		return err
+	}
+	if err := d.finish(241.5, r[0], work.Success(js(map[string]any{"message_id": "msg_77e1"}))); err != nil {
 		return err
 	}
 	d.tasks, d.wakes = 8, 6

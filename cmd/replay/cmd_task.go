@@ -288,6 +288,35 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 			return fmt.Sprintf("stale settlement rejected: attempt %d holds no claim, the task is already %s; state unchanged", e.Attempt, b.State)
 		}
 		return fmt.Sprintf("stale settlement rejected (%s); state unchanged", e.Reason)
+	case *events.TaskExtended:
+		r := fmt.Sprintf("heartbeat by attempt %d: owns the claim → lease extended to %s (was until %s)",
+			e.Attempt, fmtTime(e.LeaseExpiresAt), fmtTime(b.LeaseExpiresAt))
+		if h.At > b.LeaseExpiresAt {
+			r += fmt.Sprintf("; its lease had expired at %s, but only a new claim fences a late worker", fmtTime(b.LeaseExpiresAt))
+		}
+		if b.CancelRequested {
+			r += fmt.Sprintf("; a cancel was requested at %s, which the worker sees in the task this heartbeat returns", fmtTime(b.CancelRequestedAt))
+		}
+		return r
+	case *events.TaskReleased:
+		reason := ""
+		if e.Reason != "" {
+			reason = " (reason " + shortWord(e.Reason, 200) + ")"
+		}
+		if b.CancelRequested {
+			r := fmt.Sprintf("released by attempt %d while a cancel was requested (at %s): canceled at %s, as a cancel of pending work%s",
+				e.Attempt, fmtTime(b.CancelRequestedAt), fmtTime(h.At), reason)
+			if t.WakeOnCompletion {
+				r += "; a completion wake follows (policy on_completion)"
+			}
+			return r
+		}
+		when := "at once (" + fmtTime(h.At) + ")"
+		if e.RunAt > h.At {
+			when = "at " + fmtTime(e.RunAt)
+		}
+		return fmt.Sprintf("released by attempt %d: owns the claim → pending again %s%s, no claim; attempts stay %d, the next claim is attempt %d",
+			e.Attempt, when, reason, b.Attempts, b.Attempts+1)
 	}
 	return ""
 }

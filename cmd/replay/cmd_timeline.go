@@ -135,10 +135,10 @@ func wakeLabel(w *wakeStory) string {
 func (s *sessionStory) taskSummary(t *taskStory) string {
 	var b strings.Builder
 	switch {
-	case t.State == events.StatePending && t.ScheduledAt > s.EndAt:
-		fmt.Fprintf(&b, "pending, scheduled for %s", s.timeCol(t.ScheduledAt))
+	case t.State == events.StatePending && t.DueAt > s.EndAt:
+		fmt.Fprintf(&b, "pending, scheduled for %s", s.timeCol(t.DueAt))
 	case t.State == events.StatePending:
-		fmt.Fprintf(&b, "pending, due since %s", s.timeCol(t.ScheduledAt))
+		fmt.Fprintf(&b, "pending, due since %s", s.timeCol(t.DueAt))
 	case t.State == events.StateRunning:
 		l := current(t.Leases)
 		fmt.Fprintf(&b, "running, attempt %d", t.Attempts)
@@ -155,6 +155,12 @@ func (s *sessionStory) taskSummary(t *taskStory) string {
 	var notes []string
 	if t.Redeliveries > 0 {
 		notes = append(notes, plural(t.Redeliveries, "redelivery", "redeliveries")+" after a lease expiry")
+	}
+	if t.Releases > 0 {
+		notes = append(notes, plural(t.Releases, "release", "releases"))
+	}
+	if t.Extensions > 0 {
+		notes = append(notes, plural(t.Extensions, "lease extension", "lease extensions"))
 	}
 	if t.CancelRequested && t.Attempts > 0 {
 		notes = append(notes, "cancel requested at "+s.timeCol(t.CancelAt))

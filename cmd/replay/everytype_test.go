@@ -45,14 +45,6 @@ func goldenEvents(t *testing.T) map[events.Type][]events.Event {
 	return out
 }
 
-// markClass is the CSS class drawMarks (html.go) gives a mark.
-func markClass(m mark) string {
-	if m.Kind == markSettled || (m.Kind == markCancel && m.State == events.StateCanceled) {
-		return "m-settled-" + m.State.String()
-	}
-	return "m-" + string(m.Kind)
-}
-
 // TestEveryTypeEveryOutput walks every type of the events catalogue through every switch of
 // replay that must know it: the log line, the JSON of log/export/task, the timeline story
 // and its HTML marks, the task explanation's rule, the --kind filter, the stats table and the
@@ -152,7 +144,7 @@ func checkEveryOutput(t *testing.T, info events.TypeInfo, ev events.Event) {
 		if m.Kind == markUnknown || m.Kind == "" {
 			t.Errorf("the timeline mark of %s has kind %q", info.Name, m.Kind)
 		}
-		if cls := markClass(m); !strings.Contains(htmlStyle, "."+cls+" ") && !strings.Contains(htmlStyle, "."+cls+",") {
+		if cls := markCSS(m); !strings.Contains(htmlStyle, "."+cls+" ") && !strings.Contains(htmlStyle, "."+cls+",") {
 			t.Errorf("the timeline page has no style for the %s mark of %s (add svg .%s to htmlStyle in html.go)", cls, info.Name, cls)
 		}
 		texts = append(texts, m.Text)

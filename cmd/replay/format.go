@@ -51,6 +51,19 @@ func word(s string) string {
 	return s
 }
 
+// shortWord is word(s) with s cut to max bytes (at a character boundary) for text output:
+// a worker's free text (a release reason, up to 64 KiB) stays on one readable line.
+func shortWord(s string, max int) string {
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8Start(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return word(s)
+}
+
 // shortJSON is a JSON value on one line, cut to max bytes for text output.
 func shortJSON(b []byte, max int) string {
 	s := string(compactJSON(b))
@@ -175,6 +188,17 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("wake=%s", e.WakeID)
 		add("attempt=%d", e.Attempt)
 		add("reason=%s", e.Reason)
+	case *events.TaskExtended:
+		add("task=%s", e.TaskID)
+		add("attempt=%d", e.Attempt)
+		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+	case *events.TaskReleased:
+		add("task=%s", e.TaskID)
+		add("attempt=%d", e.Attempt)
+		add("run_at=%s", fmtTime(e.RunAt))
+		if e.Reason != "" {
+			add("reason=%s", shortWord(e.Reason, 80))
+		}
 	default:
 		return subjectDetails(ev), false
 	}
@@ -273,6 +297,11 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		j.TaskID, j.Attempt, j.Reason = e.TaskID, e.Attempt, e.Reason.String()
 	case *events.WakeAckRejected:
 		j.WakeID, j.Attempt, j.Reason = e.WakeID, e.Attempt, e.Reason.String()
+	case *events.TaskExtended:
+		j.TaskID, j.Attempt, j.LeaseExpiresAt = e.TaskID, e.Attempt, jsonTime(e.LeaseExpiresAt)
+	case *events.TaskReleased:
+		// reason is the worker's own text here (whole: up to 64 KiB), not a reject reason.
+		j.TaskID, j.Attempt, j.RunAt, j.Reason = e.TaskID, e.Attempt, jsonTime(e.RunAt), e.Reason
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false

@@ -64,6 +64,7 @@ func TestGolden(t *testing.T) {
 		{"timeline-chat.txt", []string{"timeline", dir, "--session", "chat-7f3a"}},
 		{"task-charge.txt", []string{"task", dir, charge}},
 		{"task-charge-json.txt", []string{"task", dir, charge, "--json"}},
+		{"task-receipt-released.txt", []string{"task", dir, ids["send-receipt"]}},
 		{"task-export-canceled-running.txt", []string{"task", dir, ids["export-csv"]}},
 		{"task-report-canceled-pending.txt", []string{"task", dir, ids["build-report"]}},
 		{"task-wake-redelivered.txt", []string{"task", dir, ids["redelivered-wake"]}},
@@ -143,7 +144,7 @@ func TestDemoTempDir(t *testing.T) {
 		if filepath.Dir(store) != tmp {
 			t.Errorf("the temporary store %s is not in TMPDIR %s", store, tmp)
 		}
-		if !strings.Contains(r.stdout, "ok. The log has 41 events") {
+		if !strings.Contains(r.stdout, "ok. The log has 47 events") {
 			t.Errorf("demo output lacks the verify result:\n%s", r.stdout)
 		}
 		left, _ := os.ReadDir(tmp)

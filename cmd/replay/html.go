@@ -37,6 +37,7 @@ svg .lease.settled-failed { fill: #ffcecb; stroke: #cf222e; }
 svg .lease.settled-canceled { fill: #d8dee4; stroke: #59636e; }
 svg .lease.expired { fill: url(#hatch); stroke: #bc4c00; }
 svg .lease.open { fill: #b6e3ff; stroke: #0969da; }
+svg .lease.released { fill: #fff8c5; stroke: #9a6700; }
 svg .m { stroke: #fff; stroke-width: 1.5; }
 svg .m-submitted { fill: #0969da; }
 svg .m-claimed { fill: #1f2328; }
@@ -47,6 +48,8 @@ svg .m-settled-failed { fill: #cf222e; }
 svg .m-settled-canceled { fill: #59636e; }
 svg .m-rejected { fill: none; stroke: #cf222e; stroke-width: 2.5; }
 svg .m-wake, svg .m-recorded { fill: #bf8700; }
+svg .m-extended { fill: #0969da; }
+svg .m-released { fill: #9a6700; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 12px 0 20px; color: #59636e; font-size: 13px; }
 .legend span { display: inline-flex; align-items: center; gap: 6px; }
 .sw { display: inline-block; width: 22px; height: 10px; border: 1px solid; border-radius: 3px; }
@@ -116,10 +119,7 @@ func timelineHTML(s *sessionStory, dir string) string {
 	}
 	drawMarks := func(ms []mark) {
 		for _, m := range ms {
-			cls := "m m-" + string(m.Kind)
-			if m.Kind == markSettled || (m.Kind == markCancel && m.State == events.StateCanceled) {
-				cls = "m m-settled-" + m.State.String()
-			}
+			cls := "m " + markCSS(m)
 			cx, cy := x(m.At), y()
 			switch m.Kind {
 			case markRejected: // a cross
@@ -129,6 +129,10 @@ func timelineHTML(s *sessionStory, dir string) string {
 				fmt.Fprintf(&b, "<path class=\"%s\" d=\"M%.1f %d l6 6 l-6 6 l-6 -6 z\"><title>%s</title></path>\n", cls, cx, cy-6, tip(m))
 			case markCancel, markWake, markRecorded: // a triangle
 				fmt.Fprintf(&b, "<path class=\"%s\" d=\"M%.1f %d l6 11 l-12 0 z\"><title>%s</title></path>\n", cls, cx, cy-6, tip(m))
+			case markExtended: // a small dot on the bar: heartbeats may be many
+				fmt.Fprintf(&b, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%d\" r=\"3\"><title>%s</title></circle>\n", cls, cx, cy, tip(m))
+			case markReleased: // a square
+				fmt.Fprintf(&b, "<rect class=\"%s\" x=\"%.1f\" y=\"%d\" width=\"10\" height=\"10\"><title>%s</title></rect>\n", cls, cx-5, cy-5, tip(m))
 			default:
 				fmt.Fprintf(&b, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%d\" r=\"5.5\"><title>%s</title></circle>\n", cls, cx, cy, tip(m))
 			}
@@ -140,13 +144,22 @@ func timelineHTML(s *sessionStory, dir string) string {
 			if l.End == endSettled {
 				cls = "lease settled-" + settled.String()
 			}
+			if l.End == endRelease && l.Canceled { // the release settled it: drawn as a cancellation
+				cls = "lease settled-" + events.StateCanceled.String()
+			}
 			x0, x1 := x(l.ClaimAt), x(l.EndAt)
 			if x1-x0 < 2 {
 				x1 = x0 + 2
 			}
 			title := fmt.Sprintf("%s %d: claimed %s (seq %d), lease until %s, %s", what, l.Attempt, fmtTime(l.ClaimAt), l.ClaimSeq, fmtTime(l.Until), l.End)
-			if l.End == endSettled || l.End == endAcked {
+			if l.End == endSettled || l.End == endAcked || l.End == endRelease {
 				title += " at " + fmtTime(l.EndAt)
+			}
+			if l.Canceled {
+				title += " while a cancel was requested: canceled"
+			}
+			if l.Extensions > 0 {
+				title += fmt.Sprintf(" (%s)", plural(l.Extensions, "lease extension", "lease extensions"))
 			}
 			fmt.Fprintf(&b, "<rect class=\"%s\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\"><title>%s</title></rect>\n",
 				cls, x0, y()-8, x1-x0, 16, e(title))
@@ -175,6 +188,23 @@ func timelineHTML(s *sessionStory, dir string) string {
 		if end > t.ScheduledAt {
 			fmt.Fprintf(&b, "<line class=\"pending\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x(max(t.ScheduledAt, t.SubmitAt)), y(), x(end), y())
 		}
+		// Pending again after each release: waiting for its RunAt (dashed), then due (solid),
+		// until the next claim, its cancellation, or the end of the log.
+		for _, w := range t.Waits {
+			end := min(s.EndAt, t1)
+			if w.Ended {
+				end = w.Until
+			}
+			if w.DueAt > w.From {
+				fmt.Fprintf(&b, "<line class=\"waiting\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x(w.From), y(), x(min(w.DueAt, end)), y())
+				if w.DueAt > t1 && !w.Ended {
+					fmt.Fprintf(&b, "<text class=\"note\" x=\"%.1f\" y=\"%d\" text-anchor=\"end\">due %s →</text>\n", x(t1)-4, y()+4, e(s.timeCol(w.DueAt)))
+				}
+			}
+			if end > w.DueAt {
+				fmt.Fprintf(&b, "<line class=\"pending\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x(max(w.DueAt, w.From)), y(), x(end), y())
+			}
+		}
 		drawLeases(t.Leases, t.State, "attempt")
 		drawMarks(t.Marks)
 		row++
@@ -198,6 +228,7 @@ func timelineHTML(s *sessionStory, dir string) string {
 <span><i class="sw" style="background:#d8dee4;border-color:#59636e"></i>lease, settled (canceled)</span>
 <span><i class="sw" style="background:repeating-linear-gradient(45deg,#fb8f44 0 2px,#fff1e5 2px 6px);border-color:#bc4c00"></i>lease expired without a settlement</span>
 <span><i class="sw" style="background:#b6e3ff;border-color:#0969da"></i>lease still open</span>
+<span><i class="sw" style="background:#fff8c5;border-color:#9a6700"></i>lease ended by a release</span>
 <span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#0969da"/>`) + `submitted</span>
 <span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#1f2328"/>`) + `claimed</span>
 <span>` + legendIcon(`<path d="M7 1 l6 6 l-6 6 l-6 -6 z" fill="#bc4c00"/>`) + `lease expired (inferred)</span>
@@ -205,6 +236,8 @@ func timelineHTML(s *sessionStory, dir string) string {
 <span>` + legendIcon(`<path d="M7 1 l6 11 l-12 0 z" fill="#bf8700"/>`) + `wake recorded</span>
 <span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#1a7f37"/>`) + `settled / acknowledged</span>
 <span>` + legendIcon(`<path d="M2 2 l10 10 m0 -10 l-10 10" stroke="#cf222e" stroke-width="2.5"/>`) + `stale delivery rejected</span>
+<span>` + legendIcon(`<circle cx="7" cy="7" r="3" fill="#0969da"/>`) + `lease extended (heartbeat)</span>
+<span>` + legendIcon(`<rect x="2" y="2" width="10" height="10" fill="#9a6700"/>`) + `released: pending again</span>
 <span>dashed: waiting for its scheduled time; grey: due, not claimed</span>
 </div>
 `)
@@ -232,6 +265,15 @@ func timelineHTML(s *sessionStory, dir string) string {
 	}
 	b.WriteString("</body>\n</html>\n")
 	return b.String()
+}
+
+// markCSS is the class of a mark's shape: its kind, or for a mark that settled the task
+// (a settlement, a cancel of pending work, a release that canceled) the outcome's.
+func markCSS(m mark) string {
+	if m.Kind == markSettled || ((m.Kind == markCancel || m.Kind == markReleased) && m.State == events.StateCanceled) {
+		return "m-settled-" + m.State.String()
+	}
+	return "m-" + string(m.Kind)
 }
 
 // niceStep picks a tick step that gives at most about ten ticks.

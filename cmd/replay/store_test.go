@@ -7,11 +7,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -373,11 +375,28 @@ func buildStore(t *testing.T, dir string, seed byte, steps int) {
 			ds, err = q.ClaimDueAt(ctx, now, 5*time.Second, 3)
 			held = append(held, ds...)
 		case op < 8 && len(held) > 0:
-			d := held[0]
-			held = held[1:]
-			_, err = q.FinishAt(ctx, d, work.Success(nil), now)
-			if err != nil && strings.Contains(err.Error(), "no longer owns") {
-				err = nil // redelivered meanwhile: a stale finish, recorded
+			// The newest delivery, mostly: the oldest have usually lost their lease by now,
+			// and a settlement of them would always be stale.
+			i := len(held) - 1
+			if rng.IntN(4) == 0 {
+				i = 0
+			}
+			d := held[i]
+			held = slices.Delete(held, i, i+1)
+			switch rng.IntN(4) {
+			case 0: // a heartbeat: the worker keeps the task
+				var nd work.TaskDelivery
+				if nd, err = q.ExtendAt(ctx, d, 5*time.Second, now); err == nil {
+					held = append(held, nd)
+				}
+			case 1: // given back, due again at once or a little later
+				_, err = q.ReleaseAt(ctx, d, work.ReleaseRequest{RunAt: now.Add(time.Duration(rng.IntN(3)) * time.Second),
+					Reason: "retry"}, now)
+			default:
+				_, err = q.FinishAt(ctx, d, work.Success(nil), now)
+			}
+			if errors.Is(err, work.ErrStaleDelivery) {
+				err = nil // redelivered meanwhile: a stale finish is recorded, the others change nothing
 			}
 		case op == 8:
 			_, err = s.WakeAt(ctx, work.WakeRequest{Payload: json.RawMessage(`1`)}, now)

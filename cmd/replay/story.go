@@ -14,14 +14,17 @@ import (
 // A session's story: each task's and wake's life, built from the session's events alone.
 // Lease expiries are not events: a claim of a task that is still running means the previous
 // lease expired first, so the story places an inferred expiry mark at that lease's end.
+// A heartbeat (task_extended) moves the end of the lease it extends, so a lease draws as one
+// bar however often it was extended; a release (task_released) ends the bar at its time.
 
 type leaseEnd string
 
 const (
-	endSettled leaseEnd = "settled" // the task was settled by this delivery
-	endAcked   leaseEnd = "acked"   // the wake was acknowledged by this delivery
-	endExpired leaseEnd = "expired" // the lease ran out without a settlement
-	endOpen    leaseEnd = "open"    // still leased at the end of the log
+	endSettled leaseEnd = "settled"  // the task was settled by this delivery
+	endAcked   leaseEnd = "acked"    // the wake was acknowledged by this delivery
+	endExpired leaseEnd = "expired"  // the lease ran out without a settlement
+	endOpen    leaseEnd = "open"     // still leased at the end of the log
+	endRelease leaseEnd = "released" // the delivery gave the task back (pending again, or canceled)
 )
 
 type leaseSpan struct {
@@ -32,6 +35,15 @@ type leaseSpan struct {
 	EndAt       int64
 	End         leaseEnd
 	Redelivered bool // expired, and a later attempt claimed it
+	Extensions  int  // heartbeats that moved Until
+	Canceled    bool // released while a cancel was requested: the release canceled the task
+}
+
+// waitSpan is a task pending again after a release: from the release until the next claim
+// (or its cancellation), due from DueAt on; Until is set once Ended.
+type waitSpan struct {
+	From, DueAt, Until int64
+	Ended              bool
 }
 
 // markKind classifies a point of a story; the HTML page draws each kind its own way.
@@ -47,7 +59,9 @@ const (
 	markWake      markKind = "wake"
 	markAcked     markKind = "acked"
 	markRecorded  markKind = "recorded"
-	markUnknown   markKind = "unknown" // an event type add has no case for (see unknownEventNote)
+	markExtended  markKind = "extended" // a heartbeat moved a lease's expiry
+	markReleased  markKind = "released" // a delivery gave its task back
+	markUnknown   markKind = "unknown"  // an event type add has no case for (see unknownEventNote)
 )
 
 type mark struct {
@@ -64,11 +78,13 @@ type taskStory struct {
 	SubmitSeq        uint64
 	SubmitAt         int64
 	ScheduledAt      int64
+	DueAt            int64 // when it is (or was) next due: ScheduledAt, then each release's RunAt
 	HasRunAt         bool
 	WakeOnCompletion bool
 	Key              string
 	Input            []byte
 	Leases           []*leaseSpan
+	Waits            []*waitSpan // pending again after each release that did not cancel it
 	Marks            []mark
 	State            events.TaskState
 	Outcome          events.Outcome
@@ -79,6 +95,8 @@ type taskStory struct {
 	CancelRequested  bool
 	Rejections       int
 	Redeliveries     int
+	Extensions       int
+	Releases         int
 }
 
 type wakeStory struct {
@@ -157,7 +175,7 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 	}
 	switch e := ev.(type) {
 	case *events.TaskSubmitted:
-		t := &taskStory{ID: e.TaskID, Kind: e.Kind, SubmitSeq: h.Seq, SubmitAt: h.At, ScheduledAt: e.ScheduledAt(),
+		t := &taskStory{ID: e.TaskID, Kind: e.Kind, SubmitSeq: h.Seq, SubmitAt: h.At, ScheduledAt: e.ScheduledAt(), DueAt: e.ScheduledAt(),
 			HasRunAt: e.HasRunAt, WakeOnCompletion: e.WakeOnCompletion, Key: e.IdempotencyKey, Input: e.Input,
 			State: events.StatePending}
 		s.tasks[t.ID] = t
@@ -182,6 +200,7 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		if redelivery {
 			t.Redeliveries++
 		}
+		t.endWait(h.At)
 		t.Leases = append(t.Leases, &leaseSpan{Attempt: e.Attempt, ClaimSeq: h.Seq, ClaimAt: h.At, Until: e.LeaseExpiresAt, End: endOpen})
 		t.State, t.Attempts = events.StateRunning, e.Attempt
 		what := ""
@@ -205,6 +224,7 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 			t.CancelRequested, t.CancelAt = true, h.At
 		}
 		if t.State == events.StatePending {
+			t.endWait(h.At)
 			t.State, t.FinishedAt, t.Outcome = events.StateCanceled, h.At, events.Outcome{State: events.StateCanceled}
 			m := ev1(markCancel, "cancel requested while pending: canceled at once")
 			m.State = events.StateCanceled
@@ -217,6 +237,50 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		t.Rejections++
 		t.Marks = append(t.Marks, ev1(markRejected, "stale settlement by attempt %d rejected: %s", e.Attempt,
 			rejectText(e.Reason, e.Attempt, t.Attempts, t.State)))
+	case *events.TaskExtended:
+		t := s.task(e.TaskID)
+		t.Extensions++
+		text := fmt.Sprintf("heartbeat by attempt %d: lease extended to %s (%s)", e.Attempt, s.when(e.LeaseExpiresAt),
+			fmtDuration(time.Duration(e.LeaseExpiresAt-h.At)))
+		// The lease it extends keeps its bar, which now ends at the new expiry.
+		if l := current(t.Leases); l != nil && l.Attempt == e.Attempt && l.End == endOpen {
+			text += ", was until " + s.when(l.Until)
+			l.Until = e.LeaseExpiresAt
+			l.Extensions++
+		}
+		t.Marks = append(t.Marks, ev1(markExtended, "%s", text))
+	case *events.TaskReleased:
+		t := s.task(e.TaskID)
+		t.Releases++
+		l := current(t.Leases)
+		if l != nil && (l.Attempt != e.Attempt || l.End != endOpen) {
+			l = nil
+		}
+		if l != nil {
+			l.End, l.EndAt = endRelease, h.At
+		}
+		var m mark
+		if t.CancelRequested {
+			// The fold settles it as a cancel of pending work would.
+			if l != nil {
+				l.Canceled = true
+			}
+			t.State, t.FinishedAt, t.Outcome = events.StateCanceled, h.At, events.Outcome{State: events.StateCanceled}
+			m = ev1(markReleased, "released by attempt %d while a cancel was requested: canceled", e.Attempt)
+			m.State = events.StateCanceled
+		} else {
+			t.State, t.DueAt = events.StatePending, e.RunAt
+			t.Waits = append(t.Waits, &waitSpan{From: h.At, DueAt: e.RunAt})
+			when := "at once"
+			if e.RunAt > h.At {
+				when = fmt.Sprintf("at %s (in %s)", s.when(e.RunAt), fmtDuration(time.Duration(e.RunAt-h.At)))
+			}
+			m = ev1(markReleased, "released by attempt %d: pending again %s", e.Attempt, when)
+		}
+		if e.Reason != "" {
+			m.Text += ", reason " + shortWord(e.Reason, 80)
+		}
+		t.Marks = append(t.Marks, m)
 	case *events.WakeRecorded:
 		w := &wakeStory{ID: e.WakeID, Reason: e.Reason, TaskID: e.TaskID, Outcome: e.Outcome, Payload: e.Payload,
 			Key: e.IdempotencyKey, RecordSeq: h.Seq, CreatedAt: h.At}
@@ -294,6 +358,13 @@ func (s *sessionStory) wake(id string) *wakeStory {
 		s.Wakes = append(s.Wakes, w)
 	}
 	return w
+}
+
+// endWait ends the wait of a task pending again after a release (a claim or a cancellation).
+func (t *taskStory) endWait(at int64) {
+	if n := len(t.Waits); n > 0 && !t.Waits[n-1].Ended {
+		t.Waits[n-1].Until, t.Waits[n-1].Ended = at, true
+	}
 }
 
 func current(ls []*leaseSpan) *leaseSpan {

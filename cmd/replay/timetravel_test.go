@@ -35,6 +35,7 @@ type checkpoint struct {
 	seq   uint64
 	step  string
 	tasks map[string]work.Task
+	lease map[string]time.Time // the lease expiry of the tasks held at this point, by id
 }
 
 func lastSeq(t *testing.T, q *work.Queue) uint64 {
@@ -155,6 +156,36 @@ func TestTimeTravelMatchesLive(t *testing.T) {
 	must(err)
 	must(q.AckWakeAt(ctx, w[0], at(35)))
 	record("wake acked")
+
+	// Heartbeats and releases: an extended lease, a release for later (pending again, the
+	// attempt kept), a second claim, and a release after a cancel request (canceled).
+	f := submit(s, 40, work.TaskRequest{Kind: "retry-me", Wake: work.WakeOnCompletion})
+	d4 := claim(41, 5)
+	if len(d4) != 1 || d4[0].Task.ID != f {
+		t.Fatalf("claimed %v", d4)
+	}
+	record("claim f")
+	points[len(points)-1].lease = map[string]time.Time{f: d4[0].LeaseExpiresAt}
+	d4[0], err = q.ExtendAt(ctx, d4[0], 25*time.Second, at(45))
+	must(err)
+	record("extend f")
+	points[len(points)-1].lease = map[string]time.Time{f: d4[0].LeaseExpiresAt}
+	_, err = q.ReleaseAt(ctx, d4[0], work.ReleaseRequest{RunAt: at(60), Reason: "rate limited"}, at(46))
+	must(err)
+	record("release f until 60")
+	if d5 := claim(55, 5); len(d5) != 0 {
+		t.Fatalf("claimed %v before the release's run_at", d5)
+	}
+	d5 := claim(60, 5)
+	if len(d5) != 1 || d5[0].Task.ID != f || d5[0].Attempt != 2 {
+		t.Fatalf("claimed %v", d5)
+	}
+	record("claim f again")
+	_, err = s.CancelAt(ctx, f, at(61))
+	must(err)
+	_, err = q.ReleaseAt(ctx, d5[0], work.ReleaseRequest{}, at(62))
+	must(err)
+	record("release f after a cancel request: canceled")
 	must(q.Close())
 
 	cache := t.TempDir()
@@ -185,6 +216,10 @@ func TestTimeTravelMatchesLive(t *testing.T) {
 					}
 					if diff := compareTask(live, tj); diff != "" {
 						t.Errorf("pass %d, %s, after %q (seq %d), task %s: %s", pass, name, cp.step, cp.seq, live.Kind, diff)
+					}
+					if l, ok := cp.lease[id]; ok && tj.LeaseExpiresAt != l.UTC().Format(time.RFC3339Nano) {
+						t.Errorf("pass %d, %s, after %q (seq %d), task %s: lease_expires_at %s, the delivery's %s",
+							pass, name, cp.step, cp.seq, live.Kind, tj.LeaseExpiresAt, l.UTC().Format(time.RFC3339Nano))
 					}
 				}
 			}

@@ -33,6 +33,7 @@ func runningScenarios() []scenario {
 
 		{"claim_kinds/filters_by_kind_in_claim_order", claimKindsOrder},
 		{"claim_kinds/follows_extend_release_cancel_and_settle", claimKindsFollows},
+		{"claim_kinds/sees_work_due_before_what_it_last_claimed", claimsSeeWorkBelow},
 		{"claim_kinds/validation", claimKindsValidation},
 
 		{"tasks/a_session_in_submission_order", tasksOrder},
@@ -51,6 +52,8 @@ func runningScenarios() []scenario {
 		{"settle_and_claim/validation", sacValidation},
 
 		{"running/reopen_keeps_leases_releases_lists_and_counts", runningReopen},
+		{"running/wall_clock_twins", runningWallClock},
+		{"concurrency/workers_release_once_and_settle_once", concWorkers},
 	}
 }
 
@@ -724,4 +727,49 @@ func releaseValidation(e *env) {
 	if ev.Reason != reason {
 		e.t.Errorf("the recorded reason has %d bytes, want %d", len(ev.Reason), len(reason))
 	}
+}
+
+// runningWallClock: the twins without At use the wall clock, as Submit does.
+func runningWallClock(e *env) {
+	const s = "session_wall_clock"
+	within := func(what string, got, lo, hi time.Time) {
+		e.t.Helper()
+		if got.Before(lo) || got.After(hi) {
+			e.t.Errorf("%s = %v, want between %v and %v (the wall clock)", what, got, lo, hi)
+		}
+	}
+	before := time.Now()
+	t, err := e.q.Session(s).Submit(e.ctx, work.TaskRequest{Kind: "k"})
+	e.ok("Submit", err)
+	ds, err := e.q.ClaimKinds(e.ctx, []string{"k"}, time.Minute, 10)
+	e.ok("ClaimKinds", err)
+	if len(ds) != 1 || ds[0].Task.ID != t.ID {
+		e.t.Fatalf("ClaimKinds claimed %d, want the task just submitted", len(ds))
+	}
+	e.noteToken(ds[0].LeaseToken())
+	d, err := e.q.Extend(e.ctx, ds[0], time.Hour)
+	e.ok("Extend", err)
+	within("the extended lease", d.LeaseExpiresAt, before.Add(time.Hour), time.Now().Add(time.Hour))
+	st, err := e.q.Stats(e.ctx)
+	e.ok("Stats", err)
+	within("Stats.At", st.At, before, time.Now())
+	if st.Total.Running != 1 || st.DueNow != 0 {
+		e.t.Errorf("Stats: %+v, want one running task, none due", st)
+	}
+	r, err := e.q.Release(e.ctx, d, work.ReleaseRequest{})
+	e.ok("Release", err)
+	within("the released task's ScheduledAt", r.ScheduledAt, before, time.Now())
+	res, ds, err := e.q.SettleAndClaim(e.ctx, nil, nil, time.Minute, 10)
+	e.ok("SettleAndClaim", err)
+	if len(res) != 0 || len(ds) != 1 || ds[0].Task.ID != t.ID || ds[0].Attempt != 2 {
+		e.t.Fatalf("SettleAndClaim returned %d results and %d deliveries, want the released task at attempt 2", len(res), len(ds))
+	}
+	e.noteToken(ds[0].LeaseToken())
+	within("the claim's lease", ds[0].LeaseExpiresAt, before.Add(time.Minute), time.Now().Add(time.Minute))
+	res, _, err = e.q.SettleAndClaim(e.ctx, []work.Settle{{Delivery: ds[0], Outcome: ptr(work.Success(nil))}}, nil, 0, 0)
+	e.ok("SettleAndClaim", err)
+	if len(res) != 1 || res[0].Err != nil || res[0].Task.State != work.TaskSucceeded {
+		e.t.Fatalf("the settle returned %+v", res)
+	}
+	within("FinishedAt", res[0].Task.FinishedAt, before, time.Now())
 }

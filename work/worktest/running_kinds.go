@@ -102,6 +102,47 @@ func claimKindsFollows(e *env) {
 	e.sameOrder("ClaimDue at the end", idsOf(e.claim(at(10000), lease, 10)), []string{other}, names)
 }
 
+// claimsSeeWorkBelow: after a claim took the earliest due entry of an index, work that
+// becomes due before that entry's time (a schedule in the past, a caller's clock behind, a
+// release or a heartbeat at an earlier instant) is still claimed, by kind and by ClaimDue. A
+// store that remembers where its last scan started (a low-water mark) must lower it for
+// such work.
+func claimsSeeWorkBelow(e *env) {
+	const s = "session_kinds_below"
+	for _, byKind := range []bool{true, false} {
+		kind := fmt.Sprintf("k-%v", byKind)
+		claim := func(now time.Time) []work.TaskDelivery {
+			e.t.Helper()
+			if byKind {
+				return e.claimKinds([]string{kind}, now, lease, 10)
+			}
+			return e.claim(now, lease, 10)
+		}
+		x := e.submit(s, work.TaskRequest{Kind: kind, RunAt: at(150)}, at(100)).ID
+		names := map[string]string{x: "x"}
+		dx := claim(at(200))
+		e.sameOrder("first claim", idsOf(dx), []string{x}, names)
+
+		y := e.submit(s, work.TaskRequest{Kind: kind, RunAt: at(120)}, at(200)).ID // scheduled in the past
+		z := e.submit(s, work.TaskRequest{Kind: kind}, at(110)).ID                 // a clock behind
+		names[y], names[z] = "y", "z"
+		ds := claim(at(200))
+		e.sameOrder("work due before the last claimed entry", idsOf(ds), []string{z, y}, names)
+
+		e.release(dx[0], work.ReleaseRequest{}, at(105)) // x due at 105, a clock behind
+		dz := e.extend(ds[0], 10*time.Second, at(50))    // z's lease until 60
+		ds = claim(at(200))
+		e.sameOrder("a release and a heartbeat at earlier instants", idsOf(ds), []string{z, x}, names)
+		if len(ds) == 2 && (ds[0].Attempt != 2 || ds[1].Attempt != 2) {
+			e.t.Errorf("attempts %d and %d, want 2 and 2", ds[0].Attempt, ds[1].Attempt)
+		}
+		e.eqTime("z's heartbeat lease", dz.LeaseExpiresAt, at(60))
+		for _, d := range e.claim(at(10000), lease, 10) { // settle all before the next round
+			e.finish(d, work.Success(nil), at(10000))
+		}
+	}
+}
+
 func claimKindsValidation(e *env) {
 	const s = "session_kinds_valid"
 	t := e.submit(s, work.TaskRequest{Kind: "k"}, at(100))
@@ -143,7 +184,7 @@ func claimKindsValidation(e *env) {
 
 func tasksOrder(e *env) {
 	const a, b = "session_list_a", "session_list_b"
-	a1 := e.submit(a, work.TaskRequest{Kind: "k"}, at(100)).ID
+	a1 := e.submit(a, work.TaskRequest{Kind: "k", Input: js(`{"a": 1}`)}, at(100)).ID
 	b1 := e.submit(b, work.TaskRequest{Kind: "k"}, at(100)).ID
 	a2 := e.submit(a, work.TaskRequest{Kind: "k", RunAt: at(50)}, at(100)).ID
 	a3 := e.submit(a, work.TaskRequest{Kind: "k"}, at(90)).ID // an earlier clock: still submitted after a2
@@ -156,7 +197,11 @@ func tasksOrder(e *env) {
 	names := map[string]string{a1: "a1", a2: "a2", a3: "a3", a4: "a4", b1: "b1", b2: "b2"}
 
 	n := e.logLen()
-	e.sameOrder("session a", idsOf(e.list(a, work.TaskFilter{Limit: 100})), []string{a1, a2, a3, a4}, names)
+	listed := e.list(a, work.TaskFilter{Limit: 100})
+	e.sameOrder("session a", idsOf(listed), []string{a1, a2, a3, a4}, names)
+	if len(listed) > 0 {
+		e.eqJSON("a listed task's input", listed[0].Input, `{"a": 1}`)
+	}
 	e.sameOrder("session b", idsOf(e.list(b, work.TaskFilter{Limit: 100})), []string{b1, b2}, names)
 	e.sameOrder("a session without tasks", idsOf(e.list("session_list_none", work.TaskFilter{Limit: 100})), nil, names)
 	e.sameOrder("session a, limit 2", idsOf(e.list(a, work.TaskFilter{Limit: 2})), []string{a1, a2}, names)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/worklog/worklog/events"
@@ -490,4 +491,86 @@ func runningReopen(e *env) {
 	if w.Wake.Reason.TaskID != c || w.Wake.Reason.State != work.TaskCanceled {
 		e.t.Errorf("completion wake %+v, want c canceled", w.Wake.Reason)
 	}
+}
+
+// --- concurrency ---
+
+// concWorkers: workers that heartbeat, give each task back once (Release) and finish it on
+// its second delivery, all through SettleAndClaim, some by kind, never hold one task at once
+// and settle each task exactly once, at attempt 2.
+func concWorkers(e *env) {
+	const s = "session_conc_workers"
+	const tasks = 40
+	kinds := []string{"a", "b"}
+	for i := 0; i < tasks; i++ {
+		e.submit(s, work.TaskRequest{Kind: kinds[i%2]}, at(100))
+	}
+	var mu sync.Mutex
+	var seen []work.TaskDelivery
+	var errs []error
+	parallel(func(i int) {
+		var held []work.TaskDelivery
+		var only []string // workers 0 and 1 claim by kind
+		if i < 2 {
+			only = kinds[i : i+1]
+		}
+		for round := 0; round < 200; round++ {
+			var settles []work.Settle
+			for _, d := range held {
+				if d.Attempt == 1 {
+					// A heartbeat first, then give it back, due at once.
+					if _, err := e.q.ExtendAt(e.ctx, d, time.Hour, at(100)); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+					settles = append(settles, work.Settle{Delivery: d, Release: &work.ReleaseRequest{Reason: "once"}})
+				} else {
+					settles = append(settles, work.Settle{Delivery: d, Outcome: ptr(work.Success(nil))})
+				}
+			}
+			res, ds, err := e.q.SettleAndClaimAt(e.ctx, settles, only, at(100), time.Hour, 3)
+			mu.Lock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					errs = append(errs, r.Err)
+				}
+			}
+			seen = append(seen, ds...)
+			mu.Unlock()
+			held = ds
+			if err != nil || len(ds) == 0 && len(settles) == 0 {
+				return
+			}
+		}
+	})
+	for _, err := range errs {
+		e.ok("a concurrent worker", err)
+	}
+	per := map[string][]uint32{}
+	for _, d := range seen {
+		e.noteToken(d.LeaseToken())
+		per[d.Task.ID] = append(per[d.Task.ID], d.Attempt)
+	}
+	if len(per) != tasks {
+		e.t.Errorf("%d tasks delivered, want %d", len(per), tasks)
+	}
+	for id, attempts := range per {
+		if fmt.Sprint(attempts) != "[1 2]" {
+			e.t.Errorf("task %s delivered with attempts %v, want [1 2]: once, released, once more", id, attempts)
+		}
+	}
+	all := e.list(s, work.TaskFilter{Limit: 100})
+	for _, t := range all {
+		if t.State != work.TaskSucceeded || t.Attempts != 2 {
+			e.t.Errorf("task %s: %s after %d attempts, want succeeded after 2", t.ID, t.State, t.Attempts)
+		}
+	}
+	e.stats("after the workers", at(100), statsWant{
+		total: counts(0, 0, tasks, 0, 0),
+		kinds: []work.KindStats{kindStats("a", counts(0, 0, tasks/2, 0, 0)), kindStats("b", counts(0, 0, tasks/2, 0, 0))},
+	})
 }

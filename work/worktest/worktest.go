@@ -11,7 +11,9 @@
 //
 // Run ports every scenario of the seed's own suite (everruns tests/session_work.rs) and adds
 // one for each rule of the seed and of the spec (shared/spec/work-api.md) that those leave
-// untested. It uses only the public API plus Queue.Verify, Queue.ReadLog and Queue.Backend,
+// untested, and one for each rule and error of part 2 (shared/spec/work-api-2.md: Extend,
+// Release, ClaimKinds, Session.Tasks; and Stats and SettleAndClaim, documented in
+// work/queue_running.go), in running*.go. It uses only the public API plus Queue.Verify, Queue.ReadLog and Queue.Backend,
 // passes explicit times everywhere (the ...At methods) and never sleeps. After every subtest
 // it runs Queue.Verify on the live queue, the bbolt habit: a consistency check after every
 // test.

@@ -1,0 +1,170 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
+)
+
+// Store is read-only access to a PostgreSQL queue, for tools such as replay: the log, a
+// consistent view of the projection, and Verify. Its connections run every transaction
+// read-only (default_transaction_read_only), so the server refuses any write; it starts no
+// writer and no listener, and never creates or changes a table.
+type Store struct {
+	e *engine
+}
+
+// OpenReadOnly opens the queue in the schema dsn's search_path names, read-only. A schema
+// without worklog's tables is ErrNotAQueue; a newer format ErrFormatTooNew (both name the
+// schema).
+func OpenReadOnly(ctx context.Context, dsn string) (*Store, error) {
+	e, err := open(ctx, dsn, (&Options{MaxConns: 4}).withDefaults(), true)
+	if err != nil {
+		return nil, err
+	}
+	close(e.writerDone)
+	close(e.watcherDone)
+	return &Store{e: e}, nil
+}
+
+// Schema is the schema the queue's tables are in.
+func (s *Store) Schema() string { return s.e.schema }
+
+// Close closes the connections.
+func (s *Store) Close() error { return s.e.Close() }
+
+// LastSeq is the sequence of the last committed event (the log head).
+func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
+	var seq int64
+	if err := s.e.pool.QueryRow(ctx, s.e.st.lastSeq).Scan(&seq); err != nil {
+		return 0, backendError(err)
+	}
+	return uint64(seq), nil
+}
+
+// View runs fn against one consistent committed state (a repeatable-read transaction).
+func (s *Store) View(ctx context.Context, fn func(projection.Reader) error) error {
+	return s.e.View(ctx, fn)
+}
+
+// ReadLog calls fn with each event from seq from (0: the first) to the end, in order.
+func (s *Store) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	return s.e.ReadLog(ctx, from, fn)
+}
+
+// ReadRange is ReadLog from from to to, both included (to 0: the end).
+func (s *Store) ReadRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error {
+	if s.e.isClosed() {
+		return errClosed()
+	}
+	return s.e.readRange(ctx, from, to, fn)
+}
+
+// RawLog calls fn with each event's stored bytes (events.Append's encoding), from..to.
+func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) error {
+	var fnErr error
+	err := readLog(ctx, s.e.pool, s.e.st, from, to, func(seq uint64, raw []byte) error {
+		fnErr = fn(seq, raw)
+		return fnErr
+	})
+	if err != nil && err == fnErr {
+		return err
+	}
+	return backendError(err)
+}
+
+// SessionLog calls fn with the events of one session from seq from, in order (the events
+// table's session index: no scan of other sessions' events).
+func (s *Store) SessionLog(ctx context.Context, session string, from uint64, fn func(events.Event) error) error {
+	for {
+		type row struct {
+			seq  int64
+			body []byte
+		}
+		var page []row
+		if err := eachRowArgs(ctx, s.e.pool, s.e.st.sessionLog, func(r pgx.Rows) error {
+			var x row
+			if err := r.Scan(&x.seq, &x.body); err != nil {
+				return err
+			}
+			page = append(page, x)
+			return nil
+		}, []byte(session), int64(from), readLogPage); err != nil {
+			return backendError(err)
+		}
+		for _, x := range page {
+			ev, err := events.Decode(x.body, uint64(x.seq))
+			if err != nil {
+				return backendError(errors.Join(ErrCorruptRow, err))
+			}
+			if err := fn(ev); err != nil {
+				return err
+			}
+		}
+		if len(page) < readLogPage {
+			return nil
+		}
+		from = uint64(page[len(page)-1].seq) + 1
+	}
+}
+
+// Sessions calls fn with every session that has events, in byte order.
+func (s *Store) Sessions(ctx context.Context, fn func(session string) error) error {
+	var all []string
+	if err := eachRow(ctx, s.e.pool, s.e.st.sessions, func(r pgx.Rows) error {
+		var b []byte
+		if err := r.Scan(&b); err != nil {
+			return err
+		}
+		all = append(all, string(b))
+		return nil
+	}); err != nil {
+		return backendError(err)
+	}
+	for _, x := range all {
+		if err := fn(x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScanTasks calls fn with every task record, in id order.
+func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) error {
+	var fnErr error
+	err := scanTaskRows(ctx, s.e.pool, s.e.st, func(t *projection.Task, err error) error {
+		if err != nil {
+			return err
+		}
+		fnErr = fn(t)
+		return fnErr
+	})
+	if err != nil && err == fnErr {
+		return err
+	}
+	return backendError(err)
+}
+
+// ScanWakes calls fn with every wake record, in id order.
+func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error {
+	var fnErr error
+	err := scanWakeRows(ctx, s.e.pool, s.e.st, func(w *projection.Wake, err error) error {
+		if err != nil {
+			return err
+		}
+		fnErr = fn(w)
+		return fnErr
+	})
+	if err != nil && err == fnErr {
+		return err
+	}
+	return backendError(err)
+}
+
+// Verify is Queue.Verify: every difference between the stored tables and the fold of the
+// log, and a gap or an undecodable event in the log.
+func (s *Store) Verify(ctx context.Context) ([]string, error) { return s.e.Verify(ctx) }

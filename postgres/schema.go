@@ -1,0 +1,236 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// FormatVersion is the layout of the tables below. It is stored in worklog_meta's format row;
+// Open refuses a schema of a newer format (ErrFormatTooNew) and never changes one it refuses.
+const FormatVersion = 1
+
+// Every string column is bytea: ids, sessions, kinds and keys are any Go string (the API
+// refuses only blank ones), which text would refuse when they hold NUL or invalid UTF-8, and
+// bytea compares bytewise, as Go strings do, so max(id) and the key orders are Go's.
+//
+// Records are pebblelog's record codec (AppendTaskRecord) with the values that never change
+// after creation (a task's input, a wake's payload and completion output) in columns of
+// their own, written once: a claim or a finish updates only rec, and PostgreSQL keeps an
+// unchanged TOASTed column as it is, so a large input is not rewritten at every transition.
+const schemaDDL = `
+CREATE TABLE {s}.worklog_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {s}.log_head (id int PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL);
+INSERT INTO {s}.log_head VALUES (1, 0);
+CREATE TABLE {s}.events (seq bigint PRIMARY KEY, session bytea NOT NULL, type smallint NOT NULL, body bytea NOT NULL);
+CREATE INDEX events_session ON {s}.events (session, seq);
+CREATE TABLE {s}.tasks (id bytea PRIMARY KEY, rec bytea NOT NULL, input bytea NOT NULL);
+CREATE TABLE {s}.wakes (id bytea PRIMARY KEY, rec bytea NOT NULL, payload bytea NOT NULL, output bytea NOT NULL);
+CREATE TABLE {s}.task_keys (session bytea, key bytea, task_id bytea NOT NULL, PRIMARY KEY (session, key));
+CREATE TABLE {s}.wake_keys (session bytea, key bytea, wake_id bytea NOT NULL, PRIMARY KEY (session, key));
+CREATE TABLE {s}.due (at bigint, seq bigint, task_id bytea NOT NULL, PRIMARY KEY (at, seq));
+CREATE TABLE {s}.kind_due (kind bytea, at bigint, seq bigint, task_id bytea NOT NULL, PRIMARY KEY (kind, at, seq));
+CREATE TABLE {s}.wake_index (at bigint, seq bigint, wake_id bytea NOT NULL, PRIMARY KEY (at, seq));
+CREATE TABLE {s}.session_tasks (session bytea, submit_seq bigint, task_id bytea NOT NULL, PRIMARY KEY (session, submit_seq));
+CREATE TABLE {s}.counts (kind bytea, state smallint, n bigint NOT NULL, PRIMARY KEY (kind, state));
+INSERT INTO {s}.worklog_meta VALUES ('format', '{format}');
+`
+
+// tableNames are the tables of the format, for the check that a schema holds no half of one.
+var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes", "task_keys", "wake_keys",
+	"due", "kind_due", "wake_index", "session_tasks", "counts"}
+
+// statements holds every statement, with the queue's schema in it.
+type statements struct {
+	lockHead, maxTask, maxWake                               string
+	task, wake, taskKey, wakeKey, scanDue, scanDueFrom       string
+	scanKind, scanKindFrom, scanWakes, scanWakesFrom         string
+	scanSession, counts, lastSeq                             string
+	insEvents, setHead, insTasks, updTasks, insWakes         string
+	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt   string
+	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx string
+	readLog, sessionLog, sessions, scanTasks                 string
+	scanWakeRecs, allDue, allKind, allWakeIdx, allSession    string
+	allTaskKeys, allWakeKeys, notify                         string
+}
+
+func newStatements(schema string) *statements {
+	s := pgx.Identifier{schema}.Sanitize()
+	q := func(f string) string { return strings.ReplaceAll(f, "{s}", s) }
+	// The scans read pages: (at, seq) > the last entry of the page before, in the primary
+	// key's order; a task scan joins the record, so a claim reads its tasks in the same
+	// round trip (LEFT: a task put in the same group is not written before the commit).
+	return &statements{
+		lockHead: q(`SELECT seq, pg_current_xact_id()::text FROM {s}.log_head WHERE id = 1 FOR UPDATE`),
+		maxTask:  q(`SELECT coalesce((SELECT id FROM {s}.tasks ORDER BY id DESC LIMIT 1), ''::bytea)`),
+		maxWake:  q(`SELECT coalesce((SELECT id FROM {s}.wakes ORDER BY id DESC LIMIT 1), ''::bytea)`),
+		lastSeq:  q(`SELECT seq FROM {s}.log_head WHERE id = 1`),
+		task:     q(`SELECT rec, input FROM {s}.tasks WHERE id = $1`),
+		wake:     q(`SELECT rec, payload, output FROM {s}.wakes WHERE id = $1`),
+		taskKey:  q(`SELECT task_id FROM {s}.task_keys WHERE session = $1 AND key = $2`),
+		wakeKey:  q(`SELECT wake_id FROM {s}.wake_keys WHERE session = $1 AND key = $2`),
+		scanDue: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
+		scanDueFrom: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.at <= $1 AND (d.at, d.seq) > ($3, $4) ORDER BY d.at, d.seq LIMIT $2`),
+		scanKind: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.kind = $3 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
+		scanKindFrom: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.kind = $3 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`),
+		scanWakes: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.wake_index d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
+			WHERE d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
+		scanWakesFrom: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.wake_index d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
+			WHERE d.at <= $1 AND (d.at, d.seq) > ($3, $4) ORDER BY d.at, d.seq LIMIT $2`),
+		scanSession: q(`SELECT submit_seq, task_id FROM {s}.session_tasks WHERE session = $1 AND submit_seq > $2
+			ORDER BY submit_seq LIMIT $3`),
+		counts: q(`SELECT kind, state, n FROM {s}.counts WHERE n <> 0 ORDER BY kind, state`),
+
+		insEvents: q(`INSERT INTO {s}.events (seq, session, type, body)
+			SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::smallint[], $4::bytea[])`),
+		setHead:  q(`UPDATE {s}.log_head SET seq = $1 WHERE id = 1`),
+		insTasks: q(`INSERT INTO {s}.tasks (id, rec, input) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])`),
+		updTasks: q(`UPDATE {s}.tasks t SET rec = u.rec FROM unnest($1::bytea[], $2::bytea[]) AS u(id, rec) WHERE t.id = u.id`),
+		insWakes: q(`INSERT INTO {s}.wakes (id, rec, payload, output)
+			SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::bytea[])`),
+		updWakes:    q(`UPDATE {s}.wakes w SET rec = u.rec FROM unnest($1::bytea[], $2::bytea[]) AS u(id, rec) WHERE w.id = u.id`),
+		insTaskKeys: q(`INSERT INTO {s}.task_keys SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])`),
+		insWakeKeys: q(`INSERT INTO {s}.wake_keys SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])`),
+		insSession:  q(`INSERT INTO {s}.session_tasks SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[])`),
+		addCnt: q(`INSERT INTO {s}.counts AS c SELECT * FROM unnest($1::bytea[], $2::smallint[], $3::bigint[])
+			ON CONFLICT (kind, state) DO UPDATE SET n = c.n + excluded.n`),
+		insDue: q(`INSERT INTO {s}.due SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
+			ON CONFLICT (at, seq) DO UPDATE SET task_id = excluded.task_id`),
+		delDue: q(`DELETE FROM {s}.due WHERE (at, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`),
+		insKind: q(`INSERT INTO {s}.kind_due SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[])
+			ON CONFLICT (kind, at, seq) DO UPDATE SET task_id = excluded.task_id`),
+		delKind: q(`DELETE FROM {s}.kind_due WHERE (kind, at, seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]))`),
+		insWakeIdx: q(`INSERT INTO {s}.wake_index SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
+			ON CONFLICT (at, seq) DO UPDATE SET wake_id = excluded.wake_id`),
+		delWakeIdx: q(`DELETE FROM {s}.wake_index WHERE (at, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`),
+		notify:     `SELECT pg_notify($1, '')`,
+
+		readLog:      q(`SELECT seq, body FROM {s}.events WHERE seq >= $1 AND seq <= $2 ORDER BY seq LIMIT $3`),
+		sessionLog:   q(`SELECT seq, body FROM {s}.events WHERE session = $1 AND seq >= $2 ORDER BY seq LIMIT $3`),
+		sessions:     q(`SELECT DISTINCT session FROM {s}.events ORDER BY session`),
+		scanTasks:    q(`SELECT id, rec, input FROM {s}.tasks WHERE id > $1 ORDER BY id LIMIT $2`),
+		scanWakeRecs: q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id > $1 ORDER BY id LIMIT $2`),
+		allDue:       q(`SELECT at, seq, task_id FROM {s}.due ORDER BY at, seq`),
+		allKind:      q(`SELECT kind, at, seq, task_id FROM {s}.kind_due ORDER BY kind, at, seq`),
+		allWakeIdx:   q(`SELECT at, seq, wake_id FROM {s}.wake_index ORDER BY at, seq`),
+		allSession:   q(`SELECT session, submit_seq, task_id FROM {s}.session_tasks ORDER BY session, submit_seq`),
+		allTaskKeys:  q(`SELECT session, key, task_id FROM {s}.task_keys`),
+		allWakeKeys:  q(`SELECT session, key, wake_id FROM {s}.wake_keys`),
+	}
+}
+
+// channelName is the LISTEN/NOTIFY channel of the queue in schema: a hash, since a channel
+// is an identifier of at most 63 bytes and a schema name may be as long.
+func channelName(schema string) string {
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("worklog_%016x", h.Sum64())
+}
+
+// schemaOf is the schema the queue's tables live in: the first entry of the DSN's
+// search_path, or the server's current_schema() when the DSN names none.
+func schemaOf(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	if sp := pool.Config().ConnConfig.RuntimeParams["search_path"]; strings.TrimSpace(sp) != "" {
+		first := strings.TrimSpace(strings.Split(sp, ",")[0])
+		if len(first) >= 2 && first[0] == '"' && first[len(first)-1] == '"' {
+			return strings.ReplaceAll(first[1:len(first)-1], `""`, `"`), nil
+		}
+		if first == "$user" {
+			return "", fmt.Errorf("%w: search_path %q: name the queue's schema first", ErrInvalidDSN, sp)
+		}
+		return strings.ToLower(first), nil
+	}
+	var s *string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&s); err != nil {
+		return "", err
+	}
+	if s == nil {
+		return "", fmt.Errorf("%w: the server's search_path names no existing schema: set search_path in the DSN", ErrInvalidDSN)
+	}
+	return *s, nil
+}
+
+// ensureSchema creates the schema's tables when there are none, or checks their format.
+// Concurrent Opens of one schema take turns on an advisory lock, so exactly one creates.
+func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, readOnly bool) (err error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback(context.Background())
+		}
+	}()
+	if !readOnly {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('worklog schema ' || $1))`, schema); err != nil {
+			return err
+		}
+	}
+	var have []string
+	// pg_catalog, not information_schema, whose views cost tens of milliseconds.
+	rows, err := tx.Query(ctx, `SELECT c.relname::text FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')`, schema)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	ours := map[string]bool{}
+	for _, n := range tableNames {
+		ours[n] = true
+	}
+	for _, n := range names {
+		if ours[n] {
+			have = append(have, n)
+		}
+	}
+	if len(have) == 0 {
+		if readOnly {
+			return fmt.Errorf("%w: schema %q has no worklog tables", ErrNotAQueue, schema)
+		}
+		sid := pgx.Identifier{schema}.Sanitize()
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+sid); err != nil {
+			return err
+		}
+		ddl := strings.ReplaceAll(schemaDDL, "{s}", sid)
+		ddl = strings.ReplaceAll(ddl, "{format}", strconv.Itoa(FormatVersion))
+		if _, err := tx.Exec(ctx, ddl); err != nil {
+			return fmt.Errorf("creating the worklog tables in schema %q: %w", schema, err)
+		}
+		return tx.Commit(ctx)
+	}
+	var format string
+	err = tx.QueryRow(ctx, `SELECT value FROM `+pgx.Identifier{schema, "worklog_meta"}.Sanitize()+` WHERE key = 'format'`).Scan(&format)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && len(have) != len(tableNames)) || isUndefinedTable(err) {
+		return fmt.Errorf("%w: schema %q holds %d of worklog's %d tables (%s) but no complete format %d layout",
+			ErrNotAQueue, schema, len(have), len(tableNames), strings.Join(have, ", "), FormatVersion)
+	}
+	if err != nil {
+		return err
+	}
+	n, perr := strconv.Atoi(format)
+	switch {
+	case perr != nil:
+		return fmt.Errorf("%w: schema %q: worklog_meta format %q is not a number", ErrNotAQueue, schema, format)
+	case n > FormatVersion:
+		return fmt.Errorf("%w: schema %q holds worklog format %d (table worklog_meta, key format); this build reads format %d",
+			ErrFormatTooNew, schema, n, FormatVersion)
+	case n < FormatVersion:
+		return fmt.Errorf("%w: schema %q holds worklog format %d, older than any this build reads (%d)",
+			ErrNotAQueue, schema, n, FormatVersion)
+	}
+	return tx.Commit(ctx)
+}

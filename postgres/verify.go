@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
+)
+
+// Verify folds the events table from empty (projection.Apply into a projection.Mem) and
+// compares the result with every stored table (loaded into another Mem; Mem.Diff compares),
+// in one read-only repeatable-read transaction: records field by field, keys, the due,
+// per-kind due and wake indexes, the session lists, the counts and the log head. It also checks the log is gap-free and every event decodes.
+// It holds both states in memory: O(stored state).
+func (e *engine) Verify(ctx context.Context) ([]string, error) {
+	if e.isClosed() {
+		return nil, errClosed()
+	}
+	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, backendError(err)
+	}
+	defer tx.Rollback(context.Background())
+	p, err := verify(ctx, tx, e.st)
+	return p, backendError(err)
+}
+
+func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
+	var problems []string
+	fold := projection.NewMem()
+	fold.DeferIndexes() // Diff builds them from the records
+	var d events.Decoder
+	var stop error
+	err := readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
+		ev, err := d.Decode(body, seq)
+		if err != nil {
+			stop = fmt.Errorf("events row %d: %v", seq, err)
+			return stop
+		}
+		if err := projection.Apply(fold, ev); err != nil {
+			stop = err
+			return stop
+		}
+		return nil
+	})
+	switch {
+	case err != nil && err == stop:
+		return []string{err.Error()}, nil
+	case err != nil && isCorrupt(err):
+		return []string{err.Error()}, nil // a gap in the log
+	case err != nil:
+		return nil, err
+	}
+
+	stored := projection.NewMem()
+	var head int64
+	if err := tx.QueryRow(ctx, st.lastSeq).Scan(&head); err != nil {
+		return nil, err
+	}
+	stored.SetLastSeq(uint64(head))
+	if err := loadRecords(ctx, tx, st, stored, &problems); err != nil {
+		return nil, err
+	}
+	if err := loadIndexes(ctx, tx, st, stored); err != nil {
+		return nil, err
+	}
+	// Diff says "stored vs rebuilt".
+	return append(problems, stored.Diff(fold)...), nil
+}
+
+func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error) error {
+	rows, err := q.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// loadRecords reads every task and wake into m; a row that does not decode is a problem.
+func loadRecords(ctx context.Context, q querier, st *statements, m *projection.Mem, problems *[]string) error {
+	if err := scanTaskRows(ctx, q, st, func(t *projection.Task, err error) error {
+		if err != nil {
+			*problems = append(*problems, err.Error())
+			return nil
+		}
+		return m.PutTask(t)
+	}); err != nil {
+		return err
+	}
+	return scanWakeRows(ctx, q, st, func(w *projection.Wake, err error) error {
+		if err != nil {
+			*problems = append(*problems, err.Error())
+			return nil
+		}
+		return m.PutWake(w)
+	})
+}
+
+func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+	keys := func(sql string, put func(s, k, id string) error) error {
+		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
+			var s, k, id []byte
+			if err := r.Scan(&s, &k, &id); err != nil {
+				return err
+			}
+			return put(string(s), string(k), string(id))
+		})
+	}
+	index := func(sql string, put func(projection.IndexEntry) error) error {
+		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
+			var at, seq int64
+			var id []byte
+			if err := r.Scan(&at, &seq, &id); err != nil {
+				return err
+			}
+			return put(projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+		})
+	}
+	if err := eachRow(ctx, q, st.allKind, func(r pgx.Rows) error {
+		var kind, id []byte
+		var at, seq int64
+		if err := r.Scan(&kind, &at, &seq, &id); err != nil {
+			return err
+		}
+		return m.PutKindDue(string(kind), projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+	}); err != nil {
+		return err
+	}
+	if err := eachRow(ctx, q, st.allSession, func(r pgx.Rows) error {
+		var session, id []byte
+		var seq int64
+		if err := r.Scan(&session, &seq, &id); err != nil {
+			return err
+		}
+		return m.PutSessionTask(string(session), uint64(seq), string(id))
+	}); err != nil {
+		return err
+	}
+	var cerr error
+	if err := readCounts(ctx, q, st, func(k string, s events.TaskState, n int64) bool {
+		cerr = m.AddCount(k, s, n)
+		return cerr == nil
+	}); err != nil || cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	if err := keys(st.allTaskKeys, m.PutTaskKey); err != nil {
+		return err
+	}
+	if err := keys(st.allWakeKeys, m.PutWakeKey); err != nil {
+		return err
+	}
+	if err := index(st.allDue, m.PutDue); err != nil {
+		return err
+	}
+	return index(st.allWakeIdx, m.PutWakeIndex)
+}
+
+// scanTaskRows pages through the tasks table in id order; fn gets each decoded record, or
+// the error naming the row that does not decode.
+func scanTaskRows(ctx context.Context, q querier, st *statements, fn func(*projection.Task, error) error) error {
+	after := []byte{}
+	for {
+		type row struct{ id, rec, input []byte }
+		var page []row
+		if err := eachRowArgs(ctx, q, st.scanTasks, func(r pgx.Rows) error {
+			var x row
+			if err := r.Scan(&x.id, &x.rec, &x.input); err != nil {
+				return err
+			}
+			page = append(page, x)
+			return nil
+		}, after, readLogPage); err != nil {
+			return err
+		}
+		for _, x := range page {
+			if err := fn(decodeTask(string(x.id), x.rec, x.input)); err != nil {
+				return err
+			}
+		}
+		if len(page) < readLogPage {
+			return nil
+		}
+		after = page[len(page)-1].id
+	}
+}
+
+func scanWakeRows(ctx context.Context, q querier, st *statements, fn func(*projection.Wake, error) error) error {
+	after := []byte{}
+	for {
+		type row struct{ id, rec, payload, output []byte }
+		var page []row
+		if err := eachRowArgs(ctx, q, st.scanWakeRecs, func(r pgx.Rows) error {
+			var x row
+			if err := r.Scan(&x.id, &x.rec, &x.payload, &x.output); err != nil {
+				return err
+			}
+			page = append(page, x)
+			return nil
+		}, after, readLogPage); err != nil {
+			return err
+		}
+		for _, x := range page {
+			if err := fn(decodeWake(string(x.id), x.rec, x.payload, x.output)); err != nil {
+				return err
+			}
+		}
+		if len(page) < readLogPage {
+			return nil
+		}
+		after = page[len(page)-1].id
+	}
+}
+
+func eachRowArgs(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error, args ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

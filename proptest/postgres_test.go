@@ -1,0 +1,95 @@
+package proptest
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/postgres"
+	"github.com/worklog/worklog/work"
+)
+
+// The package's tests run with a throwaway PostgreSQL server (internal/pgtest), for the
+// postgres differential below; without PostgreSQL only that test skips.
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, "proptest")) }
+
+// postgresRuns is the share of the budget the postgres differential runs: each history
+// empties the queue's tables and opens it again, a few tens of milliseconds.
+const postgresRuns = 20
+
+// postgresBackend is postgres.Open on one schema that every history empties first
+// (TRUNCATE: creating a schema per history costs its DDL, ~0.2 s). Reopen closes the queue
+// and opens the schema again; Crash opens it again without closing the old queue first: a
+// client process that dies leaves the server with exactly what it committed, which is every
+// acknowledged call.
+func postgresBackend(t *testing.T, srv *pgtest.Server) backendSpec {
+	dsn := pgtest.Schema(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	first := true
+	return backendSpec{
+		name:        "postgres",
+		restartable: true,
+		open: func() (store, error) {
+			if !first {
+				if err := srv.Exec("TRUNCATE " + strings.Join(prefixAll(schema+".", "events", "tasks", "wakes",
+					"task_keys", "wake_keys", "due", "kind_due", "wake_index", "session_tasks", "counts"), ", ") +
+					"; UPDATE " + schema + ".log_head SET seq = 0"); err != nil {
+					return nil, err
+				}
+			}
+			first = false
+			q, err := postgres.Open(context.Background(), dsn, nil)
+			if err != nil {
+				return nil, err
+			}
+			return &pgStore{dsn: dsn, q: q}, nil
+		},
+	}
+}
+
+func prefixAll(p string, names ...string) []string {
+	for i, n := range names {
+		names[i] = p + n
+	}
+	return names
+}
+
+type pgStore struct {
+	dsn string
+	q   *work.Queue
+}
+
+func (s *pgStore) queue() *work.Queue { return s.q }
+
+func (s *pgStore) reopen() error {
+	if err := s.q.Close(); err != nil {
+		return err
+	}
+	return s.crash()
+}
+
+func (s *pgStore) crash() error {
+	q, err := postgres.Open(context.Background(), s.dsn, nil)
+	if err != nil {
+		return err
+	}
+	_ = s.q.Close() // after the new open: nothing of the old queue's is needed by it
+	s.q = q
+	return nil
+}
+
+func (s *pgStore) close() { _ = s.q.Close() }
+
+// TestDifferentialPostgres compares the in-memory queue with the PostgreSQL one, history by
+// history, with every model check on both, Reopen and Crash ops included.
+func TestDifferentialPostgres(t *testing.T) {
+	srv := pgtest.Need(t)
+	checkHistories(t, &harness{backends: []backendSpec{memoryBackend, postgresBackend(t, srv)}}, runsFor(postgresRuns))
+}
