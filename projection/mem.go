@@ -23,7 +23,12 @@ type Mem struct {
 	wakeKeys map[sessionKey]string
 	due      *btree.BTreeG[IndexEntry]
 	avail    *btree.BTreeG[IndexEntry]
-	lastSeq  uint64
+	prune    *btree.BTreeG[PruneEntry] // the retention index (prune.go)
+	// pruneKept: this Mem keeps the retention index (Apply put or deleted an entry, or
+	// BuildIndexes derived it). A Mem loaded record by record from another store (the
+	// PostgreSQL backend's Verify) keeps none, and Diff then does not compare it.
+	pruneKept bool
+	lastSeq   uint64
 
 	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
 	// its tasks in submission order. lastKind and lastSession are the last looked up: a
@@ -55,6 +60,7 @@ func NewMemSized(tasks, wakes int) *Mem {
 		wakeKeys: map[sessionKey]string{},
 		due:      newIndex(),
 		avail:    newIndex(),
+		prune:    newPruneIndex(),
 		kinds:    map[string]*kindIndex{},
 		sessions: map[string]*sessionList{},
 	}
@@ -119,6 +125,7 @@ func (m *Mem) BuildIndexes() {
 	}
 	m.due, m.avail = sortedTree(due), sortedTree(avail)
 	m.buildPart2()
+	m.buildPrune()
 }
 
 func newIndex() *btree.BTreeG[IndexEntry] { return btree.NewG(16, IndexEntry.Less) }
@@ -243,6 +250,9 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffIndex("due index", m.due, o.due)...)
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
 	out = append(out, m.diffPart2(o)...)
+	if m.pruneKept && o.pruneKept {
+		out = append(out, diffPrune(m.prune, o.prune)...)
+	}
 	return out
 }
 
