@@ -72,7 +72,7 @@ func claimKindsFollows(e *env) {
 
 	// An extension moves the task in its kind's order too.
 	d1 = e.extend(d1, 100*time.Second, at(110)) // until 210
-	d2 = e.extend(d2, 5*time.Second, at(110))   // until 115, earlier
+	e.extend(d2, 5*time.Second, at(110))        // until 115, earlier
 	e.sameOrder("kind k at 114", idsOf(e.claimKinds(k, at(114), lease, 10)), nil, names)
 	got := e.claimKinds(k, at(115), lease, 10)
 	e.sameOrder("kind k at 115", idsOf(got), []string{t2}, names)

@@ -27,6 +27,7 @@ func statsTransitions(e *env) {
 	const s = "session_stats"
 	n := e.logLen()
 	e.stats("a fresh queue", at(100), statsWant{})
+	e.nothingAppended("Stats", n)
 
 	a := e.submit(s, work.TaskRequest{Kind: "x", IdempotencyKey: "k-a"}, at(100))
 	b := e.submit(s, work.TaskRequest{Kind: "x", RunAt: at(200)}, at(100))
