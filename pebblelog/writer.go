@@ -227,7 +227,7 @@ const syncDepth = 16
 type writerState struct {
 	lows   *indexLows   // the committed lows of the eligibility indexes (see indexLows)
 	cache  *recordCache // the records of committed batches
-	maxIDs *maxIDs      // the greatest record keys (see maxIDs)
+	maxIDs *maxIDs      // the ids known to have no record (see maxIDs)
 	syncq  chan<- pending
 
 	counts   map[countID]int64 // the committed counts (state_part2.go)
