@@ -358,21 +358,27 @@ func (w *writer) scanFrom(start, upper []byte, head int, low *[]byte, fn func(pr
 	return nil
 }
 
-// lower lowers *low to key when key is below it.
+// lower lowers *low to a copy of key when key is below it. It copies so that the callers'
+// keys, which it rarely keeps, need not be allocated on the heap at every put.
 func lower(low *[]byte, key []byte) {
 	if *low != nil && bytes.Compare(key, *low) < 0 {
-		*low = key
+		*low = bytes.Clone(key)
 	}
 }
 
 // Task returns a copy, like every projection.Reader: callers may change it freely.
+//
+// The copy is made only on a hit (c := t): with "return &t" the variable t escaped, and Go
+// allocated the whole record on the heap at every lookup, hit or miss (two records per submit).
 func (w *writer) Task(id string) (*projection.Task, error) {
 	if t, ok := w.tasks[id]; ok {
-		return &t, nil
+		c := t
+		return &c, nil
 	}
 	if w.cache != nil {
 		if t, ok := w.cache.task(id); ok {
-			return &t, nil
+			c := t
+			return &c, nil
 		}
 	}
 	if w.maxIDs != nil && w.maxIDs.task.absent(id) {
@@ -383,11 +389,13 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 
 func (w *writer) Wake(id string) (*projection.Wake, error) {
 	if x, ok := w.wakes[id]; ok {
-		return &x, nil
+		c := x
+		return &c, nil
 	}
 	if w.cache != nil {
 		if x, ok := w.cache.wake(id); ok {
-			return &x, nil
+			c := x
+			return &c, nil
 		}
 	}
 	if w.maxIDs != nil && w.maxIDs.wake.absent(id) {
