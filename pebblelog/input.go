@@ -316,13 +316,16 @@ func cachedWake(x *projection.Wake) *projection.Wake {
 // which with a 64 MiB output put 128 MiB of task records into the batch; a submit and a
 // claim of the same task in one group likewise.
 func (w *writer) writeRecords() error {
+	// Batch.Set copies key and value, so both are built in scratch buffers the writer reuses.
+	var key []byte
 	for _, id := range w.taskOrder {
 		t, ok := w.tasks[id]
 		if !ok {
 			continue // pruned after it was put (prune.go)
 		}
 		w.buf = appendTask(w.buf[:0], recordTask(&t))
-		if err := w.b.Set(idKey(prefixTask, id), w.buf, nil); err != nil {
+		key = append(append(key[:0], prefixTask), id...)
+		if err := w.b.Set(key, w.buf, nil); err != nil {
 			return err
 		}
 	}
@@ -332,7 +335,8 @@ func (w *writer) writeRecords() error {
 			continue // pruned after it was put
 		}
 		w.buf = appendWake(w.buf[:0], recordWake(&x))
-		if err := w.b.Set(idKey(prefixWake, id), w.buf, nil); err != nil {
+		key = append(append(key[:0], prefixWake), id...)
+		if err := w.b.Set(key, w.buf, nil); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -157,7 +158,7 @@ func (s reader) lastKey(prefix byte) (_ []byte, err error) {
 	return bytes.Clone(it.Key()), nil
 }
 
-// maxIDs reads the greatest task and wake record keys (see maxIDs).
+// maxIDs reads the greatest task and wake record ids (see maxIDs).
 func (s reader) maxIDs() (*maxIDs, error) {
 	task, err := s.lastKey(prefixTask)
 	if err != nil {
@@ -167,7 +168,7 @@ func (s reader) maxIDs() (*maxIDs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &maxIDs{task: task, wake: wake}, nil
+	return &maxIDs{task: newIDMark(task), wake: newIDMark(wake)}, nil
 }
 
 func (s reader) LastSeq() (uint64, error) {
@@ -221,27 +222,82 @@ type writer struct {
 	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
 }
 
-// maxIDs holds the greatest task and wake id in the store (including batches being built).
-// Ids are UUIDv7 (time first), so a new task's id is nearly always above every stored one,
-// and then the check that its record does not exist yet (projection.Apply's, for every
-// TaskSubmitted) needs no Pebble Get: a Get that misses walks both memtables and every
-// level's filter, a fifth of the writer's time per submit. An id at or below the maximum
-// (a caller's clock behind, seeded entropy) is looked up as before. Records are never
-// deleted, and only the writer puts them, so the maximum only grows; a put of a discarded
-// batch may leave it too high, which only costs a Get.
+// maxIDs answers, for task and wake ids, "no record has this id" without a Pebble Get for
+// nearly every new id. projection.Apply checks that a TaskSubmitted's or WakeRecorded's id has
+// no record yet; a Get that misses walks both memtables and every level's filter, a fifth of
+// the writer's time per submit. Ids are UUIDv7 (time first), so a new id is nearly always
+// above every id stored before the writer started, or close behind the newest ones: with many
+// callers, ids are drawn before the commands queue, so they reach the writer slightly out of
+// order, below the greatest id put so far. See idMark.
 type maxIDs struct {
-	task, wake []byte // greatest record key; nil when there is none
+	task, wake idMark
 }
 
-// above reports whether key sorts after max, the greatest key of its kind (nil: none), so
-// that no record has it.
-func above(max, key []byte) bool {
-	return max == nil || bytes.Compare(key, max) > 0
+// idMark knows every record id above its floor: each such id is in recent. So an id above
+// the floor that recent lacks has no record, and only an id at or below the floor (a caller's
+// clock far behind, seeded entropy, an id older than the recentKeep newest) needs a Get.
+//
+// The floor starts at the greatest id stored at Open. Every record put through the writer
+// (put) above the floor joins recent; when recent passes recentMax ids, the floor rises to
+// the greatest id of all but the recentKeep greatest, and the ids at or below it leave: the
+// ids above the new floor stay, so the rule holds. Only the writer puts records, so an id
+// above the floor that recent lacks stays absent; a record deleted by pruning (prune.go) leaves
+// its id in recent, which only costs a Get that finds nothing. A put of a discarded batch leaves an id
+// in recent without a record, which only costs a Get.
+type idMark struct {
+	floor  string              // "": no record at Open (or not known); every id is checked against recent
+	recent map[string]struct{} // every record id above floor (and a few without a record)
 }
 
-func raise(max *[]byte, key []byte) {
-	if *max == nil || bytes.Compare(key, *max) > 0 {
-		*max = key
+// recentKeep and recentMax bound an idMark's set: between recentKeep and recentMax of the
+// newest ids, a window of tens of milliseconds at the highest submit rates, far wider than
+// the reordering of ids drawn by concurrent callers. Sorting recentMax ids every recentKeep
+// puts costs about 0.1 µs per put; a Get costs several µs.
+const (
+	recentKeep = 2048
+	recentMax  = 2 * recentKeep
+)
+
+// newIDMark starts a mark at the greatest record key of its kind (nil: none).
+func newIDMark(maxKey []byte) idMark {
+	m := idMark{recent: make(map[string]struct{})}
+	if len(maxKey) > 1 {
+		m.floor = string(maxKey[1:]) // past the prefix byte: ids sort as their keys do
+	}
+	return m
+}
+
+// absent reports whether no record has id (false: not known, look it up).
+func (m *idMark) absent(id string) bool {
+	if id <= m.floor {
+		return false
+	}
+	_, ok := m.recent[id]
+	return !ok
+}
+
+// put records that id has a record (or may have: its batch may yet be discarded).
+func (m *idMark) put(id string) {
+	if id <= m.floor {
+		return
+	}
+	m.recent[id] = struct{}{}
+	if len(m.recent) > recentMax {
+		m.prune()
+	}
+}
+
+// prune raises the floor to the greatest id but recentKeep, dropping it and those below.
+func (m *idMark) prune() {
+	ids := make([]string, 0, len(m.recent))
+	for id := range m.recent {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	cut := len(ids) - recentKeep
+	m.floor = ids[cut-1]
+	for _, id := range ids[:cut] {
+		delete(m.recent, id)
 	}
 }
 
@@ -305,27 +361,33 @@ func (w *writer) scanFrom(start, upper []byte, head int, low *[]byte, fn func(pr
 	return nil
 }
 
-// lower lowers *low to key when key is below it.
+// lower lowers *low to a copy of key when key is below it. It copies so that the callers'
+// keys, which it rarely keeps, need not be allocated on the heap at every put.
 func lower(low *[]byte, key []byte) {
 	if *low != nil && bytes.Compare(key, *low) < 0 {
-		*low = key
+		*low = bytes.Clone(key)
 	}
 }
 
 // Task returns a copy, like every projection.Reader: callers may change it freely.
+//
+// The copy is made only on a hit (c := t): with "return &t" the variable t escaped, and Go
+// allocated the whole record on the heap at every lookup, hit or miss (two records per submit).
 func (w *writer) Task(id string) (*projection.Task, error) {
 	if t, ok := w.tasks[id]; ok {
-		return &t, nil
+		c := t
+		return &c, nil
 	}
 	if w.deleted != nil && w.deleted.tasks[id] {
 		return nil, nil // pruned in this batch
 	}
 	if w.cache != nil {
 		if t, ok := w.cache.task(id); ok {
-			return &t, nil
+			c := t
+			return &c, nil
 		}
 	}
-	if w.maxIDs != nil && above(w.maxIDs.task, idKey(prefixTask, id)) {
+	if w.maxIDs != nil && w.maxIDs.task.absent(id) {
 		return nil, nil
 	}
 	return w.committed.taskRecord(id) // the fold needs no input: see input.go
@@ -333,17 +395,19 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 
 func (w *writer) Wake(id string) (*projection.Wake, error) {
 	if x, ok := w.wakes[id]; ok {
-		return &x, nil
+		c := x
+		return &c, nil
 	}
 	if w.deleted != nil && w.deleted.wakes[id] {
 		return nil, nil // pruned in this batch
 	}
 	if w.cache != nil {
 		if x, ok := w.cache.wake(id); ok {
-			return &x, nil
+			c := x
+			return &c, nil
 		}
 	}
-	if w.maxIDs != nil && above(w.maxIDs.wake, idKey(prefixWake, id)) {
+	if w.maxIDs != nil && w.maxIDs.wake.absent(id) {
 		return nil, nil
 	}
 	return w.committed.wakeRecord(id)
@@ -391,7 +455,7 @@ func (w *writer) PutTask(t *projection.Task) error {
 	w.keepTaskInput(t)
 	t = cachedTask(t)
 	if w.maxIDs != nil {
-		raise(&w.maxIDs.task, idKey(prefixTask, t.ID))
+		w.maxIDs.task.put(t.ID)
 	}
 	if w.tasks == nil {
 		w.tasks = make(map[string]projection.Task)
@@ -407,7 +471,7 @@ func (w *writer) PutWake(x *projection.Wake) error {
 	w.keepWakeValues(x)
 	x = cachedWake(x)
 	if w.maxIDs != nil {
-		raise(&w.maxIDs.wake, idKey(prefixWake, x.ID))
+		w.maxIDs.wake.put(x.ID)
 	}
 	if w.wakes == nil {
 		w.wakes = make(map[string]projection.Wake)

@@ -231,11 +231,38 @@ const syncDepth = 16
 type writerState struct {
 	lows   *indexLows   // the committed lows of the eligibility indexes (see indexLows)
 	cache  *recordCache // the records of committed batches
-	maxIDs *maxIDs      // the greatest record keys (see maxIDs)
+	maxIDs *maxIDs      // the ids known to have no record (see maxIDs)
 	syncq  chan<- pending
 
 	counts   map[countID]int64 // the committed counts (state_part2.go)
 	kindLows map[string][]byte // the committed lows of the per-kind due index
+
+	// The record maps and order of the last published writer, emptied, for the next one:
+	// growing fresh maps for every batch was two allocations per submit (see recycle).
+	spareTasks map[string]projection.Task
+	spareWakes map[string]projection.Wake
+	spareOrder []string
+}
+
+// recycleMax bounds the maps recycle keeps: clear costs a map's capacity, not its length, so
+// one batch of many records must not slow every later one.
+const recycleMax = 1024
+
+// recycle keeps w's record maps for the next writer. Call it only once w is done with: its
+// batch published and its records merged into the cache (which copies them).
+func (ws *writerState) recycle(w *writer) {
+	if w.tasks != nil && len(w.tasks) <= recycleMax {
+		clear(w.tasks)
+		ws.spareTasks = w.tasks
+	}
+	if w.wakes != nil && len(w.wakes) <= recycleMax {
+		clear(w.wakes)
+		ws.spareWakes = w.wakes
+	}
+	if cap(w.taskOrder) <= recycleMax {
+		ws.spareOrder = w.taskOrder[:0]
+	}
+	w.tasks, w.wakes, w.taskOrder = nil, nil, nil
 }
 
 // pending is a group of answered-to-be commands: once b (if any) is durable, the syncer
@@ -278,8 +305,10 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
-	return &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
-		counts: ws.counts, kindLows: ws.kindLows}
+	w := &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
+		counts: ws.counts, kindLows: ws.kindLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
+	ws.spareTasks, ws.spareWakes, ws.spareOrder = nil, nil, nil // one writer at a time owns them
+	return w
 }
 
 func (s *Store) runGroup(ws *writerState, group []*request) {
@@ -394,6 +423,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	mergeCounts(ws.counts, w.countDelta)
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)
+	ws.recycle(w)
 	if s.opts.NoSync {
 		b.Close()
 		b = nil
