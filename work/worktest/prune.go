@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
-	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/work"
 )
 
@@ -21,16 +20,6 @@ func pruneScenarios() []scenario {
 		{"prune/the_log_loses_exactly_the_pruned_events", pruneLog},
 		{"prune/reopen_keeps_the_pruned_state", pruneReopen},
 		{"prune/validation", pruneValidation},
-	}
-	// A backend whose engine cannot prune yet (no engine.Pruner) skips them, saying so.
-	for i, sc := range all {
-		run := sc.run
-		all[i].run = func(e *env) {
-			if _, err := e.q.Prune(e.ctx, epoch.Add(-time.Hour)); errors.Is(err, engineapi.ErrPruneNotSupported) {
-				e.t.Skipf("the backend does not prune: %v", err)
-			}
-			run(e)
-		}
 	}
 	return all
 }
