@@ -317,14 +317,20 @@ func cachedWake(x *projection.Wake) *projection.Wake {
 // claim of the same task in one group likewise.
 func (w *writer) writeRecords() error {
 	for _, id := range w.taskOrder {
-		t := w.tasks[id]
+		t, ok := w.tasks[id]
+		if !ok {
+			continue // pruned after it was put (prune.go)
+		}
 		w.buf = appendTask(w.buf[:0], recordTask(&t))
 		if err := w.b.Set(idKey(prefixTask, id), w.buf, nil); err != nil {
 			return err
 		}
 	}
 	for _, id := range w.wakeOrder {
-		x := w.wakes[id]
+		x, ok := w.wakes[id]
+		if !ok {
+			continue // pruned after it was put
+		}
 		w.buf = appendWake(w.buf[:0], recordWake(&x))
 		if err := w.b.Set(idKey(prefixWake, id), w.buf, nil); err != nil {
 			return err

@@ -22,6 +22,9 @@ const (
 	prefixKindDue     = 'D' // D<uvarint len><kind><at 8B ordered><submit seq 8B BE>: task id
 	prefixSessionTask = 'l' // l<uvarint len><session><submit seq 8B BE>: task id
 	prefixCount       = 'c' // c<uvarint len><kind><state 1B>: number of tasks, 8B BE
+	prefixPrunable    = 'r' // r<at 8B ordered><seq 8B BE>: 't' or 'w', then the id: retention index
+	prefixPruned      = 'p' // p<from seq 8B BE>: to seq 8B BE: a pruned range of the log
+	prefixSubject     = 'x' // x<uvarint len><task or wake id><seq 8B BE>: per-subject event index (empty value)
 )
 
 var (
@@ -32,11 +35,11 @@ var (
 // projectionPrefixes are the keyspaces derived from the log: Verify rebuilds and compares
 // them (the last sequence too).
 var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
-	prefixKindDue, prefixSessionTask, prefixCount}
+	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject}
 
 // format3Prefixes are the keyspaces format 3 added. A store of an older format opened
 // read-only has none of them (the upgrade builds them: upgrade.go).
-var format3Prefixes = []byte{prefixKindDue, prefixSessionTask, prefixCount}
+var format3Prefixes = []byte{prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject}
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 9)
@@ -151,4 +154,18 @@ func prefixEnd(p []byte) []byte {
 		}
 	}
 	return nil
+}
+
+// subjectPrefix is the start of one task's or wake's part of the per-subject event index.
+func subjectPrefix(id string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(id)+8)
+	k = append(k, prefixSubject)
+	k = binary.AppendUvarint(k, uint64(len(id)))
+	return append(k, id...)
+}
+
+// subjectEventKey is the per-subject index entry of the event seq of ev's subject.
+func subjectEventKey(ev events.Event, seq uint64) []byte {
+	taskID, wakeID := ev.Subject()
+	return binary.BigEndian.AppendUint64(subjectPrefix(taskID+wakeID), seq) // one of them is set
 }

@@ -22,7 +22,7 @@ import (
 
 const (
 	taskFields = 23
-	wakeFields = 16
+	wakeFields = 17
 )
 
 // AppendTaskRecord appends the stored record of t (the value of its task key) to b: for tools
@@ -95,7 +95,8 @@ func appendWake(b []byte, x *projection.Wake) []byte {
 	b = msgp.AppendBool(b, x.Acked)
 	b = msgp.AppendStr(b, x.AckedToken)
 	b = msgp.AppendUint32(b, x.RejectedAttempt)
-	return msgp.AppendUint64(b, x.UpdatedSeq)
+	b = msgp.AppendUint64(b, x.UpdatedSeq)
+	return msgp.AppendInt64(b, x.AckedAt)
 }
 
 // recordReader reads a record's fields; the first error sticks and later reads return zero
@@ -294,6 +295,7 @@ func decodeWake(key, v []byte) (*projection.Wake, error) {
 	x.AckedToken = r.fstr()
 	x.RejectedAttempt = uint32(r.fuint(32))
 	x.UpdatedSeq = r.fuint(64)
+	x.AckedAt = r.fint()
 	r.end()
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: key %q: %v", ErrCorruptRecord, key, r.err)

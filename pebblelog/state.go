@@ -217,6 +217,8 @@ type writer struct {
 	countDelta  map[countID]int64 // this batch's changes; finish writes them
 	kindLows    map[string][]byte // committed marks of the per-kind due index, read-only here
 	newKindLows map[string][]byte // this batch's marks
+
+	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
 }
 
 // maxIDs holds the greatest task and wake id in the store (including batches being built).
@@ -315,6 +317,9 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 	if t, ok := w.tasks[id]; ok {
 		return &t, nil
 	}
+	if w.deleted != nil && w.deleted.tasks[id] {
+		return nil, nil // pruned in this batch
+	}
 	if w.cache != nil {
 		if t, ok := w.cache.task(id); ok {
 			return &t, nil
@@ -329,6 +334,9 @@ func (w *writer) Task(id string) (*projection.Task, error) {
 func (w *writer) Wake(id string) (*projection.Wake, error) {
 	if x, ok := w.wakes[id]; ok {
 		return &x, nil
+	}
+	if w.deleted != nil && w.deleted.wakes[id] {
+		return nil, nil // pruned in this batch
 	}
 	if w.cache != nil {
 		if x, ok := w.cache.wake(id); ok {

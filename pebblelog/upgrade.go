@@ -103,8 +103,9 @@ func (s *Store) upgrade() error {
 
 // The upgrade to format 3.
 //
-// Format 3 adds three keyspaces that the fold keeps: the per-kind due index, the session task
-// lists and the counts by kind and state. Each follows from the task records alone (a task's
+// Format 3 adds four keyspaces that the fold keeps: the per-kind due index, the session task
+// lists, the counts by kind and state, and the retention index (prune.go, which also needs
+// an acknowledged wake's AckedAt: upgradeRetention.go). Each follows from the task records alone (a task's
 // entry in its kind's index is its due-index entry, EligibleAt at SubmitSeq; its place in its
 // session's list is its SubmitSeq; it counts once under its kind and state), so the upgrade
 // builds them from the records in one pass, without replaying the log.
@@ -131,6 +132,15 @@ func (s *Store) buildFormat3() (err error) {
 	}
 	if err := s.commitUpgrade(clear); err != nil {
 		return fmt.Errorf("clearing the new keyspaces: %w", err)
+	}
+	// The wakes first: an acknowledged wake gets its AckedAt (older formats did not keep it)
+	// and a requested one its retention entry; the tasks' pass then reads their completion
+	// wakes with AckedAt set.
+	if err := s.buildRetentionWakes(); err != nil {
+		return fmt.Errorf("building the retention index of wakes: %w", err)
+	}
+	if err := s.buildSubjectIndex(); err != nil {
+		return fmt.Errorf("building the per-subject event index: %w", err)
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixTask}, UpperBound: []byte{prefixTask + 1}})
 	if err != nil {
@@ -159,6 +169,9 @@ func (s *Store) buildFormat3() (err error) {
 			}
 		}
 		counts[countID{t.Kind, t.State}]++
+		if err := s.buildRetentionTask(b, t); err != nil {
+			return err
+		}
 		if b.Len() >= upgradeBatchBytes {
 			if err := s.commitUpgrade(b); err != nil {
 				return err

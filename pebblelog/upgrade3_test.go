@@ -26,6 +26,12 @@ func format3Keys(t *testing.T, db pebble.Reader) []string {
 	t.Helper()
 	var lines []string
 	for _, p := range format3Prefixes {
+		if p == prefixPrunable || p == prefixSubject {
+			// The retention index needs the acknowledgment times, which the dumps do not
+			// hold, and the subject index the log: Verify compares both with the fold of the
+			// log (mustVerify), and TestUpgradeBuildsRetentionIndex checks them on their own.
+			continue
+		}
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
 		if err != nil {
 			t.Fatal(err)

@@ -129,6 +129,13 @@ func checkRecords(t *testing.T, s *Store, d format1Dump) {
 			if err != nil {
 				return err
 			}
+			if got != nil && want.Acked && want.AckedAt == 0 && s.format >= 3 {
+				// Older formats kept no AckedAt; the upgrade to format 3 sets it from the
+				// log, and Verify checks it against the fold.
+				w := *want
+				w.AckedAt = got.AckedAt
+				want = &w
+			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("wake %s reads\n%+v\nwant\n%+v", want.ID, got, want)
 			}

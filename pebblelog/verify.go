@@ -121,6 +121,12 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	defer func() { b.Close() }()
 	folding := true
 	var prev uint64
+	// The pruned ranges explain the log's gaps (prune.go); each must match one.
+	pruned, err := reader{snap}.PrunedRanges()
+	if err != nil {
+		add("pruned ranges: %v", err)
+	}
+	nextPruned := 0
 	var d events.Decoder // the fold keeps no event
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
@@ -135,10 +141,25 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		}
 		seq := binary.BigEndian.Uint64(k[1:])
 		if seq != prev+1 {
-			if !add("log: gap: seq %d follows %d", seq, prev) {
+			// A gap must be exactly one recorded pruned range (they are coalesced, and a
+			// range never holds a retained event): the fold then goes on after it.
+			gap := projection.SeqRange{From: prev + 1, To: seq - 1}
+			if seq > prev && nextPruned < len(pruned) && pruned[nextPruned] == gap {
+				nextPruned++
+				if err := w.SetLastSeq(seq - 1); err != nil {
+					return err
+				}
+			} else {
+				if !add("log: gap: seq %d follows %d", seq, prev) {
+					return nil
+				}
+				folding = false
+			}
+		} else if nextPruned < len(pruned) && pruned[nextPruned].From <= seq {
+			if !add("log: pruned range [%d, %d] holds event %d", pruned[nextPruned].From, pruned[nextPruned].To, seq) {
 				return nil
 			}
-			folding = false
+			nextPruned++
 		}
 		prev = seq
 		ev, derr := decodeAt(it, &d)
@@ -154,6 +175,9 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		}
 		// The session index is derived from the log too.
 		if err := b.Set(sessionEventKey(ev.Head().SessionID, seq), nil, nil); err != nil {
+			return err
+		}
+		if err := b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
 			return err
 		}
 		if aerr := projection.Apply(w, ev); aerr != nil {
@@ -181,8 +205,16 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	if err := it.Error(); err != nil {
 		return err
 	}
-	if prev != storedLast {
+	if prev < storedLast && nextPruned < len(pruned) && pruned[nextPruned] == (projection.SeqRange{From: prev + 1, To: storedLast}) {
+		nextPruned++ // the newest events were pruned: the last sequence stays theirs
+		if err := w.SetLastSeq(storedLast); err != nil {
+			return err
+		}
+	} else if prev != storedLast {
 		add("log: ends at seq %d but the stored last sequence is %d", prev, storedLast)
+	}
+	for _, r := range pruned[nextPruned:] {
+		add("log: pruned range [%d, %d] is not a gap of the log", r.From, r.To)
 	}
 	if !folding {
 		add("rebuild stopped at the first bad event: projection differences after it are not listed")
@@ -200,14 +232,14 @@ func compare(stored pebble.Reader, rebuilt pebble.Reader, format3 bool, add func
 		if !format3 && bytes.IndexByte(format3Prefixes, p) >= 0 {
 			continue
 		}
-		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, add); err != nil {
+		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, add); err != nil {
 			return err
 		}
 	}
-	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), add)
+	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), format3, add)
 }
 
-func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, add func(string, ...any) bool) (err error) {
+func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, add func(string, ...any) bool) (err error) {
 	a, err := stored.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
@@ -249,7 +281,7 @@ func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, add func(string,
 				return err
 			}
 			if !bytes.Equal(va, vb) {
-				for _, d := range diffValues(stored, a.Key(), va, vb) {
+				for _, d := range diffValues(stored, a.Key(), va, vb, format3) {
 					if !add("%s", d) {
 						return nil
 					}
@@ -264,7 +296,7 @@ func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, add func(string,
 // diffValues explains a differing value: field by field for records. Records are compared
 // with their values read from the log (input.go): a format-1 record carries them, the rebuild
 // (format 2) does not, and they are the same record when the carried values are the log's.
-func diffValues(log pebble.Reader, key, stored, rebuilt []byte) []string {
+func diffValues(log pebble.Reader, key, stored, rebuilt []byte, format3 bool) []string {
 	name := describeKey(key)
 	switch key[0] {
 	case prefixTask:
@@ -286,6 +318,9 @@ func diffValues(log pebble.Reader, key, stored, rebuilt []byte) []string {
 	case prefixWake:
 		x, errX := decodeWake(key, stored)
 		y, errY := decodeWake(key, rebuilt)
+		if errX == nil && errY == nil && !format3 && x.AckedAt == 0 {
+			x.AckedAt = y.AckedAt // an older format keeps no AckedAt: the upgrade sets it
+		}
 		if errX == nil && errY == nil {
 			errX, errY = fillWake(log, x), fillWake(log, y)
 		}
@@ -358,6 +393,18 @@ func describeKey(k []byte) string {
 	case prefixCount:
 		if kind, state, ok := parseCountKey(k); ok {
 			return fmt.Sprintf("count (kind %q, state %s)", kind, state)
+		}
+	case prefixPrunable:
+		if at, seq, ok := parseIndexKey(k); ok {
+			return fmt.Sprintf("retention index entry (at %d, seq %d)", at, seq)
+		}
+	case prefixPruned:
+		if len(k) == 9 {
+			return fmt.Sprintf("pruned range from seq %d", binary.BigEndian.Uint64(k[1:]))
+		}
+	case prefixSubject:
+		if id, rest, ok := splitScoped(k); ok && len(rest) == 8 {
+			return fmt.Sprintf("subject index (%s, seq %d)", id, binary.BigEndian.Uint64([]byte(rest)))
 		}
 	case prefixMeta:
 		return "meta " + string(k[1:])

@@ -45,6 +45,10 @@ func (t *Txn) Append(ev events.Event) error {
 	if err := t.w.b.Set(sessionEventKey(h.SessionID, h.Seq), nil, nil); err != nil {
 		return err
 	}
+	// The per-subject index: a prune finds a subject's events without reading others.
+	if err := t.w.b.Set(subjectEventKey(ev, h.Seq), nil, nil); err != nil {
+		return err
+	}
 	return projection.Apply(t.w, ev)
 }
 
@@ -389,6 +393,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	mergeKindLows(ws.kindLows, w.newKindLows)
 	mergeCounts(ws.counts, w.countDelta)
 	ws.cache.merge(w.tasks, w.wakes)
+	ws.cache.forget(w.deleted)
 	if s.opts.NoSync {
 		b.Close()
 		b = nil

@@ -97,6 +97,11 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		if err := moveTask(s, old, t); err != nil {
 			return err
 		}
+		if !old.state.Terminal() && t.State.Terminal() {
+			if err := indexPrunableTask(s, t, nil); err != nil {
+				return err
+			}
+		}
 		return s.TaskEdited(t)
 	case *events.WakeClaimed, *events.WakeAcked, *events.WakeAckRejected:
 		w, err := s.EditWake(wakeID)
@@ -107,11 +112,17 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 			return fail("no such wake")
 		}
 		oldAt, oldIn := w.AvailableAt()
+		wasAcked := w.Acked
 		if err := wakeRule(w, ev, h, fail); err != nil {
 			return err
 		}
 		if err := moveWakeIndex(s, oldAt, oldIn, w); err != nil {
 			return err
+		}
+		if !wasAcked && w.Acked {
+			if err := indexPrunableWake(s, w); err != nil {
+				return err
+			}
 		}
 		return s.WakeEdited(w)
 	}
@@ -241,6 +252,7 @@ func wakeRule(w *Wake, ev events.Event, h *events.Header, fail failFunc) error {
 			return fail("acknowledgment by a delivery that does not own the claim")
 		}
 		w.Acked = true
+		w.AckedAt = h.At
 		w.AckedToken = e.LeaseToken
 		w.LeaseToken, w.LeaseExpiresAt = "", 0
 	case *events.WakeAckRejected:

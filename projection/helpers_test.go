@@ -296,9 +296,12 @@ type spy struct {
 }
 
 func (s *spy) TaskEdited(t *Task) error { s.writes++; return s.State.TaskEdited(t) }
-func (s *spy) WakeEdited(w *Wake) error { s.writes++; return s.State.WakeEdited(w) }
-func (s *spy) PutTask(t *Task) error    { s.writes++; return s.State.PutTask(t) }
-func (s *spy) PutWake(w *Wake) error    { s.writes++; return s.State.PutWake(w) }
+
+// PutPrunable passes the retention index through: the spy wraps a State that keeps it.
+func (s *spy) PutPrunable(e PruneEntry) error { return s.State.(PruneIndexer).PutPrunable(e) }
+func (s *spy) WakeEdited(w *Wake) error       { s.writes++; return s.State.WakeEdited(w) }
+func (s *spy) PutTask(t *Task) error          { s.writes++; return s.State.PutTask(t) }
+func (s *spy) PutWake(w *Wake) error          { s.writes++; return s.State.PutWake(w) }
 func (s *spy) PutTaskKey(sess, key, id string) error {
 	s.writes++
 	return s.State.PutTaskKey(sess, key, id)

@@ -23,6 +23,7 @@ type Mem struct {
 	wakeKeys map[sessionKey]string
 	due      *btree.BTreeG[IndexEntry]
 	avail    *btree.BTreeG[IndexEntry]
+	prune    *btree.BTreeG[PruneEntry] // the retention index (prune.go)
 	lastSeq  uint64
 
 	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
@@ -55,6 +56,7 @@ func NewMemSized(tasks, wakes int) *Mem {
 		wakeKeys: map[sessionKey]string{},
 		due:      newIndex(),
 		avail:    newIndex(),
+		prune:    newPruneIndex(),
 		kinds:    map[string]*kindIndex{},
 		sessions: map[string]*sessionList{},
 	}
@@ -119,6 +121,7 @@ func (m *Mem) BuildIndexes() {
 	}
 	m.due, m.avail = sortedTree(due), sortedTree(avail)
 	m.buildPart2()
+	m.buildPrune()
 }
 
 func newIndex() *btree.BTreeG[IndexEntry] { return btree.NewG(16, IndexEntry.Less) }
@@ -243,6 +246,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffIndex("due index", m.due, o.due)...)
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
 	out = append(out, m.diffPart2(o)...)
+	out = append(out, diffPrune(m.prune, o.prune)...)
 	return out
 }
 

@@ -69,6 +69,7 @@ type Wake struct {
 	AckedToken      string
 	RejectedAttempt uint32
 	UpdatedSeq      uint64
+	AckedAt         int64 // the acknowledgment's time, when Acked: retention (PruneAt) counts from it
 }
 
 // Claimed reports whether the wake is held (or was last held) by an unacknowledged claim.

@@ -7,3 +7,10 @@ var NewRerunQueue = newRerunQueue
 // NewRecordingQueue is an in-memory queue that reports the type of every event its commands
 // append (recordingEngine), for the every-type conformance test.
 var NewRecordingQueue = newRecordingQueue
+
+// SetPruneGroup sets the subjects per prune command until the returned restore is called.
+func SetPruneGroup(n int) (restore func()) {
+	old := pruneGroup
+	pruneGroup = n
+	return func() { pruneGroup = old }
+}

@@ -3,6 +3,7 @@ package work
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/worklog/worklog/events"
@@ -17,6 +18,12 @@ type memEngine struct {
 	state  *projection.Mem
 	log    []events.Event
 	closed bool
+
+	// Retention (prune.go): the sequences pruned from the log, and how many pruned events
+	// log still holds (compacted away once they are a quarter of it). pruned is replaced,
+	// never changed in place: ReadLog walks a snapshot of it.
+	pruned projection.SeqRanges
+	stale  int
 }
 
 func newMemEngine() *memEngine { return &memEngine{state: projection.NewMem()} }
@@ -62,9 +69,18 @@ func (e *memEngine) refold() error {
 	st := projection.NewMemSized(len(e.log)/3, 0) // a task's life is about three events
 	st.DeferIndexes()
 	for _, ev := range e.log {
+		if e.pruned.Contains(ev.Head().Seq) {
+			continue
+		}
+		if err := foldGap(st, ev, e.pruned); err != nil {
+			return err
+		}
 		if err := projection.Apply(st, ev); err != nil {
 			return err
 		}
+	}
+	if err := e.foldTail(st); err != nil {
+		return err
 	}
 	st.BuildIndexes() // before readers share it: a deferred Mem builds them on first read
 	e.state = st
@@ -90,26 +106,29 @@ func (e *memEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Eve
 	// the failing command's own events, which it appended under the write lock, and later
 	// appends write past every reader's length.
 	e.mu.RLock()
-	closed, log := e.closed, e.log[:len(e.log):len(e.log)]
+	closed, log, pruned := e.closed, e.log[:len(e.log):len(e.log)], e.pruned
 	e.mu.RUnlock()
 	if closed {
 		return ErrClosed
 	}
-	if from == 0 {
-		from = 1
-	}
+	// Sequences ascend; after a prune they have gaps, so the start is searched for.
+	start := sort.Search(len(log), func(i int) bool { return log[i].Head().Seq >= from })
 	// Each event is handed out as a decoded copy of its encoding: the stored events share
 	// byte slices with the projection, and a callback must not be able to change either.
 	var buf []byte
-	for i := from - 1; i < uint64(len(log)); i++ {
+	for _, stored := range log[start:] {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		seq := stored.Head().Seq
+		if pruned.Contains(seq) {
+			continue // pruned, not yet compacted away
+		}
 		var err error
-		if buf, err = events.Append(buf[:0], log[i]); err != nil {
+		if buf, err = events.Append(buf[:0], stored); err != nil {
 			return err
 		}
-		ev, err := events.Decode(buf, i+1)
+		ev, err := events.Decode(buf, seq)
 		if err != nil {
 			return err
 		}
@@ -132,21 +151,31 @@ func (e *memEngine) Verify(ctx context.Context) ([]string, error) {
 	st.DeferIndexes() // Diff builds them
 	var buf []byte
 	var d events.Decoder // the fold keeps no event
-	for i, ev := range e.log {
+	for _, ev := range e.log {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		seq := ev.Head().Seq
+		if e.pruned.Contains(seq) {
+			continue
+		}
 		var err error
 		if buf, err = events.Append(buf[:0], ev); err != nil {
-			return []string{fmt.Sprintf("seq %d: %v", i+1, err)}, nil
+			return []string{fmt.Sprintf("seq %d: %v", seq, err)}, nil
 		}
-		dec, err := d.Decode(buf, uint64(i+1))
+		dec, err := d.Decode(buf, seq)
 		if err != nil {
 			return []string{err.Error()}, nil
+		}
+		if err := foldGap(st, dec, e.pruned); err != nil {
+			return nil, err
 		}
 		if err := projection.Apply(st, dec); err != nil {
 			return []string{err.Error()}, nil
 		}
+	}
+	if err := e.foldTail(st); err != nil {
+		return nil, err
 	}
 	return st.Diff(e.state), nil
 }
@@ -155,5 +184,17 @@ func (e *memEngine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = true
+	return nil
+}
+
+// foldTail moves a fold's last sequence past the log's end when the newest events were
+// pruned: the live state's last sequence stays where the log ended, and the next append
+// must not reuse a pruned sequence. The ranges are coalesced and no event follows the fold's
+// last one, so a last range beyond it is exactly the pruned tail.
+func (e *memEngine) foldTail(st *projection.Mem) error {
+	last, _ := st.LastSeq()
+	if n := len(e.pruned); n > 0 && e.pruned[n-1].To > last {
+		return st.SetLastSeq(e.pruned[n-1].To)
+	}
 	return nil
 }

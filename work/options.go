@@ -83,6 +83,15 @@ type Options struct {
 	// Entropy is the source of random bits for ids and lease tokens. Default crypto/rand;
 	// anything else must be as unguessable wherever tokens cross a trust boundary.
 	Entropy io.Reader
+
+	// Retention is how long history is kept: 0 (the default) keeps all of it, as the seed
+	// does; otherwise the queue prunes, in the background, what became prunable longer than
+	// Retention ago (Queue.Prune, by the wall clock). See docs/design.md, "Retention".
+	Retention time.Duration
+
+	// PruneInterval is how often background pruning runs when Retention is set. Default
+	// one minute (DefaultPruneInterval).
+	PruneInterval time.Duration
 }
 
 const maxMaxValueBytes = 64 << 20
@@ -96,6 +105,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if c.PruneInterval == 0 {
+		c.PruneInterval = DefaultPruneInterval
 	}
 	return c
 }
@@ -124,6 +136,10 @@ func (o *Options) validate() error {
 		return bad("Sync", fmt.Sprintf("unknown mode %d", int(o.Sync)))
 	case o.MaxValueBytes < 0 || o.MaxValueBytes > maxMaxValueBytes:
 		return bad("MaxValueBytes", fmt.Sprintf("must be between 1 and %d", maxMaxValueBytes))
+	case o.Retention < 0:
+		return bad("Retention", "must not be negative (0 keeps all history)")
+	case o.PruneInterval < 0:
+		return bad("PruneInterval", "must not be negative (0 is the default, one minute)")
 	}
 	so := o.storeOptions()
 	var oe *pebblelog.OpenError

@@ -21,6 +21,8 @@ type Queue struct {
 	maxValue int
 	closed   atomic.Bool
 	onClose  func() error
+	// stopPruner stops background pruning (Options.Retention: prune.go); nil when off.
+	stopPruner func()
 }
 
 // NewInMemory returns an offline queue whose state lives in this process (seed:
@@ -45,6 +47,9 @@ func New(b Backend) *Queue {
 func (q *Queue) Close() error {
 	if q.closed.Swap(true) {
 		return nil
+	}
+	if q.stopPruner != nil {
+		q.stopPruner() // before the backend closes under it
 	}
 	err := q.b.Close()
 	if q.onClose != nil {

@@ -25,7 +25,9 @@ func newRerunQueue() *Queue {
 
 func (e *rerunEngine) Update(ctx context.Context, fn func(tx txn) error) error {
 	e.mu.Lock()
-	scratch := &memEngine{log: slices.Clone(e.log[:e.prev])}
+	// A prune compacts the log: prev then counts events no longer there (min), and the
+	// scratch needs the pruned ranges to fold across the gaps.
+	scratch := &memEngine{log: slices.Clone(e.log[:min(e.prev, len(e.log))]), pruned: e.pruned}
 	e.mu.Unlock()
 	if err := scratch.refold(); err != nil {
 		return err

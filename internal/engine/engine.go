@@ -9,6 +9,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"github.com/worklog/worklog/events"
@@ -67,3 +68,27 @@ var NewQueue func(e Engine, c Config) any
 type Watcher interface {
 	Changed() <-chan struct{}
 }
+
+// Pruner is implemented by an engine that can prune history (Queue.Prune). What is prunable
+// is decided by projection's rule (projection.Task.PruneAt, Wake.PruneAt, PrunableBefore),
+// never restated by an engine: a State-based engine removes a subject with
+// projection.PruneSubject. An engine without it answers Queue.Prune with an ErrBackend
+// error wrapping ErrPruneNotSupported.
+type Pruner interface {
+	// PruneGroup removes up to limit subjects prunable before before (Unix nanoseconds),
+	// oldest first, each whole with its events, atomically: a crash keeps all of a group or
+	// none of it. Queue.Prune calls it until More is false, so a large prune is many small
+	// commands beside normal traffic. Like Update's fn, it may be retried: it reports only
+	// what its committed group removed.
+	PruneGroup(ctx context.Context, before int64, limit int) (PruneGroupResult, error)
+}
+
+// PruneGroupResult is what one PruneGroup removed.
+type PruneGroupResult struct {
+	Tasks, Wakes int    // records removed (a task's completion wake counts as a wake)
+	Events       uint64 // events removed from the live log
+	More         bool   // the group was full: more may be prunable before the same time
+}
+
+// ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
+var ErrPruneNotSupported = errors.New("engine: this backend does not support pruning (it implements no engine.Pruner)")

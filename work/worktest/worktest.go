@@ -67,6 +67,7 @@ func scenarios() []scenario {
 		logScenarios(),
 		concurrencyScenarios(),
 		runningScenarios(),
+		pruneScenarios(),
 	} {
 		all = append(all, group...)
 	}

@@ -1,0 +1,231 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	engineapi "github.com/worklog/worklog/internal/engine"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/projection"
+)
+
+// PruneResult is what Queue.Prune removed.
+type PruneResult struct {
+	Tasks, Wakes int    // records removed
+	Events       uint64 // events removed from the live log (archived first when an archive is configured)
+}
+
+// DefaultPruneInterval is how often background pruning runs (Options.PruneInterval).
+const DefaultPruneInterval = time.Minute
+
+// pruneGroup bounds the subjects one prune command removes: each group is one command (one
+// batch) of the single writer, so other commands wait behind at most one group.
+// A variable only for the crash test, which makes groups small so that a crash lands
+// between them.
+var pruneGroup = 256
+
+// Prune removes the history that became prunable before before (docs/design.md,
+// "Retention"): a terminal task that finished before it, with its completion wake once that
+// wake was acknowledged before it; a requested wake acknowledged before it. Their records,
+// idempotency keys (free again for a new Submit) and events go; nothing else changes. It
+// works in bounded groups, each atomic, until nothing prunable is left or ctx ends; what the
+// finished groups removed is reported with ctx's error.
+func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error) {
+	if err := q.begin(ctx); err != nil {
+		return PruneResult{}, err
+	}
+	at, verr := nanos("before", before)
+	if verr != nil {
+		return PruneResult{}, verr
+	}
+	if q.log == nil {
+		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
+	}
+	p, ok := q.log.eng.(engineapi.Pruner)
+	if !ok {
+		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
+	}
+	var res PruneResult
+	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		g, err := p.PruneGroup(ctx, at, pruneGroup)
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				return res, backendErr(ErrClosed)
+			}
+			return res, backendErr(err)
+		}
+		res.Tasks += g.Tasks
+		res.Wakes += g.Wakes
+		res.Events += g.Events
+		if !g.More {
+			return res, nil
+		}
+	}
+}
+
+// PruneGroup on Pebble: one command of the writer (pebblelog.Txn.Prune).
+func (e *pebbleEngine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
+	var r pebblelog.PruneResult
+	err := e.Update(ctx, func(tx txn) error {
+		var err error
+		r, err = tx.(pebbleTxn).t.Prune(before, limit) // set afresh: the closure may run twice
+		return err
+	})
+	if err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	return engineapi.PruneGroupResult{Tasks: r.Tasks, Wakes: r.Wakes, Events: r.Events, More: r.More}, nil
+}
+
+// PruneGroup in memory: the records go through projection.PruneSubject like on Pebble; the
+// events are marked pruned (memEngine.pruned) at once, so no read sees them again, and the
+// log slice is compacted once the pruned events in it are a quarter of it, so memory follows
+// live work at an amortised cost of one copy per event.
+func (e *memEngine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
+	if err := ctx.Err(); err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return engineapi.PruneGroupResult{}, ErrClosed
+	}
+	var res engineapi.PruneGroupResult
+	var entries []projection.PruneEntry
+	if err := e.state.ScanPrunable(before, func(pe projection.PruneEntry) bool {
+		if len(entries) == limit {
+			res.More = true
+			return false
+		}
+		entries = append(entries, pe)
+		return true
+	}); err != nil {
+		return res, err
+	}
+	if len(entries) == 0 {
+		return res, nil
+	}
+	subjects := make(map[string]bool, 2*len(entries))
+	first := uint64(1<<64 - 1)
+	for _, pe := range entries {
+		p, err := projection.PruneSubject(e.state, pe, before)
+		if err != nil {
+			// Never expected (the index matches the records): the state may be half-changed,
+			// so it is rebuilt from the log, which nothing has changed yet.
+			if rerr := e.refold(); rerr != nil {
+				return engineapi.PruneGroupResult{}, fmt.Errorf("%w; rolling back: %v", err, rerr)
+			}
+			return engineapi.PruneGroupResult{}, err
+		}
+		if p.TaskID != "" {
+			res.Tasks++
+			subjects["t"+p.TaskID] = true
+		}
+		if p.WakeID != "" {
+			res.Wakes++
+			subjects["w"+p.WakeID] = true
+		}
+		first = min(first, p.FirstSeq)
+	}
+	// The subjects' events: from the first one on (a binary search; sequences ascend).
+	i := sort.Search(len(e.log), func(i int) bool { return e.log[i].Head().Seq >= first })
+	var seqs []uint64
+	for _, ev := range e.log[i:] {
+		seq := ev.Head().Seq
+		if e.pruned.Contains(seq) {
+			continue
+		}
+		taskID, wakeID := ev.Subject()
+		if (taskID != "" && subjects["t"+taskID]) || (wakeID != "" && subjects["w"+wakeID]) {
+			seqs = append(seqs, seq)
+		}
+	}
+	// Copy on write: ReadLog walks a snapshot of the set without the lock.
+	pruned := slices.Clone(e.pruned)
+	for _, r := range projection.RunsOf(seqs) {
+		pruned.Add(r.From, r.To)
+	}
+	e.pruned = pruned
+	e.stale += len(seqs)
+	res.Events = uint64(len(seqs))
+	if e.stale*4 >= len(e.log) {
+		e.compact()
+	}
+	return res, nil
+}
+
+// compact drops the pruned events from the log into a new slice: ReadLog may be walking the
+// old one.
+func (e *memEngine) compact() {
+	kept := make([]events.Event, 0, len(e.log)-e.stale)
+	for _, ev := range e.log {
+		if !e.pruned.Contains(ev.Head().Seq) {
+			kept = append(kept, ev)
+		}
+	}
+	e.log, e.stale = kept, 0
+}
+
+// foldGap prepares st for ev when the sequences between st's last one and ev's were pruned
+// (all of them in pruned): the fold goes on after the gap. Any other gap is left for Apply
+// to refuse.
+func foldGap(st projection.State, ev events.Event, pruned projection.SeqRanges) error {
+	last, err := st.LastSeq()
+	if err != nil {
+		return err
+	}
+	seq := ev.Head().Seq
+	if seq > last+1 && gapPruned(pruned, last+1, seq-1) {
+		return st.SetLastSeq(seq - 1)
+	}
+	return nil
+}
+
+// gapPruned reports whether every sequence of [from, to] was pruned: the set is coalesced,
+// so one range holds them all.
+func gapPruned(pruned projection.SeqRanges, from, to uint64) bool {
+	i := sort.Search(len(pruned), func(i int) bool { return pruned[i].To >= from })
+	return i < len(pruned) && pruned[i].From <= from && pruned[i].To >= to
+}
+
+// startPruner runs Prune every interval on what finished more than retention ago, by the
+// wall clock, until the returned stop is called (Close). Errors are logged, never fatal: the
+// next round tries again.
+func (q *Queue) startPruner(retention, interval time.Duration, logf func(string, ...any)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			res, err := q.Prune(ctx, time.Now().Add(-retention))
+			switch {
+			case err != nil && ctx.Err() == nil:
+				logf("worklog: background prune: %v", err)
+			case res.Tasks+res.Wakes > 0:
+				logf("worklog: background prune removed %d tasks, %d wakes, %d events", res.Tasks, res.Wakes, res.Events)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
