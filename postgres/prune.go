@@ -1,0 +1,383 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
+)
+
+// Retention on PostgreSQL (docs/design.md, "Retention" and §9).
+//
+// The fold keeps the retention index (table prunable) through txn's PruneIndexer side. A
+// prune group is one command of the writer, so it runs in a transaction that holds the log
+// head's lock like every write: through projection.PruneSubject it removes the subjects'
+// records, keys, session list rows, counts and index entries (written at the commit with
+// the group's other writes); it deletes their events through the events table's subject
+// index, and records the removed sequences in the pruned table, coalesced, so that Verify
+// and ReadLog tell a pruned gap from a lost one. The transaction commits all of a group or
+// none of it. It also counts up log_head.prunes: a prune changes records without moving the
+// log head, and every process's writer keeps its record cache only while both are as it
+// left them.
+
+var (
+	_ engineapi.Pruner        = (*engine)(nil)
+	_ projection.PruneState   = (*txn)(nil)
+	_ projection.PruneIndexer = (*txn)(nil)
+)
+
+// PruneGroup removes up to limit subjects prunable before before, as one command of the
+// writer: it may share its transaction with other commands, and is re-run alone (reporting
+// afresh) when the group fails.
+func (e *engine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
+	var r engineapi.PruneGroupResult
+	err := e.Update(ctx, func(tx engineapi.Txn) error {
+		var err error
+		r, err = tx.(*txn).prune(before, limit)
+		return err
+	})
+	if err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	return r, nil
+}
+
+func (t *txn) prune(before int64, limit int) (engineapi.PruneGroupResult, error) {
+	var res engineapi.PruneGroupResult
+	var entries []projection.PruneEntry
+	if err := t.ScanPrunable(before, func(e projection.PruneEntry) bool {
+		if len(entries) == limit {
+			res.More = true
+			return false
+		}
+		entries = append(entries, e)
+		return true
+	}); err != nil || len(entries) == 0 {
+		return res, err
+	}
+	subjects := make(map[string]bool, 2*len(entries))
+	for _, e := range entries {
+		p, err := projection.PruneSubject(t, e, before)
+		if err != nil {
+			return engineapi.PruneGroupResult{}, err
+		}
+		if p.TaskID != "" {
+			res.Tasks++
+			subjects[p.TaskID] = true
+		}
+		if p.WakeID != "" {
+			res.Wakes++
+			subjects[p.WakeID] = true
+		}
+	}
+	// The subjects' events: those an earlier command of this group appended are still in
+	// memory, the others are stored.
+	var seqs []uint64
+	kept := t.evs[:0]
+	for _, ev := range t.evs {
+		if subjects[ev.subject] {
+			seqs = append(seqs, ev.seq)
+		} else {
+			kept = append(kept, ev)
+		}
+	}
+	t.evs = kept
+	ids := make([][]byte, 0, len(subjects))
+	for id := range subjects {
+		ids = append(ids, []byte(id))
+	}
+	b := &pgx.Batch{}
+	t.flushIndexes(b) // the pending writes go first, in the same round trip
+	b.Queue(t.st.delEvents, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				return err
+			}
+			seqs = append(seqs, uint64(seq))
+		}
+		return rows.Err()
+	})
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	if len(seqs) == 0 {
+		return engineapi.PruneGroupResult{}, fmt.Errorf("%w: the events of %d pruned subjects are missing", ErrCorruptRow, len(subjects))
+	}
+	slices.Sort(seqs)
+	if err := t.addPruned(projection.RunsOf(seqs)); err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	t.pruned = true
+	t.prunes++
+	res.Events = uint64(len(seqs))
+	return res, nil
+}
+
+// addPruned records the runs (sorted, coalesced, not pruned before) in the pruned table,
+// coalesced with the stored ranges they touch: those are taken out and put back merged.
+func (t *txn) addPruned(runs []projection.SeqRange) error {
+	before, after := make([]int64, len(runs)), make([]int64, len(runs))
+	for i, r := range runs {
+		before[i], after[i] = int64(r.From)-1, int64(r.To)+1
+	}
+	var rs projection.SeqRanges
+	for _, r := range runs {
+		rs.Add(r.From, r.To)
+	}
+	rows, err := t.conn.Query(t.ctx, t.st.takeAdjacent, before, after)
+	if err != nil {
+		return err
+	}
+	var touching []projection.SeqRange
+	for rows.Next() {
+		var from, to int64
+		if err := rows.Scan(&from, &to); err != nil {
+			rows.Close()
+			return err
+		}
+		touching = append(touching, projection.SeqRange{From: uint64(from), To: uint64(to)})
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range touching {
+		if rs.Contains(r.From) || rs.Contains(r.To) {
+			return fmt.Errorf("%w: pruned row [%d, %d] overlaps the sequences pruned now", ErrCorruptRow, r.From, r.To)
+		}
+		rs.Add(r.From, r.To)
+	}
+	froms, tos := make([]int64, len(rs)), make([]int64, len(rs))
+	for i, r := range rs {
+		froms[i], tos[i] = int64(r.From), int64(r.To)
+	}
+	_, err = t.conn.Exec(t.ctx, t.st.insPruned, froms, tos)
+	return err
+}
+
+// --- txn's side of projection.PruneState ---
+
+func (t *txn) PutPrunable(e projection.PruneEntry) error {
+	t.prunable[dueKey{e.At, e.Seq}] = idxOp{put: true, id: e.ID, wake: e.Wake}
+	return nil
+}
+
+func (t *txn) DeletePrunable(e projection.PruneEntry) error {
+	netDelete(t.prunable, dueKey{e.At, e.Seq})
+	return nil
+}
+
+// ScanPrunable pages through the retention index after sending the group's pending writes.
+func (t *txn) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
+	var last projection.PruneEntry
+	page := scanPage
+	for started := false; ; started = true {
+		b := &pgx.Batch{}
+		t.flushIndexes(b)
+		sql, args := t.st.scanPrunable, []any{before, page}
+		if started {
+			sql, args = t.st.scanPrunableFrom, append(args, last.At, int64(last.Seq))
+		}
+		var entries []projection.PruneEntry
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			var err error
+			entries, err = collectPrunable(rows)
+			return err
+		})
+		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if len(entries) < page {
+			return nil
+		}
+		last = entries[len(entries)-1]
+		page = min(page*2, scanPageMax)
+	}
+}
+
+func collectPrunable(rows pgx.Rows) ([]projection.PruneEntry, error) {
+	var out []projection.PruneEntry
+	for rows.Next() {
+		var at, seq int64
+		var id []byte
+		var wake bool
+		if err := rows.Scan(&at, &seq, &id, &wake); err != nil {
+			return nil, err
+		}
+		out = append(out, projection.PruneEntry{At: at, Seq: uint64(seq), ID: string(id), Wake: wake})
+	}
+	return out, rows.Err()
+}
+
+// DeleteTask forgets the record: a task put by this group is not written at all; a stored
+// one is deleted at the commit. The cache records it as absent.
+func (t *txn) DeleteTask(id string) error {
+	t.c.tasks[id] = nil
+	delete(t.dirtyTasks, id)
+	if t.newTasks[id] {
+		delete(t.newTasks, id)
+		return nil
+	}
+	if t.delTasks == nil {
+		t.delTasks = map[string]bool{}
+	}
+	t.delTasks[id] = true
+	return nil
+}
+
+func (t *txn) DeleteWake(id string) error {
+	t.c.wakes[id] = nil
+	delete(t.dirtyWakes, id)
+	if t.newWakes[id] {
+		delete(t.newWakes, id)
+		return nil
+	}
+	if t.delWakes == nil {
+		t.delWakes = map[string]bool{}
+	}
+	t.delWakes[id] = true
+	return nil
+}
+
+func (t *txn) DeleteTaskKey(sessionID, key string) error {
+	k := skey{sessionID, key}
+	t.c.taskKeys[k] = ""
+	if i := slices.Index(t.newTaskKeys, k); i >= 0 {
+		t.newTaskKeys = slices.Delete(t.newTaskKeys, i, i+1)
+		return nil
+	}
+	t.delTaskKeys = append(t.delTaskKeys, k)
+	return nil
+}
+
+func (t *txn) DeleteWakeKey(sessionID, key string) error {
+	k := skey{sessionID, key}
+	t.c.wakeKeys[k] = ""
+	if i := slices.Index(t.newWakeKeys, k); i >= 0 {
+		t.newWakeKeys = slices.Delete(t.newWakeKeys, i, i+1)
+		return nil
+	}
+	t.delWakeKeys = append(t.delWakeKeys, k)
+	return nil
+}
+
+// DeleteSessionTask drops a list entry still waiting to be written, or deletes the stored
+// one (with the index writes: before a scan of the list, and before the commit's inserts).
+func (t *txn) DeleteSessionTask(sessionID string, submitSeq uint64) error {
+	k := sessKey{sessionID, submitSeq}
+	if i := slices.Index(t.sessions, k); i >= 0 {
+		t.sessions = slices.Delete(t.sessions, i, i+1)
+		t.sessionIDs = slices.Delete(t.sessionIDs, i, i+1)
+		return nil
+	}
+	t.delSessions = append(t.delSessions, k)
+	return nil
+}
+
+// flushPrune queues the retention index's writes and the session list's deletions (part of
+// flushIndexes: deletions before the inserts that follow).
+func (t *txn) flushPrune(b *pgx.Batch) {
+	if len(t.delSessions) > 0 {
+		ss, qs := make([][]byte, len(t.delSessions)), make([]int64, len(t.delSessions))
+		for i, k := range t.delSessions {
+			ss[i], qs[i] = []byte(k.session), int64(k.seq)
+		}
+		b.Queue(t.st.delSession, ss, qs)
+		t.delSessions = t.delSessions[:0]
+	}
+	if len(t.prunable) == 0 {
+		return
+	}
+	var pa, ps, da, ds []int64
+	var pid [][]byte
+	var pw []bool
+	for k, op := range t.prunable {
+		if op.put {
+			pa, ps, pid, pw = append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id)), append(pw, op.wake)
+		} else {
+			da, ds = append(da, k.at), append(ds, int64(k.seq))
+		}
+	}
+	if len(da) > 0 {
+		b.Queue(t.st.delPrunable, da, ds)
+	}
+	if len(pa) > 0 {
+		b.Queue(t.st.insPrunable, pa, ps, pid, pw)
+	}
+	clear(t.prunable)
+}
+
+// queueDeletes queues the deletions of records and keys, ahead of the commit's inserts (a
+// key freed by a prune may be taken again in the same group).
+func (t *txn) queueDeletes(b *pgx.Batch) {
+	ids := func(m map[string]bool) [][]byte {
+		out := make([][]byte, 0, len(m))
+		for id := range m {
+			out = append(out, []byte(id))
+		}
+		return out
+	}
+	if len(t.delTasks) > 0 {
+		b.Queue(t.st.delTasks, ids(t.delTasks))
+	}
+	if len(t.delWakes) > 0 {
+		b.Queue(t.st.delWakes, ids(t.delWakes))
+	}
+	keys := func(sql string, ks []skey) {
+		if len(ks) == 0 {
+			return
+		}
+		ss, kk := make([][]byte, len(ks)), make([][]byte, len(ks))
+		for i, k := range ks {
+			ss[i], kk[i] = []byte(k.session), []byte(k.key)
+		}
+		b.Queue(sql, ss, kk)
+	}
+	keys(t.st.delTaskKeys, t.delTaskKeys)
+	keys(t.st.delWakeKeys, t.delWakeKeys)
+}
+
+// prunedRanges reads the pruned table.
+func prunedRanges(ctx context.Context, q querier, st *statements) (projection.SeqRanges, error) {
+	rows, err := q.Query(ctx, st.prunedRanges)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out projection.SeqRanges
+	for rows.Next() {
+		var from, to int64
+		if err := rows.Scan(&from, &to); err != nil {
+			return nil, err
+		}
+		if n := len(out); from < 1 || to < from || (n > 0 && uint64(from) <= out[n-1].To+1) {
+			return nil, fmt.Errorf("%w: pruned row [%d, %d] is empty, or overlaps or touches the one before", ErrCorruptRow, from, to)
+		}
+		out = append(out, projection.SeqRange{From: uint64(from), To: uint64(to)})
+	}
+	return out, rows.Err()
+}
+
+// gapPruned reports whether every sequence of [from, to] was pruned (the ranges are
+// coalesced: one range holds them all).
+func gapPruned(rs projection.SeqRanges, from, to uint64) bool {
+	i, _ := slices.BinarySearchFunc(rs, from, func(r projection.SeqRange, s uint64) int {
+		switch {
+		case r.To < s:
+			return -1
+		case r.From > s:
+			return 1
+		}
+		return 0
+	})
+	return i < len(rs) && rs[i].From <= from && rs[i].To >= to
+}
