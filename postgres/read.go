@@ -257,7 +257,13 @@ func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn
 				if err != nil {
 					return err
 				}
-				if !ok || uint64(r.seq) < from {
+				if !ok {
+					// Name the first sequence no pruned range explains.
+					for i := range pruned {
+						if pruned[i].From <= from && from <= pruned[i].To {
+							from = pruned[i].To + 1
+						}
+					}
 					return fmt.Errorf("%w: events: sequence %d missing (next stored: %d)", ErrCorruptRow, from, r.seq)
 				}
 				from = uint64(r.seq)
