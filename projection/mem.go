@@ -24,6 +24,10 @@ type Mem struct {
 	due      *btree.BTreeG[IndexEntry]
 	avail    *btree.BTreeG[IndexEntry]
 	prune    *btree.BTreeG[PruneEntry] // the retention index (prune.go)
+	// pruneKept: this Mem keeps the retention index (Apply put or deleted an entry, or
+	// BuildIndexes derived it). A Mem loaded record by record from another store (the
+	// PostgreSQL backend's Verify) keeps none, and Diff then does not compare it.
+	pruneKept bool
 	lastSeq  uint64
 
 	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
@@ -246,7 +250,9 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffIndex("due index", m.due, o.due)...)
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
 	out = append(out, m.diffPart2(o)...)
-	out = append(out, diffPrune(m.prune, o.prune)...)
+	if m.pruneKept && o.pruneKept {
+		out = append(out, diffPrune(m.prune, o.prune)...)
+	}
 	return out
 }
 

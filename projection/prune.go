@@ -307,6 +307,7 @@ func newPruneIndex() *btree.BTreeG[PruneEntry] {
 }
 
 func (m *Mem) PutPrunable(e PruneEntry) error {
+	m.pruneKept = true
 	if !m.deferred {
 		m.prune.ReplaceOrInsert(e)
 	}
@@ -314,6 +315,7 @@ func (m *Mem) PutPrunable(e PruneEntry) error {
 }
 
 func (m *Mem) DeletePrunable(e PruneEntry) error {
+	m.pruneKept = true
 	if !m.deferred {
 		m.prune.Delete(e)
 	}
@@ -371,7 +373,7 @@ func (m *Mem) buildPrune() {
 		}
 	}
 	slices.SortFunc(es, comparePruneEntries)
-	m.prune = newPruneIndex()
+	m.prune, m.pruneKept = newPruneIndex(), true
 	for _, e := range es {
 		m.prune.ReplaceOrInsert(e)
 	}
