@@ -185,6 +185,11 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 	if err := keys(st.allWakeKeys, m.PutWakeKey); err != nil {
 		return err
 	}
+	// This store keeps the retention index, even an empty one: a deletion of no entry tells
+	// the Mem so (projection.Mem compares the index only between Mems that keep one).
+	if err := m.DeletePrunable(projection.PruneEntry{}); err != nil {
+		return err
+	}
 	if err := eachRow(ctx, q, st.allPrunable, func(r pgx.Rows) error {
 		var at, seq int64
 		var id []byte
