@@ -139,6 +139,17 @@ func TestPruneBesideConcurrentSubmits(t *testing.T) {
 		t.Fatalf("%d tasks submitted, want %d", len(submitted), 2*perQueue)
 	}
 
+	ro, err := postgres.OpenReadOnly(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if rs, err := ro.PrunedRanges(ctx); err != nil || rs.Count() != 3*old || rs[0].From != 1 {
+		t.Fatalf("PrunedRanges: %v (%d sequences), %v; want %d from 1", rs, rs.Count(), err, 3*old)
+	}
+	if p, err := ro.Verify(ctx); err != nil || len(p) > 0 {
+		t.Fatalf("Verify of the read-only store: %v, %v", p, err)
+	}
 	for _, q := range []*work.Queue{q1, q2} {
 		for id, s := range submitted {
 			if _, found, err := q.Session(s).Task(ctx, id); err != nil || !found {
