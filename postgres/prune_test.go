@@ -219,3 +219,55 @@ func TestPruneForgetsOtherQueuesCaches(t *testing.T) {
 		}
 	}
 }
+
+// Options.Retention prunes in the background: a task finished long ago goes within a few
+// intervals, a pending one stays; Close stops the pruner; negative values are refused.
+func TestBackgroundPruning(t *testing.T) {
+	ctx := context.Background()
+	for _, o := range []postgres.Options{{Retention: -time.Second}, {Retention: time.Hour, PruneInterval: -time.Second}} {
+		if _, err := postgres.Open(ctx, "postgres://invalid", &o); !errors.Is(err, work.ErrInvalidRequest) {
+			t.Errorf("Open with %+v: %v, want ErrInvalidRequest", o, err)
+		}
+	}
+	dsn := pgtest.Schema(t)
+	q, err := postgres.Open(ctx, dsn, &postgres.Options{Retention: time.Hour, PruneInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ds := finishOld(t, q, "s", "k", 3)
+	pending, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "later", RunAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		gone := 0
+		for _, d := range ds {
+			if _, found, err := q.Session("s").Task(ctx, d.Task.ID); err != nil {
+				t.Fatal(err)
+			} else if !found {
+				gone++
+			}
+		}
+		if gone == len(ds) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s of background pruning %d of %d old tasks are gone", gone, len(ds))
+		}
+	}
+	if _, found, err := q.Session("s").Task(ctx, pending.ID); err != nil || !found {
+		t.Fatalf("the pending task: found %v, %v", found, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q2, err := postgres.Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	if err := q2.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
