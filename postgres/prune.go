@@ -71,8 +71,12 @@ func (e *engine) startPruner(q *work.Queue, retention, interval time.Duration, l
 func (e *engine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
 	var r engineapi.PruneGroupResult
 	err := e.Update(ctx, func(tx engineapi.Txn) error {
+		t, ok := tx.(*txn)
+		if !ok { // never: e.Update hands its closures its own transaction
+			return fmt.Errorf("postgres: PruneGroup ran in a %T, not the engine's transaction", tx)
+		}
 		var err error
-		r, err = tx.(*txn).prune(before, limit)
+		r, err = t.prune(before, limit)
 		return err
 	})
 	if err != nil {
