@@ -88,7 +88,8 @@ func (e *engine) PruneGroup(ctx context.Context, before int64, limit int) (engin
 func (t *txn) prune(before int64, limit int) (engineapi.PruneGroupResult, error) {
 	var res engineapi.PruneGroupResult
 	var entries []projection.PruneEntry
-	if err := t.ScanPrunable(before, func(e projection.PruneEntry) bool {
+	// One page of limit+1 entries: the group's, and whether there are more.
+	if err := t.scanPrunable(before, limit+1, func(e projection.PruneEntry) bool {
 		if len(entries) == limit {
 			res.More = true
 			return false
@@ -97,6 +98,9 @@ func (t *txn) prune(before int64, limit int) (engineapi.PruneGroupResult, error)
 		return true
 	}); err != nil || len(entries) == 0 {
 		return res, err
+	}
+	if err := t.prefetch(entries); err != nil {
+		return engineapi.PruneGroupResult{}, err
 	}
 	subjects := make(map[string]bool, 2*len(entries))
 	for _, e := range entries {
@@ -157,6 +161,110 @@ func (t *txn) prune(before int64, limit int) (engineapi.PruneGroupResult, error)
 	return res, nil
 }
 
+// prefetch reads the records PruneSubject will read for entries that the cache does not
+// hold, in two round trips instead of one or more per subject (under the head lock, which
+// every other writer waits for): the tasks and requested wakes, then the completion wakes
+// and the idempotency keys. Under the lock they are exact, so the cache keeps them; what is
+// missing stays unread, for PruneSubject to find missing.
+func (t *txn) prefetch(entries []projection.PruneEntry) error {
+	var taskIDs, wakeIDs [][]byte
+	for _, e := range entries {
+		if _, ok := t.c.wakes[e.ID]; e.Wake && !ok {
+			wakeIDs = append(wakeIDs, []byte(e.ID))
+		} else if _, ok := t.c.tasks[e.ID]; !e.Wake && !ok {
+			taskIDs = append(taskIDs, []byte(e.ID))
+		}
+	}
+	b := &pgx.Batch{}
+	t.queueRecords(b, taskIDs, wakeIDs)
+	if b.Len() > 0 {
+		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+			return err
+		}
+	}
+	wakeIDs = wakeIDs[:0]
+	var ts, tk, ws, wk [][]byte
+	for _, e := range entries {
+		if e.Wake {
+			if w := t.c.wakes[e.ID]; w != nil && w.IdempotencyKey != "" {
+				if _, ok := t.c.wakeKeys[skey{w.SessionID, w.IdempotencyKey}]; !ok {
+					ws, wk = append(ws, []byte(w.SessionID)), append(wk, []byte(w.IdempotencyKey))
+				}
+			}
+			continue
+		}
+		r := t.c.tasks[e.ID]
+		if r == nil {
+			continue
+		}
+		if _, ok := t.c.wakes[r.CompletionWakeID]; r.CompletionWakeID != "" && !ok {
+			wakeIDs = append(wakeIDs, []byte(r.CompletionWakeID))
+		}
+		if _, ok := t.c.taskKeys[skey{r.SessionID, r.IdempotencyKey}]; r.IdempotencyKey != "" && !ok {
+			ts, tk = append(ts, []byte(r.SessionID)), append(tk, []byte(r.IdempotencyKey))
+		}
+	}
+	b = &pgx.Batch{}
+	t.queueRecords(b, nil, wakeIDs)
+	keys := func(sql string, ss, ks [][]byte, m map[skey]string) {
+		if len(ss) == 0 {
+			return
+		}
+		b.Queue(sql, ss, ks).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var s, k, id []byte
+				if err := rows.Scan(&s, &k, &id); err != nil {
+					return err
+				}
+				m[skey{string(s), string(k)}] = string(id)
+			}
+			return rows.Err()
+		})
+	}
+	keys(t.st.taskKeysIn, ts, tk, t.c.taskKeys)
+	keys(t.st.wakeKeysIn, ws, wk, t.c.wakeKeys)
+	if b.Len() == 0 {
+		return nil
+	}
+	return t.conn.SendBatch(t.ctx, b).Close()
+}
+
+// queueRecords queues reads of the tasks and wakes by id into the cache.
+func (t *txn) queueRecords(b *pgx.Batch, taskIDs, wakeIDs [][]byte) {
+	if len(taskIDs) > 0 {
+		b.Queue(t.st.tasksByID, taskIDs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id, rec, input []byte
+				if err := rows.Scan(&id, &rec, &input); err != nil {
+					return err
+				}
+				r, err := decodeTask(string(id), rec, input)
+				if err != nil {
+					return err
+				}
+				t.c.tasks[r.ID] = r
+			}
+			return rows.Err()
+		})
+	}
+	if len(wakeIDs) > 0 {
+		b.Queue(t.st.wakesByID, wakeIDs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id, rec, payload, output []byte
+				if err := rows.Scan(&id, &rec, &payload, &output); err != nil {
+					return err
+				}
+				r, err := decodeWake(string(id), rec, payload, output)
+				if err != nil {
+					return err
+				}
+				t.c.wakes[r.ID] = r
+			}
+			return rows.Err()
+		})
+	}
+}
+
 // addPruned records the runs (sorted, coalesced, not pruned before) in the pruned table,
 // coalesced with the stored ranges they touch: those are taken out and put back merged.
 func (t *txn) addPruned(runs []projection.SeqRange) error {
@@ -212,8 +320,11 @@ func (t *txn) DeletePrunable(e projection.PruneEntry) error {
 
 // ScanPrunable pages through the retention index after sending the group's pending writes.
 func (t *txn) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
+	return t.scanPrunable(before, scanPage, fn)
+}
+
+func (t *txn) scanPrunable(before int64, page int, fn func(projection.PruneEntry) bool) error {
 	var last projection.PruneEntry
-	page := scanPage
 	for started := false; ; started = true {
 		b := &pgx.Batch{}
 		t.flushIndexes(b)
@@ -239,7 +350,7 @@ func (t *txn) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) er
 			return nil
 		}
 		last = entries[len(entries)-1]
-		page = min(page*2, scanPageMax)
+		page = max(page, min(page*2, scanPageMax))
 	}
 }
 

@@ -19,7 +19,7 @@ var pruneBase = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // finishOld submits n tasks in session s (keys prefix+i) at pruneBase, claims and finishes
 // them a second and two later, and returns their deliveries.
-func finishOld(t *testing.T, q *work.Queue, s, prefix string, n int) []work.TaskDelivery {
+func finishOld(t testing.TB, q *work.Queue, s, prefix string, n int) []work.TaskDelivery {
 	t.Helper()
 	ctx := context.Background()
 	for i := range n {

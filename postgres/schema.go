@@ -52,20 +52,20 @@ var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes"
 
 // statements holds every statement, with the queue's schema in it.
 type statements struct {
-	lockHead, maxTask, maxWake                               string
-	task, wake, taskKey, wakeKey, scanDue, scanDueFrom       string
-	scanKind, scanKindFrom, scanWakes, scanWakesFrom         string
-	scanSession, counts, lastSeq                             string
-	insEvents, setHead, insTasks, updTasks, insWakes         string
-	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt   string
-	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx string
-	readLog, sessionLog, sessions, scanTasks                 string
-	scanWakeRecs, allDue, allKind, allWakeIdx, allSession    string
-	allTaskKeys, allWakeKeys, notify                         string
-	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys  string
-	delSession, insPrunable, delPrunable, scanPrunable       string
-	scanPrunableFrom, delEvents, takeAdjacent, insPruned     string
-	prunedRanges, allPrunable                                string
+	lockHead, maxTask, maxWake                                              string
+	task, wake, taskKey, wakeKey, scanDue, scanDueFrom                      string
+	scanKind, scanKindFrom, scanWakes, scanWakesFrom                        string
+	scanSession, counts, lastSeq                                            string
+	insEvents, setHead, insTasks, updTasks, insWakes                        string
+	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                  string
+	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                string
+	readLog, sessionLog, sessions, scanTasks                                string
+	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                   string
+	allTaskKeys, allWakeKeys, notify                                        string
+	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
+	delSession, insPrunable, delPrunable, scanPrunable                      string
+	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
+	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 }
 
 func newStatements(schema string) *statements {
@@ -153,6 +153,10 @@ func newStatements(schema string) *statements {
 		takeAdjacent: q(`DELETE FROM {s}.pruned WHERE to_seq = ANY($1::bigint[]) OR from_seq = ANY($2::bigint[])
 			RETURNING from_seq, to_seq`),
 		insPruned:    q(`INSERT INTO {s}.pruned SELECT * FROM unnest($1::bigint[], $2::bigint[])`),
+		tasksByID:    q(`SELECT id, rec, input FROM {s}.tasks WHERE id = ANY($1::bytea[])`),
+		wakesByID:    q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id = ANY($1::bytea[])`),
+		taskKeysIn:   q(`SELECT session, key, task_id FROM {s}.task_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
+		wakeKeysIn:   q(`SELECT session, key, wake_id FROM {s}.wake_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
 		prunedRanges: q(`SELECT from_seq, to_seq FROM {s}.pruned ORDER BY from_seq`),
 		allPrunable:  q(`SELECT at, seq, id, wake FROM {s}.prunable ORDER BY at, seq`),
 	}
