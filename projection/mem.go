@@ -28,7 +28,7 @@ type Mem struct {
 	// BuildIndexes derived it). A Mem loaded record by record from another store (the
 	// PostgreSQL backend's Verify) keeps none, and Diff then does not compare it.
 	pruneKept bool
-	lastSeq  uint64
+	lastSeq   uint64
 
 	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
 	// its tasks in submission order. lastKind and lastSession are the last looked up: a

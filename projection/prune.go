@@ -355,6 +355,9 @@ func (m *Mem) DeleteSessionTask(sessionID string, submitSeq uint64) error {
 	}
 	if len(l.tasks) == 0 {
 		delete(m.sessions, sessionID) // memory follows live work: no empty lists left behind
+		if m.lastSession == l {
+			m.lastSession = nil // the next submit of the session must not append to the dropped list
+		}
 	}
 	return nil
 }
