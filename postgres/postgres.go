@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -65,6 +66,13 @@ type Options struct {
 	// CommitResolveTimeout bounds how long the writer asks the server whether a COMMIT whose
 	// connection failed committed, before its callers get ErrCommitUnknown (default 30 s).
 	CommitResolveTimeout time.Duration
+	// Retention and PruneInterval are work.Options' fields of the same names: with
+	// Retention set, the queue prunes in the background, every PruneInterval (default
+	// work.DefaultPruneInterval), what became prunable more than Retention ago. Several
+	// processes may each do so: their prunes take turns on the log head like every write.
+	Retention, PruneInterval time.Duration
+	// Logger receives the background pruner's messages. Default: discarded.
+	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() Options {
@@ -80,6 +88,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.CommitResolveTimeout == 0 {
 		r.CommitResolveTimeout = 30 * time.Second
+	}
+	if r.PruneInterval == 0 {
+		r.PruneInterval = work.DefaultPruneInterval
 	}
 	return r
 }
@@ -97,6 +108,10 @@ func (o *Options) validate() error {
 		return bad("MaxConns", "must be at least 2 (the writer's connection and one for reads)")
 	case o.CommitResolveTimeout < 0:
 		return bad("CommitResolveTimeout", "must not be negative")
+	case o.Retention < 0:
+		return bad("Retention", "must not be negative (0 keeps all history)")
+	case o.PruneInterval < 0:
+		return bad("PruneInterval", "must not be negative (0 is the default, one minute)")
 	}
 	return nil
 }
@@ -126,6 +141,9 @@ type engine struct {
 	// what a savepoint-per-command design would cost (BenchmarkSubmit); never set otherwise.
 	savepointEach bool
 
+	prunerDone chan struct{} // closed when the background pruner stopped; nil: none
+	stopPruner context.CancelFunc
+
 	// Test hooks: around sending the commit batch (close the connection to lose it).
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)
@@ -154,6 +172,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 	}
 	e.startWriter()
 	q := engineapi.NewQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy}).(*work.Queue)
+	if o.Retention > 0 {
+		e.startPruner(q, o.Retention, o.PruneInterval, o.Logger)
+	}
 	return q, nil
 }
 
@@ -279,6 +300,13 @@ func (e *engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	e.mu.Unlock()
+	if e.prunerDone != nil {
+		// The pruner first: its command in flight is answered by the writer, still running.
+		e.stopPruner()
+		<-e.prunerDone
+	}
+	e.mu.Lock()
 	close(e.closing)
 	e.mu.Unlock()
 	<-e.writerDone

@@ -202,13 +202,30 @@ func (v viewReader) LastSeq() (uint64, error) {
 const readLogPage = 512
 
 // readLog calls fn with each event from..to (to 0: the end), decoded, in order. The log is
-// gap-free: a missing sequence is ErrCorruptRow naming it.
+// gap-free but for the ranges a prune recorded (table pruned): any other missing sequence is
+// ErrCorruptRow naming it. The pruned ranges are read at the first gap, and read again once
+// at a gap they do not explain (q may be a pool, and a prune may have committed since).
 func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn func(seq uint64, body []byte) error) error {
 	if from == 0 {
 		from = 1
 	}
 	if to == 0 {
 		to = 1<<63 - 1
+	}
+	var pruned projection.SeqRanges
+	loaded := false
+	explained := func(from, to uint64) (bool, error) {
+		for range 2 {
+			if loaded && gapPruned(pruned, from, to) {
+				return true, nil
+			}
+			var err error
+			if pruned, err = prunedRanges(ctx, q, st); err != nil {
+				return false, err
+			}
+			loaded = true
+		}
+		return gapPruned(pruned, from, to), nil
 	}
 	for from <= to {
 		rows, err := q.Query(ctx, st.readLog, int64(from), int64(to), readLogPage)
@@ -236,7 +253,20 @@ func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn
 				return err
 			}
 			if uint64(r.seq) != from {
-				return fmt.Errorf("%w: events: sequence %d missing (next stored: %d)", ErrCorruptRow, from, r.seq)
+				ok, err := explained(from, uint64(r.seq)-1)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					// Name the first sequence no pruned range explains.
+					for i := range pruned {
+						if pruned[i].From <= from && from <= pruned[i].To {
+							from = pruned[i].To + 1
+						}
+					}
+					return fmt.Errorf("%w: events: sequence %d missing (next stored: %d)", ErrCorruptRow, from, r.seq)
+				}
+				from = uint64(r.seq)
 			}
 			if err := fn(from, r.body); err != nil {
 				return err

@@ -168,3 +168,14 @@ func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) 
 // Verify is Queue.Verify: every difference between the stored tables and the fold of the
 // log, and a gap or an undecodable event in the log.
 func (s *Store) Verify(ctx context.Context) ([]string, error) { return s.e.Verify(ctx) }
+
+// PrunedRanges returns the ranges of sequences pruned from the log (Queue.Prune), in
+// order: each is a gap of the log that is explained, not damage (as pebblelog's
+// Store.PrunedRanges; the replay tool shows them).
+func (s *Store) PrunedRanges(ctx context.Context) (projection.SeqRanges, error) {
+	if s.e.isClosed() {
+		return nil, errClosed()
+	}
+	r, err := prunedRanges(ctx, s.e.pool, s.e.st)
+	return r, backendError(err)
+}

@@ -26,10 +26,12 @@ const FormatVersion = 1
 // unchanged TOASTed column as it is, so a large input is not rewritten at every transition.
 const schemaDDL = `
 CREATE TABLE {s}.worklog_meta (key text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE {s}.log_head (id int PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL);
-INSERT INTO {s}.log_head VALUES (1, 0);
-CREATE TABLE {s}.events (seq bigint PRIMARY KEY, session bytea NOT NULL, type smallint NOT NULL, body bytea NOT NULL);
+CREATE TABLE {s}.log_head (id int PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL, prunes bigint NOT NULL);
+INSERT INTO {s}.log_head VALUES (1, 0, 0);
+CREATE TABLE {s}.events (seq bigint PRIMARY KEY, session bytea NOT NULL, type smallint NOT NULL, body bytea NOT NULL,
+	subject bytea NOT NULL);
 CREATE INDEX events_session ON {s}.events (session, seq);
+CREATE INDEX events_subject ON {s}.events (subject);
 CREATE TABLE {s}.tasks (id bytea PRIMARY KEY, rec bytea NOT NULL, input bytea NOT NULL);
 CREATE TABLE {s}.wakes (id bytea PRIMARY KEY, rec bytea NOT NULL, payload bytea NOT NULL, output bytea NOT NULL);
 CREATE TABLE {s}.task_keys (session bytea, key bytea, task_id bytea NOT NULL, PRIMARY KEY (session, key));
@@ -39,25 +41,31 @@ CREATE TABLE {s}.kind_due (kind bytea, at bigint, seq bigint, task_id bytea NOT 
 CREATE TABLE {s}.wake_index (at bigint, seq bigint, wake_id bytea NOT NULL, PRIMARY KEY (at, seq));
 CREATE TABLE {s}.session_tasks (session bytea, submit_seq bigint, task_id bytea NOT NULL, PRIMARY KEY (session, submit_seq));
 CREATE TABLE {s}.counts (kind bytea, state smallint, n bigint NOT NULL, PRIMARY KEY (kind, state));
+CREATE TABLE {s}.prunable (at bigint, seq bigint, id bytea NOT NULL, wake bool NOT NULL, PRIMARY KEY (at, seq));
+CREATE TABLE {s}.pruned (from_seq bigint PRIMARY KEY, to_seq bigint NOT NULL UNIQUE, CHECK (from_seq BETWEEN 1 AND to_seq));
 INSERT INTO {s}.worklog_meta VALUES ('format', '{format}');
 `
 
 // tableNames are the tables of the format, for the check that a schema holds no half of one.
 var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes", "task_keys", "wake_keys",
-	"due", "kind_due", "wake_index", "session_tasks", "counts"}
+	"due", "kind_due", "wake_index", "session_tasks", "counts", "prunable", "pruned"}
 
 // statements holds every statement, with the queue's schema in it.
 type statements struct {
-	lockHead, maxTask, maxWake                               string
-	task, wake, taskKey, wakeKey, scanDue, scanDueFrom       string
-	scanKind, scanKindFrom, scanWakes, scanWakesFrom         string
-	scanSession, counts, lastSeq                             string
-	insEvents, setHead, insTasks, updTasks, insWakes         string
-	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt   string
-	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx string
-	readLog, sessionLog, sessions, scanTasks                 string
-	scanWakeRecs, allDue, allKind, allWakeIdx, allSession    string
-	allTaskKeys, allWakeKeys, notify                         string
+	lockHead, maxTask, maxWake                                              string
+	task, wake, taskKey, wakeKey, scanDue, scanDueFrom                      string
+	scanKind, scanKindFrom, scanWakes, scanWakesFrom                        string
+	scanSession, counts, lastSeq                                            string
+	insEvents, setHead, insTasks, updTasks, insWakes                        string
+	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                  string
+	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                string
+	readLog, sessionLog, sessions, scanTasks                                string
+	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                   string
+	allTaskKeys, allWakeKeys, notify                                        string
+	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
+	delSession, insPrunable, delPrunable, scanPrunable                      string
+	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
+	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 }
 
 func newStatements(schema string) *statements {
@@ -67,7 +75,7 @@ func newStatements(schema string) *statements {
 	// key's order; a task scan joins the record, so a claim reads its tasks in the same
 	// round trip (LEFT: a task put in the same group is not written before the commit).
 	return &statements{
-		lockHead: q(`SELECT seq, pg_current_xact_id()::text FROM {s}.log_head WHERE id = 1 FOR UPDATE`),
+		lockHead: q(`SELECT seq, prunes, pg_current_xact_id()::text FROM {s}.log_head WHERE id = 1 FOR UPDATE`),
 		maxTask:  q(`SELECT coalesce((SELECT id FROM {s}.tasks ORDER BY id DESC LIMIT 1), ''::bytea)`),
 		maxWake:  q(`SELECT coalesce((SELECT id FROM {s}.wakes ORDER BY id DESC LIMIT 1), ''::bytea)`),
 		lastSeq:  q(`SELECT seq FROM {s}.log_head WHERE id = 1`),
@@ -91,8 +99,8 @@ func newStatements(schema string) *statements {
 			ORDER BY submit_seq LIMIT $3`),
 		counts: q(`SELECT kind, state, n FROM {s}.counts WHERE n <> 0 ORDER BY kind, state`),
 
-		insEvents: q(`INSERT INTO {s}.events (seq, session, type, body)
-			SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::smallint[], $4::bytea[])`),
+		insEvents: q(`INSERT INTO {s}.events (seq, session, type, body, subject)
+			SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::smallint[], $4::bytea[], $5::bytea[])`),
 		setHead:  q(`UPDATE {s}.log_head SET seq = $1 WHERE id = 1`),
 		insTasks: q(`INSERT INTO {s}.tasks (id, rec, input) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])`),
 		updTasks: q(`UPDATE {s}.tasks t SET rec = u.rec FROM unnest($1::bytea[], $2::bytea[]) AS u(id, rec) WHERE t.id = u.id`),
@@ -126,6 +134,31 @@ func newStatements(schema string) *statements {
 		allSession:   q(`SELECT session, submit_seq, task_id FROM {s}.session_tasks ORDER BY session, submit_seq`),
 		allTaskKeys:  q(`SELECT session, key, task_id FROM {s}.task_keys`),
 		allWakeKeys:  q(`SELECT session, key, wake_id FROM {s}.wake_keys`),
+
+		// Retention (prune.go).
+		setPrunes:   q(`UPDATE {s}.log_head SET prunes = $1 WHERE id = 1`),
+		delTasks:    q(`DELETE FROM {s}.tasks WHERE id = ANY($1::bytea[])`),
+		delWakes:    q(`DELETE FROM {s}.wakes WHERE id = ANY($1::bytea[])`),
+		delTaskKeys: q(`DELETE FROM {s}.task_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
+		delWakeKeys: q(`DELETE FROM {s}.wake_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
+		delSession:  q(`DELETE FROM {s}.session_tasks WHERE (session, submit_seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[]))`),
+		insPrunable: q(`INSERT INTO {s}.prunable SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bool[])
+			ON CONFLICT (at, seq) DO UPDATE SET id = excluded.id, wake = excluded.wake`),
+		delPrunable:      q(`DELETE FROM {s}.prunable WHERE (at, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`),
+		scanPrunable:     q(`SELECT at, seq, id, wake FROM {s}.prunable WHERE at < $1 ORDER BY at, seq LIMIT $2`),
+		scanPrunableFrom: q(`SELECT at, seq, id, wake FROM {s}.prunable WHERE at < $1 AND (at, seq) > ($3, $4) ORDER BY at, seq LIMIT $2`),
+		delEvents:        q(`DELETE FROM {s}.events WHERE subject = ANY($1::bytea[]) RETURNING seq`),
+		// The ranges that touch a group's runs ($1: each run's From-1, $2: its To+1) are
+		// taken out, coalesced with the runs in Go and put back (insPruned).
+		takeAdjacent: q(`DELETE FROM {s}.pruned WHERE to_seq = ANY($1::bigint[]) OR from_seq = ANY($2::bigint[])
+			RETURNING from_seq, to_seq`),
+		insPruned:    q(`INSERT INTO {s}.pruned SELECT * FROM unnest($1::bigint[], $2::bigint[])`),
+		tasksByID:    q(`SELECT id, rec, input FROM {s}.tasks WHERE id = ANY($1::bytea[])`),
+		wakesByID:    q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id = ANY($1::bytea[])`),
+		taskKeysIn:   q(`SELECT session, key, task_id FROM {s}.task_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
+		wakeKeysIn:   q(`SELECT session, key, wake_id FROM {s}.wake_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
+		prunedRanges: q(`SELECT from_seq, to_seq FROM {s}.pruned ORDER BY from_seq`),
+		allPrunable:  q(`SELECT at, seq, id, wake FROM {s}.prunable ORDER BY at, seq`),
 	}
 }
 

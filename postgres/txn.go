@@ -25,6 +25,7 @@ type countKey struct {
 // otherwise the writer starts from an empty cache. It belongs to the writer goroutine.
 type cache struct {
 	seq      uint64
+	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
 	valid    bool
 	tasks    map[string]*projection.Task
 	wakes    map[string]*projection.Wake
@@ -52,8 +53,9 @@ func (c *cache) size() int { return len(c.tasks) + len(c.wakes) + len(c.taskKeys
 // out (Apply never puts an entry that exists, so a put then a delete leaves nothing; a delete
 // then a put is an upsert).
 type idxOp struct {
-	put bool
-	id  string
+	put  bool
+	id   string
+	wake bool // the retention index's entries only
 }
 
 type dueKey struct {
@@ -76,6 +78,7 @@ type pendingEvent struct {
 	session string
 	typ     events.Type
 	body    []byte
+	subject string // the task or wake the event is about (events.Event.Subject)
 }
 
 // txn is one group's transaction: projection.State over the tables, with every write kept
@@ -90,6 +93,9 @@ type txn struct {
 	c    *cache
 
 	seq              uint64 // the last sequence, the group's appends included
+	startSeq         uint64 // the log head when the group began
+	prunes           uint64 // log_head.prunes, counted up by a prune of this group
+	pruned           bool   // a prune ran in this group: the commit writes prunes
 	xid              string // the transaction's id, to learn its fate when its commit is lost
 	maxTask, maxWake string // the greatest stored ids: a new id above them has no record
 
@@ -103,6 +109,12 @@ type txn struct {
 	sessionIDs           []string
 	counts               map[countKey]int64
 	evs                  []pendingEvent
+
+	// Retention (prune.go): deletions of stored rows, and the retention index's writes.
+	delTasks, delWakes       map[string]bool
+	delTaskKeys, delWakeKeys []skey
+	delSessions              []sessKey
+	prunable                 map[dueKey]idxOp
 }
 
 var _ projection.State = (*txn)(nil)
@@ -113,7 +125,7 @@ func newTxn(ctx context.Context, conn *pgx.Conn, st *statements, c *cache) *txn 
 		newTasks: map[string]bool{}, dirtyTasks: map[string]bool{},
 		newWakes: map[string]bool{}, dirtyWakes: map[string]bool{},
 		due: map[dueKey]idxOp{}, wakeIdx: map[dueKey]idxOp{}, kindDue: map[kindKey]idxOp{},
-		counts: map[countKey]int64{},
+		counts: map[countKey]int64{}, prunable: map[dueKey]idxOp{},
 	}
 }
 
@@ -129,7 +141,8 @@ func (t *txn) Append(ev events.Event) error {
 	if err := projection.Apply(t, ev); err != nil {
 		return err
 	}
-	t.evs = append(t.evs, pendingEvent{seq: h.Seq, session: h.SessionID, typ: ev.Type(), body: body})
+	taskID, wakeID := ev.Subject() // one of them is set
+	t.evs = append(t.evs, pendingEvent{seq: h.Seq, session: h.SessionID, typ: ev.Type(), body: body, subject: taskID + wakeID})
 	return nil
 }
 
@@ -221,6 +234,7 @@ func (t *txn) LastSeq() (uint64, error) { return t.seq, nil }
 // flushIndexes queues the pending index writes into b, so that a scan sent after them in
 // the same batch sees the group's own changes.
 func (t *txn) flushIndexes(b *pgx.Batch) {
+	t.flushPrune(b)
 	if len(t.due) > 0 {
 		queueDue(b, t.st.insDue, t.st.delDue, t.due)
 		clear(t.due)
@@ -550,13 +564,21 @@ func (t *txn) queueCommit(b *pgx.Batch, channel string) {
 	t.flushIndexes(b)
 	if n := len(t.evs); n > 0 {
 		seqs, sess, types, bodies := make([]int64, n), make([][]byte, n), make([]int16, n), make([][]byte, n)
+		subjects := make([][]byte, n)
 		for i, e := range t.evs {
 			seqs[i], sess[i], types[i], bodies[i] = int64(e.seq), []byte(e.session), int16(e.typ), e.body
+			subjects[i] = []byte(e.subject)
 		}
-		b.Queue(t.st.insEvents, seqs, sess, types, bodies)
+		b.Queue(t.st.insEvents, seqs, sess, types, bodies, subjects)
+	}
+	if t.seq != t.startSeq { // a prune of the same group may have taken every event appended
 		b.Queue(t.st.setHead, int64(t.seq))
 		b.Queue(t.st.notify, channel)
 	}
+	if t.pruned {
+		b.Queue(t.st.setPrunes, int64(t.prunes))
+	}
+	t.queueDeletes(b)
 	if len(t.newTasks) > 0 {
 		var ids, recs, inputs [][]byte
 		for id := range t.newTasks {

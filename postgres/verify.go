@@ -14,8 +14,12 @@ import (
 // Verify folds the events table from empty (projection.Apply into a projection.Mem) and
 // compares the result with every stored table (loaded into another Mem; Mem.Diff compares),
 // in one read-only repeatable-read transaction: records field by field, keys, the due,
-// per-kind due and wake indexes, the session lists, the counts and the log head. It also checks the log is gap-free and every event decodes.
-// It holds both states in memory: O(stored state).
+// per-kind due and wake indexes, the session lists, the counts, the retention index and the
+// log head. It also checks that every event decodes and that the log has no gap but the
+// ranges a prune recorded (table pruned), which hold no event and end at the log head at the
+// latest: after a prune the state is the fold of the retained events, continued across each
+// pruned gap (a subject is pruned whole, so no retained event needs a pruned one). It holds
+// both states in memory: O(stored state).
 func (e *engine) Verify(ctx context.Context) ([]string, error) {
 	if e.isClosed() {
 		return nil, errClosed()
@@ -33,13 +37,26 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 	var problems []string
 	fold := projection.NewMem()
 	fold.DeferIndexes() // Diff builds them from the records
+	pruned, err := prunedRanges(ctx, tx, st)
+	if isCorrupt(err) {
+		return []string{err.Error()}, nil
+	} else if err != nil {
+		return nil, err
+	}
 	var d events.Decoder
 	var stop error
-	err := readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
+	err = readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
 		ev, err := d.Decode(body, seq)
 		if err != nil {
 			stop = fmt.Errorf("events row %d: %v", seq, err)
 			return stop
+		}
+		if pruned.Contains(seq) {
+			stop = fmt.Errorf("events row %d: in a pruned range, yet stored", seq)
+			return stop
+		}
+		if last, _ := fold.LastSeq(); seq > last+1 {
+			fold.SetLastSeq(seq - 1) // a pruned gap (readLog checked it)
 		}
 		if err := projection.Apply(fold, ev); err != nil {
 			stop = err
@@ -62,6 +79,15 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 		return nil, err
 	}
 	stored.SetLastSeq(uint64(head))
+	if n := len(pruned); n > 0 {
+		last, _ := fold.LastSeq()
+		switch r := pruned[n-1]; {
+		case r.To > uint64(head):
+			problems = append(problems, fmt.Sprintf("pruned range [%d, %d] ends after the log head %d", r.From, r.To, head))
+		case r.To > last && gapPruned(pruned, last+1, r.To):
+			fold.SetLastSeq(r.To) // the log's pruned tail
+		}
+	}
 	if err := loadRecords(ctx, tx, st, stored, &problems); err != nil {
 		return nil, err
 	}
@@ -157,6 +183,22 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 		return err
 	}
 	if err := keys(st.allWakeKeys, m.PutWakeKey); err != nil {
+		return err
+	}
+	// This store keeps the retention index, even an empty one: a deletion of no entry tells
+	// the Mem so (projection.Mem compares the index only between Mems that keep one).
+	if err := m.DeletePrunable(projection.PruneEntry{}); err != nil {
+		return err
+	}
+	if err := eachRow(ctx, q, st.allPrunable, func(r pgx.Rows) error {
+		var at, seq int64
+		var id []byte
+		var wake bool
+		if err := r.Scan(&at, &seq, &id, &wake); err != nil {
+			return err
+		}
+		return m.PutPrunable(projection.PruneEntry{At: at, Seq: uint64(seq), ID: string(id), Wake: wake})
+	}); err != nil {
 		return err
 	}
 	if err := index(st.allDue, m.PutDue); err != nil {

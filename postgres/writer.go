@@ -253,23 +253,24 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 // every process) and reads what the group needs to know about the stored state, in one
 // round trip. The cache stays valid only if nobody committed since the writer's last group.
 func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
-	var seq int64
+	var seq, prunes int64
 	var xid string
 	var maxTask, maxWake []byte
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(e.st.lockHead).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &xid) })
+	b.Queue(e.st.lockHead).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &prunes, &xid) })
 	b.Queue(e.st.maxTask).QueryRow(func(r pgx.Row) error { return r.Scan(&maxTask) })
 	b.Queue(e.st.maxWake).QueryRow(func(r pgx.Row) error { return r.Scan(&maxWake) })
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	if !e.cache.valid || e.cache.seq != uint64(seq) || e.cache.size() > cacheMax {
+	if !e.cache.valid || e.cache.seq != uint64(seq) || e.cache.prunes != uint64(prunes) || e.cache.size() > cacheMax {
 		e.cache = newCache()
 	}
 	e.cache.valid = false // until this group commits
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
 	tx.seq, tx.xid, tx.maxTask, tx.maxWake = uint64(seq), xid, string(maxTask), string(maxWake)
+	tx.startSeq, tx.prunes = tx.seq, uint64(prunes)
 	return tx, nil
 }
 
@@ -287,7 +288,7 @@ func (e *engine) adopt(tx *txn) {
 			delete(c.wakes, id)
 		}
 	}
-	c.seq, c.valid = tx.seq, true
+	c.seq, c.prunes, c.valid = tx.seq, tx.prunes, true
 }
 
 // inTheFuture reports pg_xact_status's refusal of a transaction id the server has not yet

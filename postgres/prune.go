@@ -1,0 +1,533 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
+	"github.com/worklog/worklog/work"
+)
+
+// Retention on PostgreSQL (docs/design.md, "Retention" and §9).
+//
+// The fold keeps the retention index (table prunable) through txn's PruneIndexer side. A
+// prune group is one command of the writer, so it runs in a transaction that holds the log
+// head's lock like every write: through projection.PruneSubject it removes the subjects'
+// records, keys, session list rows, counts and index entries (written at the commit with
+// the group's other writes); it deletes their events through the events table's subject
+// index, and records the removed sequences in the pruned table, coalesced, so that Verify
+// and ReadLog tell a pruned gap from a lost one. The transaction commits all of a group or
+// none of it. It also counts up log_head.prunes: a prune changes records without moving the
+// log head, and every process's writer keeps its record cache only while both are as it
+// left them.
+
+var (
+	_ engineapi.Pruner        = (*engine)(nil)
+	_ projection.PruneState   = (*txn)(nil)
+	_ projection.PruneIndexer = (*txn)(nil)
+)
+
+// startPruner prunes q every interval, by the wall clock, what became prunable more than
+// retention ago, until Close (as work.Open's background pruner, which a backend package
+// cannot reach). Errors are logged, never fatal: the next round tries again.
+func (e *engine) startPruner(q *work.Queue, retention, interval time.Duration, logger *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopPruner, e.prunerDone = cancel, make(chan struct{})
+	logf := func(format string, args ...any) {
+		if logger != nil {
+			logger.Warn(fmt.Sprintf(format, args...))
+		}
+	}
+	go func() {
+		defer close(e.prunerDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			res, err := q.Prune(ctx, time.Now().Add(-retention))
+			switch {
+			case err != nil && ctx.Err() == nil:
+				logf("worklog: background prune: %v", err)
+			case res.Tasks+res.Wakes > 0:
+				logf("worklog: background prune removed %d tasks, %d wakes, %d events", res.Tasks, res.Wakes, res.Events)
+			}
+		}
+	}()
+}
+
+// PruneGroup removes up to limit subjects prunable before before, as one command of the
+// writer: it may share its transaction with other commands, and is re-run alone (reporting
+// afresh) when the group fails.
+func (e *engine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
+	var r engineapi.PruneGroupResult
+	err := e.Update(ctx, func(tx engineapi.Txn) error {
+		t, ok := tx.(*txn)
+		if !ok { // never: e.Update hands its closures its own transaction
+			return fmt.Errorf("postgres: PruneGroup ran in a %T, not the engine's transaction", tx)
+		}
+		var err error
+		r, err = t.prune(before, limit)
+		return err
+	})
+	if err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	return r, nil
+}
+
+func (t *txn) prune(before int64, limit int) (engineapi.PruneGroupResult, error) {
+	var res engineapi.PruneGroupResult
+	var entries []projection.PruneEntry
+	// One page of limit+1 entries: the group's, and whether there are more.
+	if err := t.scanPrunable(before, limit+1, func(e projection.PruneEntry) bool {
+		if len(entries) == limit {
+			res.More = true
+			return false
+		}
+		entries = append(entries, e)
+		return true
+	}); err != nil || len(entries) == 0 {
+		return res, err
+	}
+	if err := t.prefetch(entries); err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	subjects := make(map[string]bool, 2*len(entries))
+	for _, e := range entries {
+		p, err := projection.PruneSubject(t, e, before)
+		if err != nil {
+			return engineapi.PruneGroupResult{}, err
+		}
+		if p.TaskID != "" {
+			res.Tasks++
+			subjects[p.TaskID] = true
+		}
+		if p.WakeID != "" {
+			res.Wakes++
+			subjects[p.WakeID] = true
+		}
+	}
+	// The subjects' events: those an earlier command of this group appended are still in
+	// memory, the others are stored.
+	var seqs []uint64
+	kept := t.evs[:0]
+	for _, ev := range t.evs {
+		if subjects[ev.subject] {
+			seqs = append(seqs, ev.seq)
+		} else {
+			kept = append(kept, ev)
+		}
+	}
+	t.evs = kept
+	ids := make([][]byte, 0, len(subjects))
+	for id := range subjects {
+		ids = append(ids, []byte(id))
+	}
+	b := &pgx.Batch{}
+	t.flushIndexes(b) // the pending writes go first, in the same round trip
+	b.Queue(t.st.delEvents, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				return err
+			}
+			seqs = append(seqs, uint64(seq))
+		}
+		return rows.Err()
+	})
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	if len(seqs) == 0 {
+		return engineapi.PruneGroupResult{}, fmt.Errorf("%w: the events of %d pruned subjects are missing", ErrCorruptRow, len(subjects))
+	}
+	slices.Sort(seqs)
+	if err := t.addPruned(projection.RunsOf(seqs)); err != nil {
+		return engineapi.PruneGroupResult{}, err
+	}
+	t.pruned = true
+	t.prunes++
+	res.Events = uint64(len(seqs))
+	return res, nil
+}
+
+// prefetch reads the records PruneSubject will read for entries that the cache does not
+// hold, in two round trips instead of one or more per subject (under the head lock, which
+// every other writer waits for): the tasks and requested wakes, then the completion wakes
+// and the idempotency keys. Under the lock they are exact, so the cache keeps them; what is
+// missing stays unread, for PruneSubject to find missing.
+func (t *txn) prefetch(entries []projection.PruneEntry) error {
+	var taskIDs, wakeIDs [][]byte
+	for _, e := range entries {
+		if _, ok := t.c.wakes[e.ID]; e.Wake && !ok {
+			wakeIDs = append(wakeIDs, []byte(e.ID))
+		} else if _, ok := t.c.tasks[e.ID]; !e.Wake && !ok {
+			taskIDs = append(taskIDs, []byte(e.ID))
+		}
+	}
+	b := &pgx.Batch{}
+	t.queueRecords(b, taskIDs, wakeIDs)
+	if b.Len() > 0 {
+		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+			return err
+		}
+	}
+	wakeIDs = wakeIDs[:0]
+	var ts, tk, ws, wk [][]byte
+	for _, e := range entries {
+		if e.Wake {
+			if w := t.c.wakes[e.ID]; w != nil && w.IdempotencyKey != "" {
+				if _, ok := t.c.wakeKeys[skey{w.SessionID, w.IdempotencyKey}]; !ok {
+					ws, wk = append(ws, []byte(w.SessionID)), append(wk, []byte(w.IdempotencyKey))
+				}
+			}
+			continue
+		}
+		r := t.c.tasks[e.ID]
+		if r == nil {
+			continue
+		}
+		if _, ok := t.c.wakes[r.CompletionWakeID]; r.CompletionWakeID != "" && !ok {
+			wakeIDs = append(wakeIDs, []byte(r.CompletionWakeID))
+		}
+		if _, ok := t.c.taskKeys[skey{r.SessionID, r.IdempotencyKey}]; r.IdempotencyKey != "" && !ok {
+			ts, tk = append(ts, []byte(r.SessionID)), append(tk, []byte(r.IdempotencyKey))
+		}
+	}
+	b = &pgx.Batch{}
+	t.queueRecords(b, nil, wakeIDs)
+	keys := func(sql string, ss, ks [][]byte, m map[skey]string) {
+		if len(ss) == 0 {
+			return
+		}
+		b.Queue(sql, ss, ks).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var s, k, id []byte
+				if err := rows.Scan(&s, &k, &id); err != nil {
+					return err
+				}
+				m[skey{string(s), string(k)}] = string(id)
+			}
+			return rows.Err()
+		})
+	}
+	keys(t.st.taskKeysIn, ts, tk, t.c.taskKeys)
+	keys(t.st.wakeKeysIn, ws, wk, t.c.wakeKeys)
+	if b.Len() == 0 {
+		return nil
+	}
+	return t.conn.SendBatch(t.ctx, b).Close()
+}
+
+// queueRecords queues reads of the tasks and wakes by id into the cache.
+func (t *txn) queueRecords(b *pgx.Batch, taskIDs, wakeIDs [][]byte) {
+	if len(taskIDs) > 0 {
+		b.Queue(t.st.tasksByID, taskIDs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id, rec, input []byte
+				if err := rows.Scan(&id, &rec, &input); err != nil {
+					return err
+				}
+				r, err := decodeTask(string(id), rec, input)
+				if err != nil {
+					return err
+				}
+				t.c.tasks[r.ID] = r
+			}
+			return rows.Err()
+		})
+	}
+	if len(wakeIDs) > 0 {
+		b.Queue(t.st.wakesByID, wakeIDs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id, rec, payload, output []byte
+				if err := rows.Scan(&id, &rec, &payload, &output); err != nil {
+					return err
+				}
+				r, err := decodeWake(string(id), rec, payload, output)
+				if err != nil {
+					return err
+				}
+				t.c.wakes[r.ID] = r
+			}
+			return rows.Err()
+		})
+	}
+}
+
+// addPruned records the runs (sorted, coalesced, not pruned before) in the pruned table,
+// coalesced with the stored ranges they touch: those are taken out and put back merged.
+func (t *txn) addPruned(runs []projection.SeqRange) error {
+	before, after := make([]int64, len(runs)), make([]int64, len(runs))
+	for i, r := range runs {
+		before[i], after[i] = int64(r.From)-1, int64(r.To)+1
+	}
+	var rs projection.SeqRanges
+	for _, r := range runs {
+		rs.Add(r.From, r.To)
+	}
+	rows, err := t.conn.Query(t.ctx, t.st.takeAdjacent, before, after)
+	if err != nil {
+		return err
+	}
+	var touching []projection.SeqRange
+	for rows.Next() {
+		var from, to int64
+		if err := rows.Scan(&from, &to); err != nil {
+			rows.Close()
+			return err
+		}
+		touching = append(touching, projection.SeqRange{From: uint64(from), To: uint64(to)})
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range touching {
+		if rs.Contains(r.From) || rs.Contains(r.To) {
+			return fmt.Errorf("%w: pruned row [%d, %d] overlaps the sequences pruned now", ErrCorruptRow, r.From, r.To)
+		}
+		rs.Add(r.From, r.To)
+	}
+	froms, tos := make([]int64, len(rs)), make([]int64, len(rs))
+	for i, r := range rs {
+		froms[i], tos[i] = int64(r.From), int64(r.To)
+	}
+	_, err = t.conn.Exec(t.ctx, t.st.insPruned, froms, tos)
+	return err
+}
+
+// --- txn's side of projection.PruneState ---
+
+func (t *txn) PutPrunable(e projection.PruneEntry) error {
+	t.prunable[dueKey{e.At, e.Seq}] = idxOp{put: true, id: e.ID, wake: e.Wake}
+	return nil
+}
+
+func (t *txn) DeletePrunable(e projection.PruneEntry) error {
+	netDelete(t.prunable, dueKey{e.At, e.Seq})
+	return nil
+}
+
+// ScanPrunable pages through the retention index after sending the group's pending writes.
+func (t *txn) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
+	return t.scanPrunable(before, scanPage, fn)
+}
+
+func (t *txn) scanPrunable(before int64, page int, fn func(projection.PruneEntry) bool) error {
+	var last projection.PruneEntry
+	for started := false; ; started = true {
+		b := &pgx.Batch{}
+		t.flushIndexes(b)
+		sql, args := t.st.scanPrunable, []any{before, page}
+		if started {
+			sql, args = t.st.scanPrunableFrom, append(args, last.At, int64(last.Seq))
+		}
+		var entries []projection.PruneEntry
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			var err error
+			entries, err = collectPrunable(rows)
+			return err
+		})
+		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if len(entries) < page {
+			return nil
+		}
+		last = entries[len(entries)-1]
+		page = max(page, min(page*2, scanPageMax))
+	}
+}
+
+func collectPrunable(rows pgx.Rows) ([]projection.PruneEntry, error) {
+	var out []projection.PruneEntry
+	for rows.Next() {
+		var at, seq int64
+		var id []byte
+		var wake bool
+		if err := rows.Scan(&at, &seq, &id, &wake); err != nil {
+			return nil, err
+		}
+		out = append(out, projection.PruneEntry{At: at, Seq: uint64(seq), ID: string(id), Wake: wake})
+	}
+	return out, rows.Err()
+}
+
+// DeleteTask forgets the record: a task put by this group is not written at all; a stored
+// one is deleted at the commit. The cache records it as absent.
+func (t *txn) DeleteTask(id string) error {
+	t.c.tasks[id] = nil
+	delete(t.dirtyTasks, id)
+	if t.newTasks[id] {
+		delete(t.newTasks, id)
+		return nil
+	}
+	if t.delTasks == nil {
+		t.delTasks = map[string]bool{}
+	}
+	t.delTasks[id] = true
+	return nil
+}
+
+func (t *txn) DeleteWake(id string) error {
+	t.c.wakes[id] = nil
+	delete(t.dirtyWakes, id)
+	if t.newWakes[id] {
+		delete(t.newWakes, id)
+		return nil
+	}
+	if t.delWakes == nil {
+		t.delWakes = map[string]bool{}
+	}
+	t.delWakes[id] = true
+	return nil
+}
+
+func (t *txn) DeleteTaskKey(sessionID, key string) error {
+	k := skey{sessionID, key}
+	t.c.taskKeys[k] = ""
+	if i := slices.Index(t.newTaskKeys, k); i >= 0 {
+		t.newTaskKeys = slices.Delete(t.newTaskKeys, i, i+1)
+		return nil
+	}
+	t.delTaskKeys = append(t.delTaskKeys, k)
+	return nil
+}
+
+func (t *txn) DeleteWakeKey(sessionID, key string) error {
+	k := skey{sessionID, key}
+	t.c.wakeKeys[k] = ""
+	if i := slices.Index(t.newWakeKeys, k); i >= 0 {
+		t.newWakeKeys = slices.Delete(t.newWakeKeys, i, i+1)
+		return nil
+	}
+	t.delWakeKeys = append(t.delWakeKeys, k)
+	return nil
+}
+
+// DeleteSessionTask drops a list entry still waiting to be written, or deletes the stored
+// one (with the index writes: before a scan of the list, and before the commit's inserts).
+func (t *txn) DeleteSessionTask(sessionID string, submitSeq uint64) error {
+	k := sessKey{sessionID, submitSeq}
+	if i := slices.Index(t.sessions, k); i >= 0 {
+		t.sessions = slices.Delete(t.sessions, i, i+1)
+		t.sessionIDs = slices.Delete(t.sessionIDs, i, i+1)
+		return nil
+	}
+	t.delSessions = append(t.delSessions, k)
+	return nil
+}
+
+// flushPrune queues the retention index's writes and the session list's deletions (part of
+// flushIndexes: deletions before the inserts that follow).
+func (t *txn) flushPrune(b *pgx.Batch) {
+	if len(t.delSessions) > 0 {
+		ss, qs := make([][]byte, len(t.delSessions)), make([]int64, len(t.delSessions))
+		for i, k := range t.delSessions {
+			ss[i], qs[i] = []byte(k.session), int64(k.seq)
+		}
+		b.Queue(t.st.delSession, ss, qs)
+		t.delSessions = t.delSessions[:0]
+	}
+	if len(t.prunable) == 0 {
+		return
+	}
+	var pa, ps, da, ds []int64
+	var pid [][]byte
+	var pw []bool
+	for k, op := range t.prunable {
+		if op.put {
+			pa, ps, pid, pw = append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id)), append(pw, op.wake)
+		} else {
+			da, ds = append(da, k.at), append(ds, int64(k.seq))
+		}
+	}
+	if len(da) > 0 {
+		b.Queue(t.st.delPrunable, da, ds)
+	}
+	if len(pa) > 0 {
+		b.Queue(t.st.insPrunable, pa, ps, pid, pw)
+	}
+	clear(t.prunable)
+}
+
+// queueDeletes queues the deletions of records and keys, ahead of the commit's inserts (a
+// key freed by a prune may be taken again in the same group).
+func (t *txn) queueDeletes(b *pgx.Batch) {
+	ids := func(m map[string]bool) [][]byte {
+		out := make([][]byte, 0, len(m))
+		for id := range m {
+			out = append(out, []byte(id))
+		}
+		return out
+	}
+	if len(t.delTasks) > 0 {
+		b.Queue(t.st.delTasks, ids(t.delTasks))
+	}
+	if len(t.delWakes) > 0 {
+		b.Queue(t.st.delWakes, ids(t.delWakes))
+	}
+	keys := func(sql string, ks []skey) {
+		if len(ks) == 0 {
+			return
+		}
+		ss, kk := make([][]byte, len(ks)), make([][]byte, len(ks))
+		for i, k := range ks {
+			ss[i], kk[i] = []byte(k.session), []byte(k.key)
+		}
+		b.Queue(sql, ss, kk)
+	}
+	keys(t.st.delTaskKeys, t.delTaskKeys)
+	keys(t.st.delWakeKeys, t.delWakeKeys)
+}
+
+// prunedRanges reads the pruned table.
+func prunedRanges(ctx context.Context, q querier, st *statements) (projection.SeqRanges, error) {
+	rows, err := q.Query(ctx, st.prunedRanges)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out projection.SeqRanges
+	for rows.Next() {
+		var from, to int64
+		if err := rows.Scan(&from, &to); err != nil {
+			return nil, err
+		}
+		if n := len(out); from < 1 || to < from || (n > 0 && uint64(from) <= out[n-1].To+1) {
+			return nil, fmt.Errorf("%w: pruned row [%d, %d] is empty, or overlaps or touches the one before", ErrCorruptRow, from, to)
+		}
+		out = append(out, projection.SeqRange{From: uint64(from), To: uint64(to)})
+	}
+	return out, rows.Err()
+}
+
+// gapPruned reports whether every sequence of [from, to] was pruned (the ranges are
+// coalesced: one range holds them all).
+func gapPruned(rs projection.SeqRanges, from, to uint64) bool {
+	i, _ := slices.BinarySearchFunc(rs, from, func(r projection.SeqRange, s uint64) int {
+		switch {
+		case r.To < s:
+			return -1
+		case r.From > s:
+			return 1
+		}
+		return 0
+	})
+	return i < len(rs) && rs[i].From <= from && rs[i].To >= to
+}
