@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
@@ -102,4 +105,67 @@ func TestEmptyGroupDoesNotCommit(t *testing.T) {
 	}
 	e.hookBeforeCommit = nil
 	mustVerify(t, q)
+}
+
+// TestKeyHintFromBeforeAnotherProcessWrote: read-first's miss of a key is a hint the writer
+// may take instead of reading the key again, but only while its cache is exact since the
+// read. Another queue on the same schema submits the key after the miss: the writer's next
+// group must find it (its cache started over at the new head, older than no hint).
+func TestKeyHintFromBeforeAnotherProcessWrote(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	a, qa := openEngine(t, dsn, nil)
+	_, qb := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	if _, err := qa.Session("s").Submit(ctx, work.TaskRequest{Kind: "warm-up"}); err != nil {
+		t.Fatal(err)
+	}
+	missed := func(key string) {
+		t.Helper()
+		if _, err := a.ViewDurable(ctx, func(r projection.Reader) error {
+			id, err := r.TaskKey("s", key)
+			if err == nil && id != "" {
+				err = fmt.Errorf("key %s names %s before it was submitted", key, id)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyInWriter := func(key string) string {
+		t.Helper()
+		var id string
+		if err := a.Update(ctx, func(tx engineapi.Txn) error {
+			var err error
+			id, err = tx.TaskKey("s", key)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+
+	missed("K")
+	tb, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: "K"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := keyInWriter("K"); id != tb.ID {
+		t.Errorf("the writer reads key K as %q after another queue submitted it as %s", id, tb.ID)
+	}
+
+	// Its own submits keep the cache exact: a hint from before them is taken, and a key the
+	// writer itself wrote since is in its cache.
+	missed("L")
+	missed("M")
+	tm, err := qa.Session("s").Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: "M"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := keyInWriter("M"); id != tm.ID {
+		t.Errorf("the writer reads key M as %q after it submitted it as %s", id, tm.ID)
+	}
+	if id := keyInWriter("L"); id != "" {
+		t.Errorf("the writer reads key L as %q: never submitted", id)
+	}
+	mustVerify(t, qa)
 }

@@ -278,9 +278,11 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	if !e.cache.valid || e.cache.seq != uint64(seq) || e.cache.size() > cacheMax {
 		e.cache = newCache()
+		e.cache.from = uint64(seq) // empty, and exact: nothing committed since seq
 	}
 	e.cache.valid = false // until this group commits
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
+	tx.hints = &e.hints
 	tx.seq, tx.xid, tx.maxTask, tx.maxWake = uint64(seq), xid, string(maxTask), string(maxWake)
 	return tx, nil
 }
@@ -367,7 +369,7 @@ func (e *engine) ViewDurable(ctx context.Context, fn func(projection.Reader) err
 	if e.isClosed() {
 		return false, errClosed()
 	}
-	r := &durableReader{ctx: ctx, st: e.st, pool: e.pool, schema: e.schema}
+	r := &durableReader{ctx: ctx, st: e.st, pool: e.pool, schema: e.schema, hints: &e.hints}
 	if err := fn(r); err != nil {
 		return false, err
 	}
@@ -381,6 +383,7 @@ type durableReader struct {
 	st     *statements
 	pool   *pgxpool.Pool
 	schema string
+	hints  *keyHints
 	task   *projection.Task
 	wake   *projection.Wake
 }
@@ -420,15 +423,18 @@ func (r *durableReader) sql(f string) string {
 }
 
 func (r *durableReader) TaskKey(sessionID, key string) (string, error) {
+	var seq int64
 	var id, rec, input []byte
-	err := r.pool.QueryRow(r.ctx, r.sql(`SELECT k.task_id, t.rec, t.input FROM {s}.task_keys k
-		LEFT JOIN {s}.tasks t ON t.id = k.task_id WHERE k.session = $1 AND k.key = $2`),
-		[]byte(sessionID), []byte(key)).Scan(&id, &rec, &input)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
+	err := r.pool.QueryRow(r.ctx, r.sql(`SELECT h.seq, k.task_id, t.rec, t.input FROM {s}.log_head h
+		LEFT JOIN {s}.task_keys k ON k.session = $1 AND k.key = $2
+		LEFT JOIN {s}.tasks t ON t.id = k.task_id WHERE h.id = 1`),
+		[]byte(sessionID), []byte(key)).Scan(&seq, &id, &rec, &input)
 	if err != nil {
 		return "", err
+	}
+	if id == nil {
+		r.hints.note(false, skey{sessionID, key}, uint64(seq))
+		return "", nil
 	}
 	r.task = nil
 	if rec != nil {
@@ -440,15 +446,18 @@ func (r *durableReader) TaskKey(sessionID, key string) (string, error) {
 }
 
 func (r *durableReader) WakeKey(sessionID, key string) (string, error) {
+	var seq int64
 	var id, rec, payload, output []byte
-	err := r.pool.QueryRow(r.ctx, r.sql(`SELECT k.wake_id, w.rec, w.payload, w.output FROM {s}.wake_keys k
-		LEFT JOIN {s}.wakes w ON w.id = k.wake_id WHERE k.session = $1 AND k.key = $2`),
-		[]byte(sessionID), []byte(key)).Scan(&id, &rec, &payload, &output)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
+	err := r.pool.QueryRow(r.ctx, r.sql(`SELECT h.seq, k.wake_id, w.rec, w.payload, w.output FROM {s}.log_head h
+		LEFT JOIN {s}.wake_keys k ON k.session = $1 AND k.key = $2
+		LEFT JOIN {s}.wakes w ON w.id = k.wake_id WHERE h.id = 1`),
+		[]byte(sessionID), []byte(key)).Scan(&seq, &id, &rec, &payload, &output)
 	if err != nil {
 		return "", err
+	}
+	if id == nil {
+		r.hints.note(true, skey{sessionID, key}, uint64(seq))
+		return "", nil
 	}
 	r.wake = nil
 	if rec != nil {
@@ -473,4 +482,48 @@ func (r *durableReader) Wake(id string) (*projection.Wake, error) {
 		return &c, nil
 	}
 	return readWake(r.ctx, r.pool, r.st, id)
+}
+
+// keyHints are the idempotency keys that read-first (ViewDurable) found absent, each with the
+// log head its statement read with it: the Update that follows (a new submit) would read the
+// key again under the head lock, one round trip per command of the group. The writer takes a
+// hint instead when its cache is exact since that head (cache.from <= seq): whatever was
+// committed after the read was this writer's own, and its keys are in the cache, which is
+// looked at first. So a hint is only ever used where the read it records is still true.
+type keyHints struct {
+	mu          sync.Mutex
+	task, wakes map[skey]uint64
+}
+
+// keyHintsMax bounds the hints kept: one whose Update never comes (its caller left) stays
+// until the map fills, and is then dropped with the others (a hint only saves a read).
+const keyHintsMax = 1 << 14
+
+func (h *keyHints) note(wake bool, k skey, seq uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := &h.task
+	if wake {
+		m = &h.wakes
+	}
+	if *m == nil || len(*m) >= keyHintsMax {
+		*m = map[skey]uint64{}
+	}
+	(*m)[k] = seq
+}
+
+// absent takes k's hint and reports whether it says k is absent from the state the cache
+// is exact for.
+func (h *keyHints) absent(wake bool, k skey, from uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.task
+	if wake {
+		m = h.wakes
+	}
+	seq, ok := m[k]
+	if ok {
+		delete(m, k)
+	}
+	return ok && seq >= from
 }
