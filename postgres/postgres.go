@@ -132,7 +132,8 @@ type engine struct {
 	cmds       chan *command
 	closing    chan struct{}
 	writerDone chan struct{}
-	cache      *cache // the writer's
+	cache      *cache   // the writer's
+	hints      keyHints // keys read-first found absent (writer.go)
 
 	changed     chan struct{}
 	watcherDone chan struct{}
