@@ -48,7 +48,7 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 	if q.log == nil {
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}
-	p, ok := q.log.eng.(engineapi.Pruner)
+	p, ok := baseEngine(q.log.eng).(engineapi.Pruner) // the watcher wraps the engine (wait.go)
 	if !ok {
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}

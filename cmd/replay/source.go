@@ -33,3 +33,45 @@ type store interface {
 }
 
 var _ store = (*pebblelog.Store)(nil)
+
+// prunedSource is a store that records the ranges of its log that Queue.Prune removed
+// (docs/design.md, "Retention"). It is optional: a store without it (a backend that does not
+// record them yet) reads as an unpruned log, as before retention, and a gap in it stays an
+// error.
+type prunedSource interface {
+	PrunedRanges() (projection.SeqRanges, error)
+}
+
+var _ prunedSource = (*pebblelog.Store)(nil)
+
+// prunedRanges returns st's pruned ranges, nil when it records none.
+func prunedRanges(st store) (projection.SeqRanges, error) {
+	if p, ok := st.(prunedSource); ok {
+		return p.PrunedRanges()
+	}
+	return nil, nil
+}
+
+// horizon is where st's history begins: the first sequence not pruned away at the start of
+// the log (1 when nothing before it was pruned).
+func horizon(pruned projection.SeqRanges) uint64 {
+	if len(pruned) > 0 && pruned[0].From == 1 {
+		return pruned[0].To + 1
+	}
+	return 1
+}
+
+// bridge lets the fold step over a pruned range: when the event at seq follows a gap that is
+// exactly pruned (the ranges are coalesced, so a gap is one range), it sets s's last sequence
+// to seq-1, as Verify does, and Apply then takes the event. A gap that is not pruned is left
+// for Apply to reject.
+func bridge(s projection.State, pruned projection.SeqRanges, seq uint64) error {
+	if len(pruned) == 0 || seq < 2 || !pruned.Contains(seq-1) {
+		return nil
+	}
+	last, err := s.LastSeq()
+	if err != nil || last+1 >= seq || !pruned.Contains(last+1) {
+		return err
+	}
+	return s.SetLastSeq(seq - 1)
+}
