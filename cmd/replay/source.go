@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/pebblelog"
@@ -74,4 +76,55 @@ func bridge(s projection.State, pruned projection.SeqRanges, seq uint64) error {
 		return err
 	}
 	return s.SetLastSeq(seq - 1)
+}
+
+// errBeforeHorizon: the point asked for is before the first retained event of a pruned
+// store; the state there cannot be computed from what is left.
+var errBeforeHorizon = errors.New("before the start of the retained history")
+
+// checkHorizon refuses a cut before the horizon of a store whose oldest events were pruned,
+// saying where history begins, rather than folding the retained events into a wrong past.
+// A cut after a pruned range in the middle of the log is fine: the subjects pruned there
+// are simply absent from the state.
+func checkHorizon(st store, dir string, ct cut, bySeq bool) error {
+	pruned, err := prunedRanges(st)
+	if err != nil {
+		return readError(dir, err)
+	}
+	h := horizon(pruned)
+	if h == 1 {
+		return nil
+	}
+	last, err := st.LastSeq()
+	if err != nil {
+		return readError(dir, err)
+	}
+	if h > last {
+		return fmt.Errorf("%w: every event of %s (seqs 1–%d) was pruned: no history is left", errBeforeHorizon, dir, last)
+	}
+	first, err := st.Event(h)
+	if err != nil {
+		return readError(dir, err)
+	}
+	at := first.Head().At
+	switch {
+	case bySeq && ct.seq < h:
+		return fmt.Errorf("--at-seq %d is %w of %s: seqs 1–%d were pruned; history begins at seq %d (%s)",
+			ct.seq, errBeforeHorizon, dir, h-1, h, fmtTime(at))
+	case ct.byTime && ct.at < at:
+		return fmt.Errorf("--at %s is %w of %s: seqs 1–%d were pruned; history begins at seq %d (%s)",
+			fmtTime(ct.at), errBeforeHorizon, dir, h-1, h, fmtTime(at))
+	}
+	return nil
+}
+
+// prunedNote is what an error for an id or a session not found adds on a pruned store: it
+// may have been pruned, and where history begins. It is "" on a store with nothing pruned.
+func prunedNote(st store) string {
+	pruned, err := prunedRanges(st)
+	if err != nil || len(pruned) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (it may have been pruned: %d events in %d ranges were, and history begins at seq %d)",
+		pruned.Count(), len(pruned), horizon(pruned))
 }
