@@ -259,7 +259,36 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 		to = o.to
 	}
 	w := &eventWriter{a: a, json: o.json, seqWidth: digits(last), sessionWidth: sessionWidth(c.Context(), st, o.session), limit: int(min(o.limit, math.MaxInt))}
+	// On a walk of the log (not of one session, task or wake) each pruned range is marked
+	// where its events were: the reader sees that history is missing there, and why.
+	var gaps projection.SeqRanges
+	if o.session == "" && o.task == "" && o.wake == "" {
+		pruned, err := prunedRanges(st)
+		if err != nil {
+			return readError(dir, err)
+		}
+		for _, r := range pruned {
+			if r.To >= max(o.from, 1) && r.From <= to {
+				gaps = append(gaps, r)
+			}
+		}
+	}
+	markGaps := func(before uint64) error {
+		for len(gaps) > 0 && gaps[0].From < before {
+			if w.limit > 0 && w.n >= w.limit {
+				return errStop
+			}
+			if err := w.writePruned(gaps[0]); err != nil {
+				return err
+			}
+			gaps = gaps[1:]
+		}
+		return nil
+	}
 	emit := func(ev events.Event) error {
+		if err := markGaps(ev.Head().Seq); err != nil {
+			return err
+		}
 		ok, err := f.match(ev)
 		if err != nil || !ok {
 			return err
@@ -267,10 +296,35 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 		return w.write(ev)
 	}
 	err = a.walkEvents(c.Context(), st, walkScope{session: o.session, task: o.task, wake: o.wake, from: o.from, to: to, last: last}, emit)
+	if err == nil {
+		err = markGaps(math.MaxUint64) // the newest events were pruned
+		if errors.Is(err, errStop) {
+			err = nil
+		}
+	}
 	if err != nil {
 		return readError(dir, err)
 	}
 	return nil
+}
+
+// prunedJSON is log --json's record of a pruned range (docs/replay-json.md): it has no
+// "event" field, so a consumer that reads only events skips it.
+type prunedJSON struct {
+	Record string `json:"record"` // "pruned"
+	From   uint64 `json:"from"`
+	To     uint64 `json:"to"`
+	Events uint64 `json:"events"`
+}
+
+// writePruned marks a pruned range in place: the whole range, even when --from or --to cut
+// it, so the line says exactly what Queue.Prune removed.
+func (w *eventWriter) writePruned(r projection.SeqRange) error {
+	if w.json {
+		return writeJSONLine(w.a.out, prunedJSON{Record: "pruned", From: r.From, To: r.To, Events: r.To - r.From + 1})
+	}
+	_, err := fmt.Fprintf(w.a.out, "%*s  seqs %d–%d pruned\n", w.seqWidth, "…", r.From, r.To)
+	return err
 }
 
 // eventWriter prints events as text lines or JSON lines, up to a limit.

@@ -106,6 +106,9 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 	case !ct.byTime:
 		ct.seq = last
 	}
+	if err := checkHorizon(st, dir, ct, hasSeq); err != nil {
+		return err
+	}
 
 	var res *foldResult
 	if o.session != "" {
@@ -155,7 +158,7 @@ func requireSession(ctx context.Context, st store, dir, session string) error {
 	if found {
 		return nil
 	}
-	return fmt.Errorf("session %q has no events in %s; %s", session, dir, sessionsOf(ctx, st, dir))
+	return fmt.Errorf("session %q has no events in %s%s; %s", session, dir, prunedNote(st), sessionsOf(ctx, st, dir))
 }
 
 // sessionsOf names up to ten sessions of the store, for error messages.

@@ -63,18 +63,29 @@ type countJSON struct {
 	ByState map[string]int `json:"by_state,omitempty"`
 }
 
+// prunedStatsJSON is stats' account of retention: how many pruned ranges the log has, how
+// many events they held, and where the log's history begins.
+type prunedStatsJSON struct {
+	Ranges  int    `json:"ranges"`
+	Events  uint64 `json:"events"`
+	Horizon uint64 `json:"horizon"`
+}
+
 type statsJSON struct {
-	Dir       string            `json:"dir"`
-	Format    string            `json:"format"`
-	FirstSeq  uint64            `json:"first_seq"`
-	LastSeq   uint64            `json:"last_seq"`
-	FirstAt   string            `json:"first_at,omitempty"`
-	LastAt    string            `json:"last_at,omitempty"`
-	DiskBytes uint64            `json:"disk_bytes"`
-	Sessions  int               `json:"sessions"`
-	Busiest   []countJSON       `json:"busiest_sessions"`
-	Events    map[string]uint64 `json:"events"`
-	Tasks     struct {
+	Dir       string `json:"dir"`
+	Format    string `json:"format"`
+	FirstSeq  uint64 `json:"first_seq"`
+	LastSeq   uint64 `json:"last_seq"`
+	FirstAt   string `json:"first_at,omitempty"`
+	LastAt    string `json:"last_at,omitempty"`
+	DiskBytes uint64 `json:"disk_bytes"`
+	// Pruned is the history Queue.Prune removed (absent when none was): first_seq is then
+	// the first retained event (the horizon when the oldest events went).
+	Pruned   *prunedStatsJSON  `json:"pruned,omitempty"`
+	Sessions int               `json:"sessions"`
+	Busiest  []countJSON       `json:"busiest_sessions"`
+	Events   map[string]uint64 `json:"events"`
+	Tasks    struct {
 		Total   int            `json:"total"`
 		ByState map[string]int `json:"by_state"`
 		ByKind  []countJSON    `json:"by_kind"`
@@ -106,13 +117,25 @@ func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, erro
 		return nil, err
 	}
 	s.LastSeq = last
-	if last > 0 {
-		s.FirstSeq = 1
-		first, err := st.Event(1)
+	pruned, err := prunedRanges(st)
+	if err != nil {
+		return nil, err
+	}
+	// The retained events run from the first not pruned to the last not pruned.
+	firstSeq, lastSeq := horizon(pruned), last
+	if n := len(pruned); n > 0 {
+		s.Pruned = &prunedStatsJSON{Ranges: n, Events: pruned.Count(), Horizon: firstSeq}
+		if pruned[n-1].To == last {
+			lastSeq = pruned[n-1].From - 1
+		}
+	}
+	if last > 0 && firstSeq <= lastSeq {
+		s.FirstSeq = firstSeq
+		first, err := st.Event(firstSeq)
 		if err != nil {
 			return nil, err
 		}
-		lastEv, err := st.Event(last)
+		lastEv, err := st.Event(lastSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +242,19 @@ func (a *app) writeStatsText(s *statsJSON) {
 	if s.LastSeq == 0 {
 		fmt.Fprintf(tw, "Log\tempty\n")
 	} else {
-		fmt.Fprintf(tw, "Log\t%s, seq %d..%d, %s .. %s\n", plural(int(s.LastSeq), "event", "events"), s.FirstSeq, s.LastSeq, s.FirstAt, s.LastAt)
+		retained := s.LastSeq
+		if s.Pruned != nil {
+			retained -= s.Pruned.Events
+		}
+		if retained == 0 {
+			fmt.Fprintf(tw, "Log\tevery event pruned, last seq %d\n", s.LastSeq)
+		} else {
+			fmt.Fprintf(tw, "Log\t%s, seq %d..%d, %s .. %s\n", plural(int(retained), "event", "events"), s.FirstSeq, s.LastSeq, s.FirstAt, s.LastAt)
+		}
+	}
+	if s.Pruned != nil {
+		fmt.Fprintf(tw, "Pruned\t%s in %s; history begins at seq %d\n", plural(int(s.Pruned.Events), "event", "events"),
+			plural(s.Pruned.Ranges, "range", "ranges"), s.Pruned.Horizon)
 	}
 	fmt.Fprintf(tw, "Size on disk\t%s\n", humanBytes(s.DiskBytes))
 	var busy []string

@@ -71,7 +71,7 @@ func (a *app) runTask(c *cobra.Command, dir, id string, o *taskOptions) error {
 		return readError(dir, err)
 	}
 	if x == nil {
-		return fmt.Errorf("no task or wake %q in %s", id, dir)
+		return fmt.Errorf("no task or wake %q in %s%s", id, dir, prunedNote(st))
 	}
 	if o.json {
 		return a.writeExplanationJSON(x)

@@ -184,6 +184,11 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 		return res, nil
 	}
 
+	// The fold steps over the pruned ranges: a pruned subject is simply absent.
+	pruned, err := prunedRanges(st)
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	rec := &recorder{State: res.mem, tasks: map[string]struct{}{}, wakes: map[string]struct{}{}}
 	window := newWindow()
@@ -195,6 +200,9 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 			hc := *h
 			res.next = &hc
 			return errStop
+		}
+		if err := bridge(res.mem, pruned, h.Seq); err != nil {
+			return err
 		}
 		if err := projection.Apply(rec, ev); err != nil {
 			return err

@@ -81,12 +81,25 @@ func defaultCacheRoot() string {
 }
 
 // storeIdentity is the hex SHA-256 of the store's first event, cut to 128 bits.
+//
+// On a pruned store it is the first retained event's and the pruned ranges': a segment
+// written before a prune holds the subjects the prune removed, and a fold of the retained
+// events lacks them, so a prune starts a new cache.
 func storeIdentity(st store) (string, bool, error) {
-	raw, ok, err := st.RawEvent(1)
+	pruned, err := prunedRanges(st)
+	if err != nil {
+		return "", false, err
+	}
+	raw, ok, err := st.RawEvent(horizon(pruned))
 	if err != nil || !ok {
 		return "", false, err
 	}
-	sum := sha256.Sum256(raw)
+	h := sha256.New()
+	h.Write(raw)
+	if len(pruned) > 0 {
+		fmt.Fprintf(h, "pruned %v", pruned)
+	}
+	sum := h.Sum(nil)
 	return hex.EncodeToString(sum[:16]), true, nil
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/pebblelog"
@@ -33,3 +35,96 @@ type store interface {
 }
 
 var _ store = (*pebblelog.Store)(nil)
+
+// prunedSource is a store that records the ranges of its log that Queue.Prune removed
+// (docs/design.md, "Retention"). It is optional: a store without it (a backend that does not
+// record them yet) reads as an unpruned log, as before retention, and a gap in it stays an
+// error.
+type prunedSource interface {
+	PrunedRanges() (projection.SeqRanges, error)
+}
+
+var _ prunedSource = (*pebblelog.Store)(nil)
+
+// prunedRanges returns st's pruned ranges, nil when it records none.
+func prunedRanges(st store) (projection.SeqRanges, error) {
+	if p, ok := st.(prunedSource); ok {
+		return p.PrunedRanges()
+	}
+	return nil, nil
+}
+
+// horizon is where st's history begins: the first sequence not pruned away at the start of
+// the log (1 when nothing before it was pruned).
+func horizon(pruned projection.SeqRanges) uint64 {
+	if len(pruned) > 0 && pruned[0].From == 1 {
+		return pruned[0].To + 1
+	}
+	return 1
+}
+
+// bridge lets the fold step over a pruned range: when the event at seq follows a gap that is
+// exactly pruned (the ranges are coalesced, so a gap is one range), it sets s's last sequence
+// to seq-1, as Verify does, and Apply then takes the event. A gap that is not pruned is left
+// for Apply to reject.
+func bridge(s projection.State, pruned projection.SeqRanges, seq uint64) error {
+	if len(pruned) == 0 || seq < 2 || !pruned.Contains(seq-1) {
+		return nil
+	}
+	last, err := s.LastSeq()
+	if err != nil || last+1 >= seq || !pruned.Contains(last+1) {
+		return err
+	}
+	return s.SetLastSeq(seq - 1)
+}
+
+// errBeforeHorizon: the point asked for is before the first retained event of a pruned
+// store; the state there cannot be computed from what is left.
+var errBeforeHorizon = errors.New("before the start of the retained history")
+
+// checkHorizon refuses a cut before the horizon of a store whose oldest events were pruned,
+// saying where history begins, rather than folding the retained events into a wrong past.
+// A cut after a pruned range in the middle of the log is fine: the subjects pruned there
+// are simply absent from the state.
+func checkHorizon(st store, dir string, ct cut, bySeq bool) error {
+	pruned, err := prunedRanges(st)
+	if err != nil {
+		return readError(dir, err)
+	}
+	h := horizon(pruned)
+	if h == 1 {
+		return nil
+	}
+	last, err := st.LastSeq()
+	if err != nil {
+		return readError(dir, err)
+	}
+	if h > last {
+		return fmt.Errorf("%w: every event of %s (seqs 1–%d) was pruned: no history is left", errBeforeHorizon, dir, last)
+	}
+	first, err := st.Event(h)
+	if err != nil {
+		return readError(dir, err)
+	}
+	at := first.Head().At
+	switch {
+	case bySeq && ct.seq < h:
+		return fmt.Errorf("--at-seq %d is %w of %s: seqs 1–%d were pruned; history begins at seq %d (%s)",
+			ct.seq, errBeforeHorizon, dir, h-1, h, fmtTime(at))
+	case ct.byTime && ct.at < at:
+		return fmt.Errorf("--at %s is %w of %s: seqs 1–%d were pruned; history begins at seq %d (%s)",
+			fmtTime(ct.at), errBeforeHorizon, dir, h-1, h, fmtTime(at))
+	}
+	return nil
+}
+
+// prunedNote is what an error for an id or a session not found adds on a pruned store: it
+// may have been pruned, and where history begins. It is "" on a store with nothing pruned.
+func prunedNote(st store) string {
+	pruned, err := prunedRanges(st)
+	if err != nil || len(pruned) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (it may have been pruned: %d events in %d ranges were, and history begins at seq %d)",
+		pruned.Count(), len(pruned), horizon(pruned))
+}
