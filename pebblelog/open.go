@@ -480,7 +480,6 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the last sequence", Err: err})
 	}
 	s.lastSeq = last
-	s.durableSeq.Store(last)
 	if !o.ReadOnly {
 		if s.maxIDs, err = (reader{db}).maxIDs(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the greatest record ids", Err: err})

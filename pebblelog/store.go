@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -30,13 +29,10 @@ type Store struct {
 
 	fh *failures // the failure state and Pebble's handlers (failure.go)
 
-	lastSeq uint64 // owned by the writer goroutine after Open
-	// durableSeq is the last sequence of the batches the syncer has answered: durable (or,
-	// with NoSync, acknowledged). Reads of s.db may see later batches, not yet synced.
-	durableSeq atomic.Uint64
-	maxIDs     *maxIDs           // read at Open, then owned by the writer goroutine
-	counts     map[countID]int64 // read at Open, then owned by the writer goroutine
-	format     int               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
+	lastSeq uint64            // owned by the writer goroutine after Open
+	maxIDs  *maxIDs           // read at Open, then owned by the writer goroutine
+	counts  map[countID]int64 // read at Open, then owned by the writer goroutine
+	format  int               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
 }
 
 // Dir returns the store's directory.
@@ -110,26 +106,6 @@ func (s *Store) viewReader(r pebble.Reader) projection.Reader {
 		return olderReader{reader{r}, s}
 	}
 	return reader{r}
-}
-
-// ViewDurable is View that also reports whether everything fn could have read is durable:
-// View reads a batch as soon as the writer applied it, before its fsync (see writeLoop), so an
-// answer built from it may name what a failed WAL write then loses (issue 11.1). It reads the
-// last sequence after fn: reads only move forward, so every batch fn saw is at or below it,
-// and durable says the syncer has answered that far.
-func (s *Store) ViewDurable(fn func(projection.Reader) error) (durable bool, err error) {
-	if err := s.enter(); err != nil {
-		return false, err
-	}
-	defer s.leave(&err)
-	if err := fn(s.viewReader(s.db)); err != nil {
-		return false, err
-	}
-	last, err := reader{s.db}.LastSeq()
-	if err != nil {
-		return false, err
-	}
-	return last <= s.durableSeq.Load(), nil
 }
 
 // ViewSnapshot runs fn against a consistent point-in-time view of the whole store.

@@ -271,7 +271,6 @@ type pending struct {
 	b       *pebble.Batch // applied with ApplyNoSyncWait; nil: nothing of its own to wait for
 	group   []*request
 	results []error
-	seq     uint64 // the last sequence once b is committed (ViewDurable)
 }
 
 // syncLoop answers the writer's groups in order. A group without a batch of its own (its
@@ -297,8 +296,6 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 			for i := range p.results {
 				p.results[i] = err
 			}
-		} else {
-			s.durableSeq.Store(p.seq) // before the answers: a caller then reads it durable
 		}
 		for i, r := range p.group {
 			r.done <- p.results[i]
@@ -400,7 +397,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	b := w.b
 	if b.Empty() {
 		b.Close()
-		ws.syncq <- pending{group: group, results: results, seq: s.lastSeq}
+		ws.syncq <- pending{group: group, results: results}
 		return
 	}
 	err := s.fh.err() // a failed WAL write fails the store before its SyncWait returns
@@ -431,7 +428,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		b.Close()
 		b = nil
 	}
-	ws.syncq <- pending{b: b, group: group, results: results, seq: s.lastSeq}
+	ws.syncq <- pending{b: b, group: group, results: results}
 }
 
 // commit commits b with the configured durability, inside the watchdog's bracket. Pebble

@@ -132,8 +132,7 @@ type engine struct {
 	cmds       chan *command
 	closing    chan struct{}
 	writerDone chan struct{}
-	cache      *cache   // the writer's
-	hints      keyHints // keys read-first found absent (writer.go)
+	cache      *cache // the writer's
 
 	changed     chan struct{}
 	watcherDone chan struct{}

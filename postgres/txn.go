@@ -27,7 +27,6 @@ type cache struct {
 	seq      uint64
 	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
 	valid    bool
-	from     uint64 // exact since: every key committed after from was written by this writer and is here
 	tasks    map[string]*projection.Task
 	wakes    map[string]*projection.Wake
 	taskKeys map[skey]string
@@ -88,11 +87,10 @@ type pendingEvent struct {
 // writes and the cache first; an index scan first sends the pending index writes, in the
 // same round trip as the scan.
 type txn struct {
-	ctx   context.Context
-	conn  *pgx.Conn
-	st    *statements
-	c     *cache
-	hints *keyHints
+	ctx  context.Context
+	conn *pgx.Conn
+	st   *statements
+	c    *cache
 
 	seq              uint64 // the last sequence, the group's appends included
 	startSeq         uint64 // the log head when the group began
@@ -212,10 +210,6 @@ func (t *txn) TaskKey(sessionID, key string) (string, error) {
 	if id, ok := t.c.taskKeys[k]; ok {
 		return id, nil
 	}
-	if t.hints.absent(false, k, t.c.from) {
-		t.c.taskKeys[k] = ""
-		return "", nil
-	}
 	id, err := readKey(t.ctx, t.conn, t.st.taskKey, sessionID, key)
 	if err == nil {
 		t.c.taskKeys[k] = id
@@ -227,10 +221,6 @@ func (t *txn) WakeKey(sessionID, key string) (string, error) {
 	k := skey{sessionID, key}
 	if id, ok := t.c.wakeKeys[k]; ok {
 		return id, nil
-	}
-	if t.hints.absent(true, k, t.c.from) {
-		t.c.wakeKeys[k] = ""
-		return "", nil
 	}
 	id, err := readKey(t.ctx, t.conn, t.st.wakeKey, sessionID, key)
 	if err == nil {

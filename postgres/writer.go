@@ -12,9 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
-	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
@@ -206,16 +204,6 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 			return fnFailed, ran, ferr
 		}
 	}
-	if len(tx.evs) == 0 {
-		// The group wrote nothing (duplicates, claims that found nothing): every answer
-		// comes from committed, durable rows or the cache of committed groups, so there is
-		// nothing to commit. ROLLBACK frees the head lock without the commit's WAL flush
-		// (the lock and pg_current_xact_id gave the transaction an id, so a COMMIT would
-		// wait for one), and its failure changes no answer: the connection is dropped.
-		rollback(conn)
-		e.adopt(tx)
-		return committed, ran, nil
-	}
 	b := &pgx.Batch{}
 	tx.queueCommit(b, e.channel)
 	b.Queue("COMMIT")
@@ -278,11 +266,9 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	if !e.cache.valid || e.cache.seq != uint64(seq) || e.cache.prunes != uint64(prunes) || e.cache.size() > cacheMax {
 		e.cache = newCache()
-		e.cache.from = uint64(seq) // empty, and exact: nothing committed since seq
 	}
 	e.cache.valid = false // until this group commits
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
-	tx.hints = &e.hints
 	tx.seq, tx.xid, tx.maxTask, tx.maxWake = uint64(seq), xid, string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes = tx.seq, uint64(prunes)
 	return tx, nil
@@ -353,178 +339,4 @@ func (e *engine) resolve(xid string) (bool, error) {
 		}
 		time.Sleep(wait)
 	}
-}
-
-// ViewDurable answers reads of committed state outside the writer and without a
-// transaction, each read one statement on a pooled connection (work's read-first path for an
-// idempotent repeat; the interface is in work/engine.go). Committed is durable here: a
-// transaction becomes visible only after its commit record is flushed (synchronous_commit's
-// default; with it off, an acknowledged Update is not durable either), and the writer's
-// groups commit before they answer. The reads are not one snapshot, which a repeat does not
-// need: TaskKey and WakeKey read the key and the record it names in one statement (one round
-// trip for the whole repeat), and a key, once written, names its record for good.
-func (e *engine) ViewDurable(ctx context.Context, fn func(projection.Reader) error) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if e.isClosed() {
-		return false, errClosed()
-	}
-	r := &durableReader{ctx: ctx, st: e.st, pool: e.pool, schema: e.schema, hints: &e.hints}
-	if err := fn(r); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// durableReader is projection.Reader over single statements on the pool. Its key reads join
-// the record, which Task and Wake then hand out without another round trip.
-type durableReader struct {
-	ctx    context.Context
-	st     *statements
-	pool   *pgxpool.Pool
-	schema string
-	hints  *keyHints
-	task   *projection.Task
-	wake   *projection.Wake
-}
-
-var _ projection.Reader = (*durableReader)(nil)
-
-// The scans are not used by a repeat; each page is its own statement.
-
-func (r *durableReader) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(r.ctx, r.pool, r.st.scanDue, r.st.scanDueFrom, nil, maxAt, 2, fn)
-}
-
-func (r *durableReader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(r.ctx, r.pool, r.st.scanWakes, r.st.scanWakesFrom, nil, maxAt, 3, fn)
-}
-
-func (r *durableReader) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(r.ctx, r.pool, r.st.scanKind, r.st.scanKindFrom, []any{[]byte(kind)}, maxAt, 2, fn)
-}
-
-func (r *durableReader) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {
-	return scanSession(r.ctx, r.pool, r.st, sessionID, afterSeq, fn)
-}
-
-func (r *durableReader) Counts(fn func(string, events.TaskState, int64) bool) error {
-	return readCounts(r.ctx, r.pool, r.st, fn)
-}
-
-func (r *durableReader) LastSeq() (uint64, error) {
-	var seq int64
-	err := r.pool.QueryRow(r.ctx, r.st.lastSeq).Scan(&seq)
-	return uint64(seq), err
-}
-
-func (r *durableReader) sql(f string) string {
-	return strings.ReplaceAll(f, "{s}", pgx.Identifier{r.schema}.Sanitize())
-}
-
-func (r *durableReader) TaskKey(sessionID, key string) (string, error) {
-	var seq int64
-	var id, rec, input []byte
-	err := r.pool.QueryRow(r.ctx, r.sql(`SELECT h.seq, k.task_id, t.rec, t.input FROM {s}.log_head h
-		LEFT JOIN {s}.task_keys k ON k.session = $1 AND k.key = $2
-		LEFT JOIN {s}.tasks t ON t.id = k.task_id WHERE h.id = 1`),
-		[]byte(sessionID), []byte(key)).Scan(&seq, &id, &rec, &input)
-	if err != nil {
-		return "", err
-	}
-	if id == nil {
-		r.hints.note(false, skey{sessionID, key}, uint64(seq))
-		return "", nil
-	}
-	r.task = nil
-	if rec != nil {
-		if r.task, err = decodeTask(string(id), rec, input); err != nil {
-			return "", err
-		}
-	}
-	return string(id), nil
-}
-
-func (r *durableReader) WakeKey(sessionID, key string) (string, error) {
-	var seq int64
-	var id, rec, payload, output []byte
-	err := r.pool.QueryRow(r.ctx, r.sql(`SELECT h.seq, k.wake_id, w.rec, w.payload, w.output FROM {s}.log_head h
-		LEFT JOIN {s}.wake_keys k ON k.session = $1 AND k.key = $2
-		LEFT JOIN {s}.wakes w ON w.id = k.wake_id WHERE h.id = 1`),
-		[]byte(sessionID), []byte(key)).Scan(&seq, &id, &rec, &payload, &output)
-	if err != nil {
-		return "", err
-	}
-	if id == nil {
-		r.hints.note(true, skey{sessionID, key}, uint64(seq))
-		return "", nil
-	}
-	r.wake = nil
-	if rec != nil {
-		if r.wake, err = decodeWake(string(id), rec, payload, output); err != nil {
-			return "", err
-		}
-	}
-	return string(id), nil
-}
-
-func (r *durableReader) Task(id string) (*projection.Task, error) {
-	if r.task != nil && r.task.ID == id {
-		c := *r.task
-		return &c, nil
-	}
-	return readTask(r.ctx, r.pool, r.st, id)
-}
-
-func (r *durableReader) Wake(id string) (*projection.Wake, error) {
-	if r.wake != nil && r.wake.ID == id {
-		c := *r.wake
-		return &c, nil
-	}
-	return readWake(r.ctx, r.pool, r.st, id)
-}
-
-// keyHints are the idempotency keys that read-first (ViewDurable) found absent, each with the
-// log head its statement read with it: the Update that follows (a new submit) would read the
-// key again under the head lock, one round trip per command of the group. The writer takes a
-// hint instead when its cache is exact since that head (cache.from <= seq): whatever was
-// committed after the read was this writer's own, and its keys are in the cache, which is
-// looked at first. So a hint is only ever used where the read it records is still true.
-type keyHints struct {
-	mu          sync.Mutex
-	task, wakes map[skey]uint64
-}
-
-// keyHintsMax bounds the hints kept: one whose Update never comes (its caller left) stays
-// until the map fills, and is then dropped with the others (a hint only saves a read).
-const keyHintsMax = 1 << 14
-
-func (h *keyHints) note(wake bool, k skey, seq uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := &h.task
-	if wake {
-		m = &h.wakes
-	}
-	if *m == nil || len(*m) >= keyHintsMax {
-		*m = map[skey]uint64{}
-	}
-	(*m)[k] = seq
-}
-
-// absent takes k's hint and reports whether it says k is absent from the state the cache
-// is exact for.
-func (h *keyHints) absent(wake bool, k skey, from uint64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.task
-	if wake {
-		m = h.wakes
-	}
-	seq, ok := m[k]
-	if ok {
-		delete(m, k)
-	}
-	return ok && seq >= from
 }

@@ -164,14 +164,10 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	}
 	var out Task
 	var derr error
-	same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
-	viewed := func(t *projection.Task) Task { return b.taskSnapshotOf(t, true) }
-	if readRepeat(ctx, b.eng, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, same, viewed, &out, &derr) {
-		return out, derr
-	}
 	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
+		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -443,13 +439,10 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	if idErr != nil {
 		return Wake{}, backendErr(idErr)
 	}
-	same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
-	if readRepeat(ctx, b.eng, sessionID, r.IdempotencyKey, projection.Reader.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr) {
-		return out, derr
-	}
 	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, projection.Reader.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
+		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -563,8 +556,8 @@ func mustWake(r projection.Reader, id string) (*projection.Wake, error) {
 // and with a conflict otherwise, storing nothing either way. It reports whether the key
 // named a record; an empty key names none. lookup is the key index (txn.TaskKey,
 // txn.WakeKey). Submit and RequestWake share it.
-func repeat[R, S any](tx projection.Reader, sessionID, key string,
-	lookup func(projection.Reader, string, string) (string, error), read func(projection.Reader, string) (*R, error),
+func repeat[R, S any](tx txn, sessionID, key string,
+	lookup func(txn, string, string) (string, error), read func(projection.Reader, string) (*R, error),
 	same func(*R) bool, snapshot func(*R) S, out *S, derr *error,
 ) (bool, error) {
 	if key == "" {
@@ -584,48 +577,6 @@ func repeat[R, S any](tx projection.Reader, sessionID, key string,
 		*derr = conflict(key)
 	}
 	return true, nil
-}
-
-// durableViewer is implemented by an engine that can answer a read of committed, durable
-// state outside its writer. ViewDurable runs fn against committed state; durable reports
-// that everything fn could have read is durable (a crash loses none of it), so an answer
-// built from it may be given without a write. Unlike View, the reads of one call need not
-// be one snapshot (the PostgreSQL engine runs each as its own statement): each sees
-// committed state at least as new as the read before it. That is enough for what it is used
-// for, an idempotency key (which, once written, names its record for good) and the record.
-type durableViewer interface {
-	ViewDurable(ctx context.Context, fn func(projection.Reader) error) (durable bool, err error)
-}
-
-// readRepeat answers an idempotent repeat (the key exists: an equal request or a conflict)
-// from a read of durable committed state, without a write or a trip through the engine's
-// single writer: issue 15's W3, "a read, no write". It reports whether it answered (out and
-// derr set). Anything else goes through Update, which decides again under the writer: a
-// new key, an engine without ViewDurable, a read that failed or saw state not yet durable
-// (pebblelog's reads see a batch before its fsync: answering from it would acknowledge a
-// duplicate of a task a failed WAL write then loses, issue 11.1).
-func readRepeat[R, S any](ctx context.Context, eng engine, sessionID, key string,
-	lookup func(projection.Reader, string, string) (string, error), read func(projection.Reader, string) (*R, error),
-	same func(*R) bool, snapshot func(*R) S, out *S, derr *error,
-) bool {
-	dv, ok := eng.(durableViewer)
-	if key == "" || !ok {
-		return false
-	}
-	var found bool
-	durable, err := dv.ViewDurable(ctx, func(r projection.Reader) error {
-		var zero S
-		*out, *derr = zero, nil
-		var err error
-		found, err = repeat(r, sessionID, key, lookup, read, same, snapshot, out, derr)
-		return err
-	})
-	if err != nil || !found || !durable {
-		var zero S
-		*out, *derr = zero, nil
-		return false
-	}
-	return true
 }
 
 func result[T any](out T, derr, err error) (T, error) {

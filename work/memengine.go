@@ -99,12 +99,6 @@ func (e *memEngine) View(ctx context.Context, fn func(r projection.Reader) error
 	return fn(e.state)
 }
 
-// ViewDurable is View: a command's events are in the state only once its Update has
-// committed (under the write lock), and nothing here is more durable than that.
-func (e *memEngine) ViewDurable(ctx context.Context, fn func(projection.Reader) error) (bool, error) {
-	return true, e.View(ctx, fn)
-}
-
 func (e *memEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	// The walk runs on the log as it is now, without the lock, so fn may call the queue,
 	// writes included, as on the durable store. That is safe because an appended event never

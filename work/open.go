@@ -100,14 +100,6 @@ func (e *pebbleEngine) View(ctx context.Context, fn func(projection.Reader) erro
 	return closedAs(e.st.View(fn))
 }
 
-func (e *pebbleEngine) ViewDurable(ctx context.Context, fn func(projection.Reader) error) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	ok, err := e.st.ViewDurable(fn)
-	return ok, closedAs(err)
-}
-
 func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	return closedAs(e.st.ReadLog(ctx, from, fn))
 }
