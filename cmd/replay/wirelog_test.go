@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -10,9 +12,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/postgres"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -241,5 +245,47 @@ func TestImportOldExport(t *testing.T) {
 	}
 	if again := exportWire(t, demoStore(t)); !bytes.Equal(again, old) {
 		t.Errorf("the demo store's export differs from the old export of the same demo")
+	}
+}
+
+// pruneFirst is a real PostgreSQL queue's store whose RawLog lets a prune commit first, as a
+// running queue's processes may between export's read of the pruned ranges and of the log.
+type pruneFirst struct {
+	*pgStore
+	prune func()
+}
+
+func (p pruneFirst) RawLog(ctx context.Context, from, to uint64, fn func(uint64, []byte) error) error {
+	p.prune()
+	return p.pgStore.RawLog(ctx, from, to, fn)
+}
+
+// TestExportWhilePruned: export --wire of a queue pruned while it reads is refused as that
+// (export again with the processes stopped), not reported as a damaged log.
+func TestExportWhilePruned(t *testing.T) {
+	pgtest.Need(t)
+	t.Parallel()
+	dsn := postgresDemo(t)
+	st, err := openPostgres(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	s := pruneFirst{pgStore: st.(*pgStore), prune: func() {
+		q, err := postgres.Open(ctx, dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		if r, err := q.Prune(ctx, time.Date(2026, 3, 2, 9, 5, 0, 0, time.UTC)); err != nil || r.Events == 0 {
+			t.Fatalf("prune: %+v, %v", r, err)
+		}
+	}}
+	var out bytes.Buffer
+	a := &app{out: bufio.NewWriter(&out), stdout: &out, stderr: io.Discard}
+	err = a.writeWire(ctx, s, "the queue")
+	if err == nil || !strings.Contains(err.Error(), "the queue was pruned while export read it") || strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("export of a queue pruned meanwhile: %v", err)
 	}
 }
