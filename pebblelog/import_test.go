@@ -42,12 +42,11 @@ func TestAppendLogPruned(t *testing.T) {
 	if err := s.AppendLog(ctx, []events.Event{y}, []projection.SeqRange{{From: 4, To: 4}, {From: 6, To: 7}}); err != nil {
 		t.Fatal(err)
 	}
-	check := func() {
+	check := func(head uint64, want projection.SeqRanges) {
 		t.Helper()
-		if last, err := s.LastSeq(); err != nil || last != 7 {
-			t.Errorf("last seq %d (%v), want 7 (a pruned range ends the log)", last, err)
+		if last, err := s.LastSeq(); err != nil || last != head {
+			t.Errorf("last seq %d (%v), want %d (a pruned range ends the log)", last, err, head)
 		}
-		want := projection.SeqRanges{{From: 2, To: 4}, {From: 6, To: 7}}
 		if got, err := s.PrunedRanges(); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("pruned ranges %v (%v), want %v", got, err, want)
 		}
@@ -60,15 +59,27 @@ func TestAppendLogPruned(t *testing.T) {
 		}
 		mustVerify(t, s)
 	}
-	check()
+	check(7, projection.SeqRanges{{From: 2, To: 4}, {From: 6, To: 7}})
+	// A group of ranges alone, the first touching the stored tail.
+	if err := s.AppendLog(ctx, nil, []projection.SeqRange{{From: 8, To: 8}, {From: 9, To: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := s.LastSeq(); err != nil || last != 10 {
+		t.Errorf("last seq %d (%v) after a group of ranges, want 10", last, err)
+	}
+	want := projection.SeqRanges{{From: 2, To: 4}, {From: 6, To: 10}}
+	if got, err := s.PrunedRanges(); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("pruned ranges %v (%v), want %v", got, err, want)
+	}
+	mustVerify(t, s)
 	dir := s.dir
 	s.Close()
 	s = openT(t, dir, &Options{})
-	check()
+	check(10, want)
 	// The log goes on after the pruned tail.
 	appendEvents(t, s, submitted("s1", "task_z", sec(9), false))
-	if last, _ := s.LastSeq(); last != 8 {
-		t.Errorf("a command after the import appended at seq %d, want 8", last)
+	if last, _ := s.LastSeq(); last != 11 {
+		t.Errorf("a command after the import appended at seq %d, want 11", last)
 	}
 	mustVerify(t, s)
 }

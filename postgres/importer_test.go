@@ -129,18 +129,22 @@ func TestImporterAppendLogPruned(t *testing.T) {
 	if p, err := im.Verify(ctx); err != nil || len(p) != 0 {
 		t.Errorf("verify of the import: %v, %v", p, err)
 	}
+	// A group of ranges alone, the first touching the stored tail.
+	if err := im.AppendLog(ctx, nil, []projection.SeqRange{{From: 8, To: 8}, {From: 9, To: 10}}); err != nil {
+		t.Fatal(err)
+	}
 	im.Close()
 
 	r, err := postgres.OpenReadOnly(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := projection.SeqRanges{{From: 2, To: 4}, {From: 6, To: 7}}
+	want := projection.SeqRanges{{From: 2, To: 4}, {From: 6, To: 10}}
 	if got, err := r.PrunedRanges(ctx); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("pruned ranges %v (%v), want %v", got, err, want)
 	}
-	if last, err := r.LastSeq(ctx); err != nil || last != 7 {
-		t.Errorf("the head is %d (%v), want 7: a pruned range ends the log", last, err)
+	if last, err := r.LastSeq(ctx); err != nil || last != 10 {
+		t.Errorf("the head is %d (%v), want 10: a pruned range ends the log", last, err)
 	}
 	var seqs []uint64
 	if err := r.ReadLog(ctx, 0, func(ev events.Event) error { seqs = append(seqs, ev.Head().Seq); return nil }); err != nil || !reflect.DeepEqual(seqs, []uint64{1, 5}) {
@@ -157,8 +161,8 @@ func TestImporterAppendLogPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after []uint64
-	if err := q.ReadLog(ctx, 6, func(ev events.Event) error { after = append(after, ev.Head().Seq); return nil }); err != nil || !reflect.DeepEqual(after, []uint64{8}) {
-		t.Errorf("a submit after the import is at %v (%v), want [8]", after, err)
+	if err := q.ReadLog(ctx, 6, func(ev events.Event) error { after = append(after, ev.Head().Seq); return nil }); err != nil || !reflect.DeepEqual(after, []uint64{11}) {
+		t.Errorf("a submit after the import is at %v (%v), want [11]", after, err)
 	}
 	if err := q.Verify(ctx); err != nil {
 		t.Error(err)

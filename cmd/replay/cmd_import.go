@@ -220,8 +220,8 @@ func (a *app) runImport(ctx context.Context, file, dest string) error {
 	}
 	what := fmt.Sprintf("%s (seq 1..%d)", plural(int(n), "event", "events"), last)
 	if len(pruned) > 0 {
-		what = fmt.Sprintf("%s (seq 1..%d, of which %d in %s recorded as pruned)", plural(int(n), "event", "events"), last,
-			pruned.Count(), plural(len(pruned), "range", "ranges"))
+		what = fmt.Sprintf("%s (seq 1..%d, and %s of %s recorded as pruned)", plural(int(n), "event", "events"), last,
+			plural(len(pruned), "pruned range", "pruned ranges"), plural(int(pruned.Count()), "seq", "seqs"))
 	}
 	if len(problems) > 0 {
 		fmt.Fprintf(a.out, "import into %s: %s appended, but verify FAILED, %s:\n", dest, what, plural(len(problems), "problem", "problems"))

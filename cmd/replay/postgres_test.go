@@ -489,7 +489,7 @@ func TestExportImportPruned(t *testing.T) {
 		t.Fatalf("the same pruned history exports %d bytes from PostgreSQL, %d from Pebble", len(pg), len(wire))
 	}
 	file := writeFile(t, "pruned.wlog", wire)
-	okLine := "ok. 7 events (seq 1..47, of which 40 in 3 ranges recorded as pruned) appended and folded"
+	okLine := "ok. 7 events (seq 1..47, and 3 pruned ranges of 40 seqs recorded as pruned) appended and folded"
 
 	dsn := pgtest.Schema(t)
 	if out := mustReplay(t, "import", file, dsn); !strings.Contains(out, okLine) {
