@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
@@ -244,7 +245,7 @@ func (wr *wireReader) prunedRange() (wireRecord, error) {
 	if err != nil {
 		return wireRecord{}, wr.truncated(err)
 	}
-	if from != wr.next || to < from {
+	if from != wr.next || to < from || to > math.MaxInt64 { // a sequence fits PostgreSQL's bigint
 		return wireRecord{}, fmt.Errorf("%w: a pruned range %d..%d where seq %d belongs", errWireFormat, from, to, wr.next)
 	}
 	wr.next = to + 1

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -108,6 +109,17 @@ func TestWireLogPruned(t *testing.T) {
 	for n := len(wireMagic2); n < len(b); n++ {
 		if _, _, err := readWire(b[:n]); !errors.Is(err, errWireFormat) {
 			t.Fatalf("cut at byte %d of %d: %v", n, len(b), err)
+		}
+	}
+
+	// A range that does not begin where it belongs, or whose end is past any sequence.
+	for _, r := range [][2]uint64{{2, 3}, {1, math.MaxUint64}, {3, 2}} {
+		f := []byte(wireMagic2)
+		for _, x := range []uint64{0, wireTagPruned, r[0], r[1], 0, wireTagEnd, r[1]} {
+			f = binary.AppendUvarint(f, x)
+		}
+		if _, _, err := readWire(f); !errors.Is(err, errWireFormat) || !strings.Contains(err.Error(), "where seq 1 belongs") {
+			t.Errorf("a pruned range %d..%d at the start: %v", r[0], r[1], err)
 		}
 	}
 
