@@ -369,6 +369,8 @@ var opTypes = map[string]reflect.Type{
 	"claimKinds":     reflect.TypeOf(ClaimKindsOp{}),
 	"tasks":          reflect.TypeOf(TasksOp{}),
 	"settleAndClaim": reflect.TypeOf(SettleAndClaimOp{}),
+
+	"prune": reflect.TypeOf(PruneOp{}),
 }
 
 func opName(o op) string {
