@@ -57,7 +57,11 @@ func allBackends() []backendSpec {
 
 // TestRegressions replays every saved history in testdata/regress on every backend. A file
 // with "skip" documents a known bug and is skipped with that reason.
-func TestRegressions(t *testing.T) {
+func TestRegressions(t *testing.T) { replayRegressions(t, allBackends(), nil) }
+
+// replayRegressions replays every saved history on each of backends (only those for which
+// only(ops) holds, when only is set).
+func replayRegressions(t *testing.T, backends []backendSpec, only func([]op) bool) {
 	files := loadHistories(t, filepath.Join("testdata", "regress"))
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -70,7 +74,10 @@ func TestRegressions(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		for _, b := range allBackends() {
+		if only != nil && !only(ops) {
+			continue
+		}
+		for _, b := range backends {
 			t.Run(name+"/"+b.name, func(t *testing.T) {
 				if f.Skip != "" {
 					t.Skip(f.Skip)
