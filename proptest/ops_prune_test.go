@@ -106,6 +106,7 @@ func (o PruneOp) check(m *model, r *result) []string {
 	if after == nil || r.snap.fold == nil {
 		return fails
 	}
+	fails = append(fails, checkFold(m, s, after, "after the prune")...)
 	// Nothing unprunable changes: every record the model keeps is exactly as it was in the
 	// fold and through the API; every one it prunes is gone from both.
 	for h, id := range s.taskIDs {
@@ -151,6 +152,64 @@ func (o PruneOp) check(m *model, r *result) []string {
 				fails = append(fails, fmt.Sprintf("[prune] unprunable %s changed in the fold of the retained log: %v", wakeName(h), d))
 			}
 		}
+	}
+	return fails
+}
+
+// checkFold compares replay's fold of the retained log (foldLog) with the model, which
+// every step checks against the live queue: exactly the model's unpruned tasks and wakes,
+// each in the model's state (attempts, finish and acknowledgment times, leases).
+func checkFold(m *model, s *system, mem *projection.Mem, when string) []string {
+	var fails []string
+	bad := func(format string, args ...any) {
+		fails = append(fails, fmt.Sprintf("[replay] %s the fold of the retained log: ", when)+fmt.Sprintf(format, args...))
+	}
+	nt, nw := mem.Len()
+	live := 0
+	for h, id := range s.taskIDs {
+		t := m.tasks[h]
+		r, _ := mem.Task(id)
+		switch {
+		case t.pruned:
+			if r != nil {
+				bad("pruned %s is there", taskName(h))
+			}
+			continue
+		case r == nil:
+			bad("%s is missing", taskName(h))
+			continue
+		}
+		live++
+		if int(r.State) != int(t.state) || r.Attempts != t.attempts || r.SessionID != sessionNames[t.sess] ||
+			(t.state.terminal() && r.FinishedAt != at(t.finished).UnixNano()) ||
+			(t.state == mRunning && r.LeaseExpiresAt != at(t.leaseExp).UnixNano()) {
+			bad("%s is %v attempts=%d finished=%d lease=%d, want %s attempts=%d", taskName(h), r.State, r.Attempts, r.FinishedAt, r.LeaseExpiresAt, t.state, t.attempts)
+		}
+	}
+	if nt != live {
+		bad("%d tasks, want %d", nt, live)
+	}
+	live = 0
+	for h, id := range s.wakeIDs {
+		w := m.wakes[h]
+		r, _ := mem.Wake(id)
+		switch {
+		case w.pruned:
+			if r != nil {
+				bad("pruned %s is there", wakeName(h))
+			}
+			continue
+		case r == nil:
+			bad("%s is missing", wakeName(h))
+			continue
+		}
+		live++
+		if r.Acked != w.acked || r.Attempts != w.attempts || (w.acked && r.AckedAt != at(w.ackedAt).UnixNano()) {
+			bad("%s acked=%v at %d attempts=%d, want acked=%v at %s attempts=%d", wakeName(h), r.Acked, r.AckedAt, r.Attempts, w.acked, showTime(w.ackedAt), w.attempts)
+		}
+	}
+	if nw != live {
+		bad("%d wakes, want %d", nw, live)
 	}
 	return fails
 }

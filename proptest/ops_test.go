@@ -593,7 +593,7 @@ func (ReopenOp) String() string                     { return "reopen" }
 func (ReopenOp) valid(m *model) bool                { return m.restartable }
 func (ReopenOp) apply(*model)                       {}
 func (ReopenOp) exec(s *system, r *result)          { r.err = s.restart(false) }
-func (ReopenOp) check(_ *model, r *result) []string { return checkRestart("reopen", r) }
+func (ReopenOp) check(m *model, r *result) []string { return checkRestart(m, "reopen", r) }
 
 // CrashOp simulates a crash: it opens a clone of the filesystem that holds exactly the data
 // synced so far, without closing the store first.
@@ -603,13 +603,13 @@ func (CrashOp) String() string                     { return "crash" }
 func (CrashOp) valid(m *model) bool                { return m.restartable }
 func (CrashOp) apply(*model)                       {}
 func (CrashOp) exec(s *system, r *result)          { r.err = s.restart(true) }
-func (CrashOp) check(_ *model, r *result) []string { return checkRestart("crash", r) }
+func (CrashOp) check(m *model, r *result) []string { return checkRestart(m, "crash", r) }
 
-func checkRestart(what string, r *result) []string {
+func checkRestart(m *model, what string, r *result) []string {
 	if r.err != nil {
 		return []string{fmt.Sprintf("[durability] %s failed: %v", what, r.err)}
 	}
-	return r.sys.checkWholeLog(what)
+	return r.sys.checkWholeLog(m, what)
 }
 
 // --- invalid requests ------------------------------------------------------------------------------

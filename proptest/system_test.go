@@ -439,8 +439,11 @@ func (s *system) checkAllTasks(m *model) []string {
 // checkWholeLog checks after a restart that no acknowledged event was lost or added, and
 // that no pruned one came back: the log is exactly the retained events, and the fold of it
 // across the pruned gaps is consistent (foldLog).
-func (s *system) checkWholeLog(what string) []string {
-	_, fails := s.foldLog("durability", "after "+what)
+func (s *system) checkWholeLog(m *model, what string) []string {
+	mem, fails := s.foldLog("durability", "after "+what)
+	if mem != nil {
+		fails = checkFold(m, s, mem, "after "+what)
+	}
 	return fails
 }
 
