@@ -76,7 +76,7 @@
 //	ack        current (also after its lease expired), stale, repeated, forged, unknown
 //	advance    1ns to 2s, or exactly onto / 1ns before / 1ns after a lease expiry or a
 //	           schedule
-//	invalid    one of 23 requests that validation must refuse (blank kind, whitespace
+//	invalid    one of 24 requests that validation must refuse (blank kind, whitespace
 //	           key, bad JSON, zero lease or limit, non-terminal or malformed outcome, a
 //	           release's RunAt or reason, empty kinds, ...)
 //	extend     (work-api-2.md) a heartbeat of the current delivery (its lease later or

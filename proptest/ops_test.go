@@ -724,6 +724,11 @@ var invalidCases = []invalidCase{
 		_, _, err := s.q().SettleAndClaimAt(s.ctx, nil, nil, s.at(), time.Second, -1)
 		return err
 	}},
+	// Retention; appended like part 2's.
+	{"prune with before out of range", "before", func(s *system) error {
+		_, err := s.q().Prune(s.ctx, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC))
+		return err
+	}},
 }
 
 func (o InvalidOp) String() string    { return "invalid: " + invalidCases[o.Case].name }
