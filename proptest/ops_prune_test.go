@@ -242,9 +242,10 @@ var errStopFold = errors.New("stop")
 
 // foldLog reads the whole log and folds it as replay does: projection.Apply on a fresh Mem,
 // with the last sequence moved across a gap when every sequence of the gap was pruned. It
-// checks that the log is exactly the retained events (s.log) and that the fold holds
-// exactly the tasks and wakes the harness bound (minus none: the caller compares records).
-// label names the property a difference breaks; when says at which point.
+// checks that the log is exactly the retained events (s.log), that each gap is made of
+// pruned events only, and that the fold accepts every event; the callers compare the fold
+// with the model (checkFold) and with the fold before a prune. label names the property a
+// difference breaks; when says at which point.
 func (s *system) foldLog(label, when string) (*projection.Mem, []string) {
 	mem := projection.NewMem()
 	var fails []string
@@ -328,7 +329,7 @@ func genPrune(r *rand.Rand, m *model) op {
 	return PruneOp{Before: pick(r, m.now, m.now+1, m.now+int64(time.Second), -int64(time.Second))}
 }
 
-// prunable counts the subjects a prune at now+1 would remove (for generator weights).
+// prunableNow counts the subjects a prune at now+1 would remove (for generator weights).
 func (m *model) prunableNow() int {
 	n := 0
 	for h := range m.tasks {
@@ -373,7 +374,7 @@ func classifyPrune(add func(...string), o PruneOp, m, n *model) {
 			}
 		}
 	}
-	for h, t := range m.tasks {
+	for _, t := range m.tasks {
 		if t.pruned || !t.state.terminal() {
 			continue
 		}
@@ -385,7 +386,6 @@ func classifyPrune(add func(...string), o PruneOp, m, n *model) {
 		case t.finished < o.Before && t.wake && m.wakes[t.cwake].ackedAt >= o.Before:
 			add("prune keeps a task whose completion wake was acknowledged at or after before")
 		}
-		_ = h
 	}
 	for _, w := range m.wakes {
 		switch {
