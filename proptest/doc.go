@@ -185,6 +185,9 @@
 //	                            mut-*.json files are the shrunk histories that killed the
 //	                            mutants of the mutation check (each names its mutant); they
 //	                            pass on a correct queue
+//	TestPruneLongRun            a history whose prune removes a run of ~180 consecutive events
+//	                            (on Pebble one range deletion, which random histories, too
+//	                            short, never reach), then restarts and takes more work
 //	TestRegressionsPostgres     replays the saved histories that prune on PostgreSQL (when a
 //	                            server is available; about 0.3 s a history there)
 //	TestDifferentialPostgres    memory vs PostgreSQL, with reopen, crash and prune

@@ -332,6 +332,53 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestPruneLongRun prunes runs of more consecutive events than random histories make: on
+// Pebble a run of at least 64 pruned events is one range deletion, not a point deletion
+// each (pebblelog/prune.go). Then the store restarts (the durable backend) and takes more
+// work; every check runs after every step, as for the random histories.
+func TestPruneLongRun(t *testing.T) {
+	const n = 40
+	sec := time.Second
+	// T0 is scheduled later and stays pending: kept, before the run.
+	ops := []op{SubmitOp{S: 1, Kind: 0, Input: 0, Key: 0, HasRunAt: true, RunAt: int64(time.Hour)}}
+	for i := range n { // T1..T40, half with a completion wake
+		ops = append(ops, SubmitOp{S: i % 2, Kind: i % 2, Input: 2, Key: -1, Wake: i%2 == 0})
+	}
+	ops = append(ops, ClaimOp{Lease: sec, Limit: 100})
+	var settles []settleSpec
+	for h := 1; h <= n; h++ {
+		settles = append(settles, settleSpec{T: h, Attempt: 1, Outcome: h % 7})
+	}
+	ops = append(ops, SettleAndClaimOp{Settles: settles, Lease: sec, Limit: 0}, // 20 completion wakes
+		ClaimWakesOp{Lease: sec, Limit: 100})
+	for w := range n / 2 {
+		ops = append(ops, AckOp{W: w, Attempt: 1})
+	}
+	// One run of about 180 events (seq 2 on) goes; T0 and the new work stay.
+	ops = append(ops, WakeOp{S: 0, Key: 1, Payload: 2}, AdvanceOp{D: sec}, PruneOp{Before: int64(sec)},
+		ReadOp{S: 1, T: 0}, ReopenOp{},
+		SubmitOp{S: 0, Kind: 0, Input: 2, Key: 0}, ClaimOp{Lease: sec, Limit: 100},
+		ClaimWakesOp{Lease: sec, Limit: 100}, AckOp{W: 20, Attempt: 1}, AdvanceOp{D: sec},
+		PruneOp{Before: int64(2 * sec)}, CrashOp{},
+		TasksOp{S: 0, After: -1, Limit: 100}, AdvanceOp{D: time.Hour}, ClaimOp{Lease: sec, Limit: 100})
+	for _, b := range allBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			run := ops
+			if !b.restartable {
+				run = nil
+				for _, o := range ops {
+					switch o.(type) {
+					case ReopenOp, CrashOp:
+					default:
+						run = append(run, o)
+					}
+				}
+			}
+			replay(t, b, 2, run)
+		})
+	}
+}
+
 // TestHistoryRoundTrip: the JSON printed with a failure loads back to the same history.
 func TestHistoryRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
