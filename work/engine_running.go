@@ -446,6 +446,17 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 	}
 	results := make([]SettleResult, len(settles))
 	var claimed []TaskDelivery
+	var outputs [][]byte // only large ones: a settle of small values allocates nothing here
+	for i := range plans {
+		if len(plans[i].outcome.Output) >= stageMin {
+			outputs = append(outputs, plans[i].outcome.Output)
+		}
+	}
+	release, _, serr := b.stage(outputs...) // copied by planSettle already: staged for the writer's sake
+	if serr != nil {
+		return nil, nil, serr
+	}
+	defer release()
 	err := b.eng.Update(ctx, func(tx txn) error {
 		// fn may run twice (engine.update): every result and the claims are set afresh.
 		claimed = claimed[:0]
