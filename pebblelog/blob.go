@@ -189,7 +189,7 @@ func (bl *blobStore) write(v []byte) (blobRef, error) {
 		if err != nil {
 			return err
 		}
-		_, err = f.Write(v)
+		err = writeCopied(f, v)
 		if err == nil && bl.sync {
 			err = f.Sync()
 		}
@@ -203,6 +203,24 @@ func (bl *blobStore) write(v []byte) (blobRef, error) {
 		return blobRef{}, fmt.Errorf("pebblelog: %s: writing %s: %w", bl.dir, bl.fileName(ref.name), err)
 	}
 	return ref, nil
+}
+
+// writeChunk is the size of the scratch buffer writeCopied writes through.
+const writeChunk = 1 << 20
+
+// writeCopied writes v to f through a scratch buffer: Pebble's vfs.File.Write may change the
+// buffer it is given (its MemFS does, with invariants on, to catch callers that reuse it),
+// and v is the caller's value, which the work package hands back as the call's snapshot.
+func writeCopied(f vfs.File, v []byte) error {
+	buf := make([]byte, min(len(v), writeChunk))
+	for len(v) > 0 {
+		n := copy(buf, v)
+		if _, err := f.Write(buf[:n]); err != nil {
+			return err
+		}
+		v = v[n:]
+	}
+	return nil
 }
 
 // read returns the blob's bytes, checked against its reference: a missing, short, long or

@@ -397,7 +397,7 @@ func TestBlobCrash(t *testing.T) {
 			return err
 		}
 		if tk == nil || !bytes.Equal(tk.Input, in) {
-			t.Error("commit durable: the task or its input is lost")
+			t.Errorf("commit durable: the task or its input is lost: %v %d %.40q", tk != nil, len(tk.Input), tk.Input)
 		}
 		return nil
 	}); err != nil {
