@@ -28,8 +28,9 @@ import (
 // empty one means "in the event". A record that was empty in format 1 too (a value-less event
 // written through pebblelog directly) reads its empty value from the event: the same answer.
 //
-// A task's output stays in its record: it is written when the task settles, which happens
-// once, and no later transition of a settled task is frequent enough to matter.
+// A task's output stays in its record (it is written when the task settles, which happens
+// once), unless it is of BlobMin bytes or more (format 4): then the settle event refers to
+// its blob file (blob.go) and the record leaves it empty, like an input.
 
 // errValueEvent marks a record whose creating event is missing or is not the one that
 // created it: the log and the projection disagree.
@@ -358,7 +359,8 @@ func (w *writer) keepWakeValues(x *projection.Wake) {
 // (newCommand). So a caller may pass it on without copying it, as the work package's
 // snapshots do: with 64 MiB values every copy costs 64 MiB more of peak memory. A shorter
 // value may be shared with the record cache and must be copied before it is handed out.
-// (A task's output is not covered: it stays in the task's record, which the cache keeps.)
+// (A task's output is covered from OwnedOutputMin only: a shorter one stays in the task's
+// record, which the cache keeps.)
 const OwnedValueMin = cachedValueMax
 
 // newCommand starts the next command of the writer's batch: it forgets the large values the
