@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -404,4 +408,72 @@ func TestBlobCrash(t *testing.T) {
 		t.Fatalf("commit durable: %v", err)
 	}
 	mustVerify(t, c)
+}
+
+const verifyMemDirEnv = "WORKLOG_BLOB_VERIFY_DIR"
+
+// Verify's rebuild reads every blob; the fold keeps a large value for the decide code of the
+// event's command (keepTaskInput), which the rebuild never runs: it must forget each one
+// after its event, or a log of many large values is held whole in memory until the end of a
+// 4096-event chunk. A child process verifies a store of eight 16 MiB inputs; its peak RSS
+// must grow by less than 6 of them over a child that verifies the same history with tiny
+// inputs (it held all 8, 128 MiB, before).
+func TestBlobVerifyMemory(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("measures a child process's peak RSS")
+	}
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("reads the peak RSS from /proc")
+	}
+	const n, size = 8, 16 << 20
+	peak := func(valueSize int) int64 {
+		dir := t.TempDir()
+		s, err := Open(dir, &Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			sub := submitted("s", fmt.Sprintf("t%d", i), sec(i), false)
+			sub.Input = bigValue(uint64(i), valueSize)
+			appendEvents(t, s, sub)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBlobVerifyMemoryHelper$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), verifyMemDirEnv+"="+dir)
+		out, err := cmd.CombinedOutput()
+		m := regexp.MustCompile(`peak-rss (\d+)`).FindSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		v, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		return v
+	}
+	base, big := peak(16), peak(size)
+	grew := big - base
+	t.Logf("Verify of %d x %d MiB: peak RSS grew by %d MiB (%.1f values)", n, size>>20, grew>>20, float64(grew)/size)
+	if grew > 6*size {
+		t.Errorf("Verify's peak RSS grew by %d MiB for %d values of %d MiB: it holds them", grew>>20, n, size>>20)
+	}
+}
+
+// TestBlobVerifyMemoryHelper is the child of TestBlobVerifyMemory.
+func TestBlobVerifyMemoryHelper(t *testing.T) {
+	dir := os.Getenv(verifyMemDirEnv)
+	if dir == "" {
+		t.Skip("child process of TestBlobVerifyMemory")
+	}
+	s := openT(t, dir, &Options{})
+	mustVerify(t, s)
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no VmHWM")
+	}
+	kib, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	fmt.Printf("peak-rss %d\n", kib<<10)
 }

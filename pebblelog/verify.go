@@ -185,6 +185,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		if err := rebuildBlobIndex(it, b, ev); err != nil {
 			return err
 		}
+		w.newCommand() // forget the large values the fold kept for a decide code it does not run
 		if aerr := projection.Apply(w, ev); aerr != nil {
 			add("log: %v", aerr)
 			folding = false
