@@ -717,3 +717,27 @@ func rebuildBlobIndex(it *pebble.Iterator, b *pebble.Batch, ev events.Event) err
 	}
 	return nil
 }
+
+// diskUsage is the bytes of the blob files.
+func (bl *blobStore) diskUsage() (uint64, error) {
+	d := bl.fs.PathJoin(bl.dir, BlobDir)
+	names, err := bl.fs.List(d)
+	if oserrNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, name := range names {
+		fi, err := bl.fs.Stat(bl.fs.PathJoin(d, name))
+		if oserrNotExist(err) {
+			continue // removed meanwhile (a prune)
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += uint64(fi.Size())
+	}
+	return n, nil
+}

@@ -75,6 +75,9 @@ func TestBlobValuesReadBack(t *testing.T) {
 	if n := blobNames(t, vfs.Default, dir); len(n) != 2 {
 		t.Fatalf("blob files %v, want 2 (input, and the output shared by the settle and the wake)", n)
 	}
+	if du, err := s.DiskUsage(); err != nil || du < uint64(len(in)+len(out)) {
+		t.Errorf("DiskUsage %d, %v: less than the blobs' %d bytes", du, err, len(in)+len(out))
+	}
 	check := func(s *Store, when string) {
 		t.Helper()
 		var i int

@@ -265,11 +265,13 @@ func (s *Store) Metrics() (*pebble.Metrics, error) {
 	return s.db.Metrics(), nil
 }
 
-// DiskUsage returns the bytes the store occupies on disk; ErrClosed after Close.
+// DiskUsage returns the bytes the store occupies on disk, its blob files included;
+// ErrClosed after Close.
 func (s *Store) DiskUsage() (uint64, error) {
 	m, err := s.Metrics()
 	if err != nil {
 		return 0, err
 	}
-	return m.DiskSpaceUsage(), nil
+	blobs, err := s.blobs.diskUsage()
+	return m.DiskSpaceUsage() + blobs, err
 }
