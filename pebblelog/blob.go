@@ -298,6 +298,12 @@ func (s *Store) StageValues(values ...[]byte) (release func(), err error) {
 	if s.opts.ReadOnly {
 		return release, nil
 	}
+	// Registered like any call, so that Close waits for a blob being written: the directory
+	// is not written after the store is closed (and perhaps opened by another process).
+	if err := s.enter(); err != nil {
+		return func() {}, err
+	}
+	defer s.closeMu.RUnlock()
 	for _, v := range values {
 		if len(v) < BlobMin {
 			continue

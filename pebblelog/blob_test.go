@@ -480,3 +480,20 @@ func TestBlobVerifyMemoryHelper(t *testing.T) {
 	kib, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	fmt.Printf("peak-rss %d\n", kib<<10)
 }
+
+// StageValues on a closed store writes nothing and says so.
+func TestBlobStageAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, &Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release, err := s.StageValues(bigValue(30, BlobMin))
+	release()
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("StageValues after Close: %v, want ErrClosed", err)
+	}
+	if n := blobNames(t, vfs.Default, dir); len(n) != 0 {
+		t.Errorf("StageValues after Close wrote %v", n)
+	}
+}

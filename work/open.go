@@ -114,7 +114,8 @@ func (e *pebbleEngine) Close() error { return e.st.Close() }
 
 // StageValues writes a command's large values to blob files before it is queued (engine.go).
 func (e *pebbleEngine) StageValues(values ...[]byte) (func(), error) {
-	return e.st.StageValues(values...)
+	release, err := e.st.StageValues(values...)
+	return release, closedAs(err)
 }
 
 // closedAs maps the store's closed error to ErrClosed, so callers see one closed sentinel.
