@@ -349,3 +349,54 @@ func testSnapshotsOwned(t *testing.T, size int) {
 		t.Fatal(err)
 	}
 }
+
+// SettleAndClaim stages a large output as Finish does: it is stored in one blob file, shared
+// by the settle and the completion wake, read back whole, and the snapshot it returns is the
+// caller's own bytes; an invalid settle beside it stages nothing that stays.
+func TestLargeValueSettleAndClaim(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	q, err := work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("s")
+	task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: []byte(`1`), Wake: work.WakeOnCompletion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.ClaimDue(ctx, time.Minute, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %d, %v", len(ds), err)
+	}
+	out := randomJSONString(rand.New(rand.NewPCG(5, 6)), pebblelog.BlobMin+1)
+	sum := sha256.Sum256(out)
+	bad := work.Outcome{State: work.TaskSucceeded, Output: randomJSONString(rand.New(rand.NewPCG(7, 8)), pebblelog.BlobMin)}
+	bad.Output[1] = '{' // not JSON: refused by its own validation
+	res, _, err := q.SettleAndClaim(ctx, []work.Settle{
+		{Delivery: ds[0], Outcome: new(work.Success(out))},
+		{Delivery: work.TaskDelivery{}, Outcome: &bad},
+	}, nil, time.Minute, 0)
+	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err == nil {
+		t.Fatalf("SettleAndClaim: %+v, %v", res, err)
+	}
+	if sha256.Sum256(res[0].Task.Outcome.Output) != sum || &res[0].Task.Outcome.Output[0] != &out[0] {
+		t.Error("the settle's snapshot is not the caller's own output")
+	}
+	blobs, err := os.ReadDir(dir + "/" + pebblelog.BlobDir)
+	if err != nil || len(blobs) != 1 {
+		t.Fatalf("blob files: %d, %v; want the output's only", len(blobs), err)
+	}
+	got, ok, err := s.Task(ctx, task.ID)
+	if err != nil || !ok || sha256.Sum256(got.Outcome.Output) != sum {
+		t.Fatalf("read back: %v, %v", ok, err)
+	}
+	wds, err := q.ClaimWakes(ctx, time.Minute, 1)
+	if err != nil || len(wds) != 1 || sha256.Sum256(wds[0].Wake.Reason.Outcome.Output) != sum {
+		t.Fatalf("completion wake: %d, %v", len(wds), err)
+	}
+	if err := q.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
