@@ -106,7 +106,7 @@ func (s *Store) PrunedRanges() (_ projection.SeqRanges, err error) {
 		return nil, err
 	}
 	defer s.leave(&err)
-	return reader{s.db}.PrunedRanges()
+	return reader{s.db, s.blobs}.PrunedRanges()
 }
 
 // The writer's side of projection.PruneState.
@@ -241,6 +241,9 @@ func (t *Txn) Prune(before int64, limit int) (PruneResult, error) {
 			}
 			got, err := w.subjectEvents(p.SessionID, id)
 			if err != nil {
+				return res, err
+			}
+			if err := w.pruneBlobs(id); err != nil { // its files go once the batch is durable
 				return res, err
 			}
 			seqs = append(seqs, got...)

@@ -39,6 +39,7 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	}
 	q := newEngineQueue(&pebbleEngine{st: st}, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin})
+	q.log.ownedOutputMin = pebblelog.OwnedOutputMin
 	if o.Retention > 0 {
 		logger := o.Logger
 		q.stopPruner = q.startPruner(o.Retention, o.PruneInterval, func(format string, args ...any) {
@@ -110,6 +111,12 @@ func (e *pebbleEngine) Verify(ctx context.Context) ([]string, error) {
 }
 
 func (e *pebbleEngine) Close() error { return e.st.Close() }
+
+// StageValues writes a command's large values to blob files before it is queued (engine.go).
+func (e *pebbleEngine) StageValues(values ...[]byte) (func(), error) {
+	release, err := e.st.StageValues(values...)
+	return release, closedAs(err)
+}
 
 // closedAs maps the store's closed error to ErrClosed, so callers see one closed sentinel.
 func closedAs(err error) error {
