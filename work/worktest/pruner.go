@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,17 +18,26 @@ import (
 // RunPruner. The background pruner is one loop in package work that every backend runs;
 // RunPruner checks its behaviour on a backend.
 type PrunerHarness struct {
-	// New makes one fresh, empty store and returns its opener: each call opens the store
-	// (the suite closes the queue the previous call returned first) with the backend's
-	// Retention, PruneInterval and Logger options set to retention, interval and logger;
-	// retention 0 opens it without background pruning.
-	New func(t *testing.T) (open func(t *testing.T, retention, interval time.Duration, logger *slog.Logger) *work.Queue)
+	// New makes one fresh, empty store.
+	New func(t *testing.T) PrunerStore
+}
+
+// PrunerStore is one store of a PrunerHarness.
+type PrunerStore struct {
+	// Open opens the store (the suite closes the queue the previous call returned first)
+	// with the backend's Retention, PruneInterval and Logger options set to retention,
+	// interval and logger; retention 0 opens it without background pruning.
+	Open func(t *testing.T, retention, interval time.Duration, logger *slog.Logger) *work.Queue
+	// Break makes the open queue's prunes fail from now on (a disk that fails its writes, a
+	// table gone); the store need not be usable afterwards, only closable.
+	Break func(t *testing.T)
 }
 
 // RunPruner runs the background pruner's scenarios against h.
 func RunPruner(t *testing.T, h PrunerHarness) {
-	t.Run("rounds", func(t *testing.T) { prunerRounds(t, h.New(t)) })
-	t.Run("close_during_a_long_prune", func(t *testing.T) { prunerCloseDuringPrune(t, h.New(t)) })
+	t.Run("rounds", func(t *testing.T) { prunerRounds(t, h.New(t).Open) })
+	t.Run("close_during_a_long_prune", func(t *testing.T) { prunerCloseDuringPrune(t, h.New(t).Open) })
+	t.Run("errors_are_logged", func(t *testing.T) { prunerErrors(t, h.New(t)) })
 }
 
 // logRecord is one record the pruner logged.
@@ -83,6 +94,18 @@ func (r *recorder) snapshot() []logRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]logRecord(nil), r.records...)
+}
+
+// pruners counts the goroutines of background pruners in the process.
+func pruners() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "work.(*Queue).startPruner.func")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // noErrors fails t for every Error record.
@@ -260,6 +283,22 @@ func prunerRounds(t *testing.T, open func(*testing.T, time.Duration, time.Durati
 	}
 	rec.noErrors(t)
 
+	// Close stops the pruner: with an interval of an hour its goroutine waits for its first
+	// round, and only Close ends it (it may still be returning: a second at most).
+	q = open(t, time.Hour, time.Hour, nil)
+	running := pruners()
+	if running == 0 {
+		t.Fatal("no background pruner goroutine is running")
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Second); pruners() != running-1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d background pruner goroutines after Close, %d before: Close did not stop it", pruners(), running)
+		}
+	}
+
 	q = open(t, 0, 0, nil)
 	defer q.Close()
 	if err := q.Verify(ctx); err != nil {
@@ -326,4 +365,40 @@ func prunerCloseDuringPrune(t *testing.T, open func(*testing.T, time.Duration, t
 		t.Errorf("every old task is gone: Close waited for the whole prune instead of the group in flight")
 	}
 	t.Logf("%d of %d old tasks were still there after Close", kept, n)
+}
+
+// prunerErrors: a round that fails is logged at Error with the error, and is not fatal: the
+// next round tries again (and logs again); Close still returns, and nothing is logged after.
+func prunerErrors(t *testing.T, st PrunerStore) {
+	const interval = 10 * time.Millisecond
+	rec := &recorder{}
+	q := st.Open(t, time.Hour, interval, slog.New(rec))
+	// Prunable in a moment, by the wall clock: the first prune that has work to do comes
+	// after the break (on a store that skips empty commits, one with nothing to prune never
+	// touches the disk).
+	finishedAt(t, q, "broken", 3, time.Now().Add(-time.Hour+200*time.Millisecond))
+	st.Break(t)
+	failed := func() (n int) {
+		for _, lr := range rec.snapshot() {
+			if lr.level == slog.LevelError && lr.msg == "worklog: background prune failed" && lr.err != "" {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); failed() < 2; time.Sleep(interval) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s of failing prunes every %v, %d Error records of the background pruner, want 2 or more", interval, failed())
+		}
+	}
+	start := time.Now()
+	q.Close() // a failed store may say so: only that it returns matters
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close of a queue whose prunes fail took %v", d)
+	}
+	n := len(rec.snapshot())
+	time.Sleep(5 * interval)
+	if m := len(rec.snapshot()); m != n {
+		t.Errorf("%d records logged after Close returned", m-n)
+	}
 }
