@@ -88,7 +88,7 @@ func (e *pebbleEngine) View(ctx context.Context, fn func(projection.Reader) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return closedAs(e.st.View(fn))
+	return closedAs(e.st.ViewSnapshot(fn)) // one state: a prune may commit between two reads
 }
 
 func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
