@@ -369,17 +369,17 @@ type submitRec struct{ session, key, id string }
 type finishRec struct {
 	session, id string
 	state       string
-	finishedAt  int64 // 0: not reported
+	finishedAt  int64 // Unix nanoseconds
 }
 type cancelRec struct {
 	session, id string
 	state       string
 	requestedAt int64
-	finishedAt  int64 // 0: not terminal, or not reported
+	finishedAt  int64 // 0: not terminal (a running task only records the request)
 }
 type ackRec struct {
 	id     string
-	at     int64  // 0: not reported
+	at     int64  // the acknowledgment's time, Unix nanoseconds
 	taskID string // a completion wake's task; "" for a direct wake
 }
 type wakeRec struct{ session, key, id string }
