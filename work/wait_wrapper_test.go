@@ -5,7 +5,7 @@ import (
 	"go/parser"
 	"go/printer"
 	"go/token"
-	"io/fs"
+	"os"
 	"strings"
 	"testing"
 
@@ -34,16 +34,22 @@ var engineOptionals = map[string]struct {
 // reachable that way on every backend that has it (engineOptionals).
 func TestEngineAssertionsLookUnderTheWrapper(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkg := pkgs["work"]
-	if pkg == nil {
-		t.Fatal("package work not found in .")
+	var files []*ast.File
+	for _, e := range entries {
+		if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+			f, err := parser.ParseFile(fset, name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
 	}
 	found := map[string]bool{}
-	for _, f := range pkg.Files {
+	for _, f := range files {
 		var fn string // the function being walked
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
