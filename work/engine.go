@@ -24,7 +24,10 @@ type txn = engineapi.Txn
 // logBackend is worklog's event-sourced Backend: each command validates (in Queue), decides
 // the events it causes from the current projection, appends them and applies them.
 type logBackend struct {
-	eng      engine
+	// eng is the engine under the waiters' wrapper. Its type is the wrapper's, not engine,
+	// so that asserting an optional interface on it (which the wrapper hides) does not
+	// compile: look under it, at baseEngine(eng) (wait.go).
+	eng      *watchedEngine
 	ids      *idSource
 	maxValue int
 	clock    func() time.Time // only for the seed's clock-less AckWake; never used by decide

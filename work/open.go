@@ -3,7 +3,6 @@ package work
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 
@@ -37,18 +36,9 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	q := newEngineQueue(&pebbleEngine{st: st}, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
-		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin})
-	q.log.ownedOutputMin = pebblelog.OwnedOutputMin
-	if o.Retention > 0 {
-		logger := o.Logger
-		q.stopPruner = q.startPruner(o.Retention, o.PruneInterval, func(format string, args ...any) {
-			if logger != nil {
-				logger.Warn(fmt.Sprintf(format, args...))
-			}
-		})
-	}
-	return q, nil
+	return newEngineQueue(&pebbleEngine{st: st}, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }
 
 // Checkpoint writes a consistent copy of a durable queue's store into dir (which must not
@@ -98,7 +88,7 @@ func (e *pebbleEngine) View(ctx context.Context, fn func(projection.Reader) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return closedAs(e.st.View(fn))
+	return closedAs(e.st.ViewSnapshot(fn)) // one state: a prune may commit between two reads
 }
 
 func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
