@@ -1,6 +1,10 @@
 package work
 
-import "github.com/worklog/worklog/pebblelog"
+import (
+	"time"
+
+	"github.com/worklog/worklog/pebblelog"
+)
 
 // StoreOf returns the Pebble store under a durable queue, for the retention benchmarks'
 // disk figures (Pebble's metrics, the space of each keyspace); nil for another backend.
@@ -10,3 +14,14 @@ func StoreOf(q *Queue) *pebblelog.Store {
 	}
 	return nil
 }
+
+// SetPruneBudget sets the time a paced prune group should take (zero: no pacing) until the
+// returned restore is called.
+func SetPruneBudget(d time.Duration) (restore func()) {
+	old := pruneBudget
+	pruneBudget = d
+	return func() { pruneBudget = old }
+}
+
+// DefaultPruneBudgetForBench is the default pruneBudget, for the benchmarks' paced variant.
+var DefaultPruneBudgetForBench = pruneBudget
