@@ -60,7 +60,7 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 		}
 		start := time.Now()
 		g, err := p.PruneGroup(ctx, at, pace.limit)
-		pace.done(g, time.Since(start))
+		pace.done(ctx, g, time.Since(start))
 		if err != nil {
 			if errors.Is(err, ErrClosed) {
 				return res, backendErr(ErrClosed)

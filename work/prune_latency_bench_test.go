@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,9 @@ func BenchmarkPruneLatency(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			defer work.SetPruneBudget(budget)()
+			if f, err := strconv.ParseFloat(os.Getenv("WORKLOG_PRUNE_PAUSE"), 64); err == nil {
+				defer work.SetPrunePause(f)()
+			}
 			for range b.N {
 				benchPruneLatency(b, backlog, rate)
 			}

@@ -1,6 +1,7 @@
 package work
 
 import (
+	"context"
 	"time"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
@@ -26,6 +27,11 @@ var pruneBudget = 2 * time.Millisecond
 // to the writer, a commit and its fsync) outweigh the subjects.
 const minPruneGroup = 8
 
+// prunePause is how long Queue.Prune waits after each paced group, as a multiple of the
+// group's time (request to answer): the prune's share of the writer and of the disk's
+// fsyncs is at most 1/(1+prunePause). A variable for the benchmarks.
+var prunePause = 0.0
+
 // prunePacer sizes the groups of one Queue.Prune.
 type prunePacer struct{ limit int }
 
@@ -39,9 +45,17 @@ func newPrunePacer() *prunePacer {
 
 // done sizes the next group from the last one, g, whose call took took. A group that was not
 // full says nothing about the cost of a full one.
-func (p *prunePacer) done(g engineapi.PruneGroupResult, took time.Duration) {
+func (p *prunePacer) done(ctx context.Context, g engineapi.PruneGroupResult, took time.Duration) {
 	if pruneBudget <= 0 || !g.More {
 		return
+	}
+	if prunePause > 0 {
+		t := time.NewTimer(time.Duration(prunePause * float64(took)))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if g.Held > 0 {
 		took = g.Held

@@ -25,3 +25,11 @@ func SetPruneBudget(d time.Duration) (restore func()) {
 
 // DefaultPruneBudgetForBench is the default pruneBudget, for the benchmarks' paced variant.
 var DefaultPruneBudgetForBench = pruneBudget
+
+// SetPrunePause sets the wait after each paced prune group, as a multiple of its time,
+// until the returned restore is called.
+func SetPrunePause(f float64) (restore func()) {
+	old := prunePause
+	prunePause = f
+	return func() { prunePause = old }
+}
