@@ -53,6 +53,11 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}
 	var res PruneResult
+	defer func() {
+		if a, ok := baseEngine(q.log.eng).(afterPruner); ok && res.Events > 0 {
+			a.afterPrune() // in the background (prune_pace.go)
+		}
+	}()
 	pace := newPrunePacer() // groups sized by time (prune_pace.go)
 	for {
 		if err := ctx.Err(); err != nil {

@@ -64,3 +64,17 @@ func (p *prunePacer) done(ctx context.Context, g engineapi.PruneGroupResult, too
 	n = max(p.limit/2, min(n, 2*p.limit)) // halve or double at most: one slow group is not a trend
 	p.limit = max(min(minPruneGroup, pruneGroup), min(n, pruneGroup))
 }
+
+// compactAfterPrune makes a prune that removed events compact the log span it emptied, in the
+// background (pebblelog.Store.CompactPrunedLater; docs/design.md §11, "Memory and disk"). A
+// variable for the benchmarks that measure without it.
+var compactAfterPrune = true
+
+// afterPruner is an engine that reclaims pruned space in the background after a prune.
+type afterPruner interface{ afterPrune() }
+
+func (e *pebbleEngine) afterPrune() {
+	if compactAfterPrune {
+		e.st.CompactPrunedLater()
+	}
+}

@@ -89,6 +89,7 @@ type windowRow struct {
 	Compactions                    int64
 	Keyspaces                      map[string]float64 `json:",omitempty"` // MB by prefix, sstables only
 	PruneS, CompactS, WindowS      float64
+	CompactDurS                    float64 // Pebble's compactions so far, all of them, in seconds
 	Pruned                         work.PruneResult
 }
 
@@ -119,8 +120,8 @@ func retentionParent(b *testing.B) []windowRow {
 			b.Fatalf("child row %q: %v", line, err)
 		}
 		rows = append(rows, r)
-		b.Logf("window %2d %8d tasks: du %6.1f MB (pebble %6.1f: sst %6.1f wal %5.1f mem %5.1f, L0 %2d, tomb %7d, garbage %5.1f, compactions %3d) rss %6.1f hwm %6.1f heap %6.1f MB; window %5.1fs prune %5.2fs compact %5.2fs %v",
-			r.Window, r.Tasks, r.DiskMB, r.PebbleMB, r.SSTMB, r.WALMB, r.MemMB, r.L0Files, r.Tombstones, r.GarbageMB, r.Compactions,
+		b.Logf("window %2d %8d tasks: du %6.1f MB (pebble %6.1f: sst %6.1f wal %5.1f mem %5.1f, L0 %2d, tomb %7d, garbage %5.1f, compactions %3d in %5.1fs) rss %6.1f hwm %6.1f heap %6.1f MB; window %5.1fs prune %5.2fs compact %5.2fs %v",
+			r.Window, r.Tasks, r.DiskMB, r.PebbleMB, r.SSTMB, r.WALMB, r.MemMB, r.L0Files, r.Tombstones, r.GarbageMB, r.Compactions, r.CompactDurS,
 			r.RSSMB, r.HWMMB, r.HeapMB, r.WindowS, r.PruneS, r.CompactS, fmtKeyspaces(r.Keyspaces))
 	}
 	if len(rows) == 0 {
@@ -156,6 +157,9 @@ func retentionChild(b *testing.B, memory, on bool, windows, perWindow int) {
 		}
 	}
 	defer q.Close()
+	if os.Getenv("WORKLOG_RETENTION_COMPACT") == "none" {
+		defer work.SetCompactAfterPrune(false)()
+	}
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var pruned work.PruneResult
 	for w := range windows {
@@ -191,15 +195,13 @@ func retentionChild(b *testing.B, memory, on bool, windows, perWindow int) {
 	}
 }
 
-// compactForBench is the strategy under test for reclaiming pruned space, chosen by
-// WORKLOG_RETENTION_COMPACT.
+// compactForBench is the way of reclaiming pruned space under test, chosen by
+// WORKLOG_RETENTION_COMPACT: "" (the default) is Queue.Prune's own, the log span it emptied
+// compacted in the background; "none" turns that off and leaves everything to Pebble; "all"
+// adds a compaction of the whole keyspace after each prune, here in the foreground.
 func compactForBench(ctx context.Context, q *work.Queue) error {
-	st := work.StoreOf(q)
-	switch os.Getenv("WORKLOG_RETENTION_COMPACT") {
-	case "all":
-		return st.CompactRange(ctx, []byte{0}, []byte{0xff})
-	case "log":
-		return st.CompactRange(ctx, []byte{'e'}, []byte{'f'})
+	if os.Getenv("WORKLOG_RETENTION_COMPACT") == "all" {
+		return work.StoreOf(q).CompactRange(ctx, []byte{0}, []byte{0xff})
 	}
 	return nil
 }
@@ -227,6 +229,7 @@ func fillRow(b *testing.B, r *windowRow, q *work.Queue, dir string) {
 	r.Tombstones = int64(m.Keys.TombstoneCount)
 	r.GarbageMB = float64(m.Table.Garbage.PointDeletionsBytesEstimate+m.Table.Garbage.RangeDeletionsBytesEstimate) / 1e6
 	r.Compactions = m.Compact.Count
+	r.CompactDurS = m.Compact.Duration.Seconds()
 	ks, err := st.KeyspaceUsage()
 	if err != nil {
 		b.Fatal(err)

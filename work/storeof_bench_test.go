@@ -33,3 +33,11 @@ func SetPrunePause(f float64) (restore func()) {
 	prunePause = f
 	return func() { prunePause = old }
 }
+
+// SetCompactAfterPrune turns the background compaction after a prune on or off until the
+// returned restore is called.
+func SetCompactAfterPrune(on bool) (restore func()) {
+	old := compactAfterPrune
+	compactAfterPrune = on
+	return func() { compactAfterPrune = old }
+}
