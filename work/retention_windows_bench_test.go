@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -103,7 +104,7 @@ func retentionParent(b *testing.B) []windowRow {
 	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^"+regexp.QuoteMeta(b.Name())+"$", "-test.benchtime=1x", "-test.timeout=0")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd.Stderr = io.MultiWriter(&stderr, os.Stderr) // the child's rows as they come: a long run shows its progress
 	out, err := cmd.Output()
 	if err != nil {
 		b.Fatalf("child %s: %v\n%s\n%s", b.Name(), err, out, stderr.Bytes())
@@ -192,6 +193,7 @@ func retentionChild(b *testing.B, memory, on bool, windows, perWindow int) {
 		fillRow(b, &row, q, dir)
 		line, _ := json.Marshal(row)
 		fmt.Printf("RETENTION-WINDOW %s\n", line)
+		fmt.Fprintf(os.Stderr, "%s window %d: %s\n", b.Name(), w+1, line)
 	}
 }
 
