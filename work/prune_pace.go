@@ -15,9 +15,9 @@ import (
 // per subject moves with the cache, the compactions and the other processes), and submit
 // p99 during the prune of a backlog was 7 to 10 times its p99 without (BenchmarkPruneLatency).
 // So the group is sized by time instead: each group's size is scaled so that it holds the
-// writer about pruneBudget (PruneGroupResult.Held, the group's own time in the writer; the
-// whole call's time when the engine does not say), between minPruneGroup and pruneGroup
-// subjects.
+// writer about pruneBudget (PruneGroupResult.Held, the group's own time in the writer),
+// between minPruneGroup and pruneGroup subjects. An engine that does not report Held keeps
+// groups of pruneGroup.
 
 // pruneBudget is the time one prune group should hold the writer. A variable for the
 // benchmarks; zero or negative turns pacing off (every group is pruneGroup subjects).
@@ -43,8 +43,8 @@ func newPrunePacer() *prunePacer {
 	return &prunePacer{limit: min(2*minPruneGroup, pruneGroup)}
 }
 
-// done sizes the next group from the last one, g, whose call took took. A group that was not
-// full says nothing about the cost of a full one.
+// done sizes the next group from the last one, g, whose call took took (used only for the
+// pause). A group that was not full says nothing about the cost of a full one.
 func (p *prunePacer) done(ctx context.Context, g engineapi.PruneGroupResult, took time.Duration) {
 	if pruneBudget <= 0 || !g.More {
 		return
@@ -57,9 +57,15 @@ func (p *prunePacer) done(ctx context.Context, g engineapi.PruneGroupResult, too
 		}
 		t.Stop()
 	}
-	if g.Held > 0 {
-		took = g.Held
+	if g.Held <= 0 {
+		// An engine that does not say how long it held its writer (in memory, PostgreSQL)
+		// keeps fixed groups: the in-memory group's cost is mostly a walk of the log from
+		// its subjects' first event, the same for 8 subjects as for 256, and its wall time
+		// says nothing about a writer.
+		p.limit = pruneGroup
+		return
 	}
+	took = g.Held
 	n := int(float64(p.limit) * float64(pruneBudget) / float64(max(took, time.Microsecond)))
 	n = max(p.limit/2, min(n, 2*p.limit)) // halve or double at most: one slow group is not a trend
 	p.limit = max(min(minPruneGroup, pruneGroup), min(n, pruneGroup))
