@@ -8,11 +8,10 @@
 package engine
 
 import (
-	"time"
-
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
