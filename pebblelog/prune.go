@@ -41,7 +41,12 @@ func prunedKey(from uint64) []byte {
 
 // ScanPrunable walks the retention index from its oldest entry while At < before.
 func (s reader) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) (err error) {
-	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixPrunable}, UpperBound: pruneKey(before, 0)})
+	return s.scanPrunable([]byte{prefixPrunable}, before, func(_ []byte, e projection.PruneEntry) bool { return fn(e) })
+}
+
+// scanPrunable is ScanPrunable from lower on, handing fn each entry's key too.
+func (s reader) scanPrunable(lower []byte, before int64, fn func([]byte, projection.PruneEntry) bool) (err error) {
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: pruneKey(before, 0)})
 	if err != nil {
 		return err
 	}
@@ -58,7 +63,7 @@ func (s reader) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) 
 		if !projection.PrunableBefore(at, before) {
 			break // a before at math.MinInt64 has no entry
 		}
-		if !fn(projection.PruneEntry{At: at, Seq: seq, ID: string(v[1:]), Wake: v[0] == 'w'}) {
+		if !fn(it.Key(), projection.PruneEntry{At: at, Seq: seq, ID: string(v[1:]), Wake: v[0] == 'w'}) {
 			return nil
 		}
 	}
@@ -112,16 +117,51 @@ func (s *Store) PrunedRanges() (_ projection.SeqRanges, err error) {
 // The writer's side of projection.PruneState.
 
 func (w *writer) PutPrunable(e projection.PruneEntry) error {
-	return w.b.Set(pruneKey(e.At, e.Seq), pruneValue(e), nil)
+	k := pruneKey(e.At, e.Seq)
+	if w.lows != nil {
+		lower(&w.lows.prunable, k) // a subject may become prunable at a time before others (the caller's now)
+	}
+	return w.b.Set(k, pruneValue(e), nil)
 }
 
 func (w *writer) DeletePrunable(e projection.PruneEntry) error {
 	return w.b.DeleteSized(pruneKey(e.At, e.Seq), uint32(1+len(e.ID)), nil)
 }
 
-// ScanPrunable reads through the batch: a subject may have become prunable in it.
+// ScanPrunable reads through the batch: a subject may have become prunable in it. It starts
+// at the index's low (indexLows): every group removes the oldest entries, and a scan from the
+// index's first key stepped over the tombstones of every group before it, so the groups of
+// one large prune grew dearer one after the other (BenchmarkPruneLatency).
 func (w *writer) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
-	return w.reader.ScanPrunable(before, fn)
+	if w.lows == nil {
+		return w.reader.ScanPrunable(before, fn)
+	}
+	lower, upper := []byte{prefixPrunable}, pruneKey(before, 0)
+	if w.lows.prunable != nil {
+		lower = w.lows.prunable
+	}
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil // no live entry below upper
+	}
+	var first []byte
+	stopped := false
+	err := w.reader.scanPrunable(lower, before, func(k []byte, e projection.PruneEntry) bool {
+		if first == nil {
+			first = bytes.Clone(k)
+		}
+		stopped = !fn(e)
+		return !stopped
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case first != nil:
+		w.lows.prunable = first
+	case !stopped:
+		w.lows.prunable = upper // nothing live below upper
+	}
+	return nil
 }
 
 // DeleteTask deletes the record in the batch and forgets it everywhere the writer would read

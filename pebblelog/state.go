@@ -320,6 +320,7 @@ func (m *idMark) prune() {
 // lows; a discarded batch's is dropped, so a raise never outlives the state it observed.
 type indexLows struct {
 	due, avail []byte
+	prunable   []byte // the retention index (prune.go)
 }
 
 func (w *writer) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {

@@ -27,7 +27,8 @@ type Store struct {
 	closeMu sync.RWMutex  // held for reading by every call in flight; Close takes it for writing
 	closed  bool
 
-	fh *failures // the failure state and Pebble's handlers (failure.go)
+	fh   *failures // the failure state and Pebble's handlers (failure.go)
+	comp compactor // compactions of pruned spans (compact.go)
 
 	blobs *blobStore // the blob files of large values (format 4: blob.go)
 
@@ -70,6 +71,7 @@ func (s *Store) enter() error {
 // fatal error), the database is left open and closed in the background once Pebble returns,
 // and Close returns an error saying so.
 func (s *Store) Close() error {
+	s.comp.stop() // before the lock: a running compaction holds it for reading
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed {

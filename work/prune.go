@@ -53,11 +53,19 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}
 	var res PruneResult
+	defer func() {
+		if a, ok := baseEngine(q.log.eng).(afterPruner); ok && res.Events > 0 {
+			a.afterPrune() // in the background (prune_pace.go)
+		}
+	}()
+	pace := newPrunePacer() // groups sized by time (prune_pace.go)
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		g, err := p.PruneGroup(ctx, at, pruneGroup)
+		start := time.Now()
+		g, err := p.PruneGroup(ctx, at, pace.limit)
+		pace.done(ctx, g, time.Since(start))
 		if err != nil {
 			if errors.Is(err, ErrClosed) {
 				return res, backendErr(ErrClosed)
@@ -76,15 +84,18 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 // PruneGroup on Pebble: one command of the writer (pebblelog.Txn.Prune).
 func (e *pebbleEngine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
 	var r pebblelog.PruneResult
+	var held time.Duration
 	err := e.Update(ctx, func(tx txn) error {
 		var err error
+		start := time.Now()
 		r, err = tx.(pebbleTxn).t.Prune(before, limit) // set afresh: the closure may run twice
+		held = time.Since(start)
 		return err
 	})
 	if err != nil {
 		return engineapi.PruneGroupResult{}, err
 	}
-	return engineapi.PruneGroupResult{Tasks: r.Tasks, Wakes: r.Wakes, Events: r.Events, More: r.More}, nil
+	return engineapi.PruneGroupResult{Tasks: r.Tasks, Wakes: r.Wakes, Events: r.Events, More: r.More, Held: held}, nil
 }
 
 // PruneGroup in memory: the records go through projection.PruneSubject like on Pebble; the

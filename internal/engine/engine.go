@@ -94,9 +94,10 @@ type Pruner interface {
 
 // PruneGroupResult is what one PruneGroup removed.
 type PruneGroupResult struct {
-	Tasks, Wakes int    // records removed (a task's completion wake counts as a wake)
-	Events       uint64 // events removed from the live log
-	More         bool   // the group was full: more may be prunable before the same time
+	Tasks, Wakes int           // records removed (a task's completion wake counts as a wake)
+	Events       uint64        // events removed from the live log
+	More         bool          // the group was full: more may be prunable before the same time
+	Held         time.Duration // how long the group held the single writer, when the engine knows (Queue.Prune paces by it)
 }
 
 // ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
