@@ -19,6 +19,8 @@ const (
 
 	segHeaderLen   = 32
 	frameHeaderLen = 52
+	sealMagic      = "WLS1"
+	sealLen        = 16
 
 	codecNone byte = 0
 	codecZstd byte = 1
@@ -225,4 +227,19 @@ func appendRecord(b []byte, seq uint64, wire []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(wire)))
 	b = append(b, wire...)
 	return binary.BigEndian.AppendUint32(b, crc(b[start:]))
+}
+
+// appendSeal appends the seal a Writer writes when it closes a segment cleanly: at is the
+// seal's own offset. A sealed segment has no torn tail.
+func appendSeal(b []byte, at int64) []byte {
+	start := len(b)
+	b = append(b, sealMagic...)
+	b = binary.BigEndian.AppendUint64(b, uint64(at))
+	return binary.BigEndian.AppendUint32(b, crc(b[start:]))
+}
+
+// isSeal reports whether b (the last sealLen bytes of a segment, at offset at) is its seal.
+func isSeal(b []byte, at int64) bool {
+	return len(b) == sealLen && string(b[:4]) == sealMagic && binary.BigEndian.Uint64(b[4:]) == uint64(at) &&
+		binary.BigEndian.Uint32(b[12:]) == crc(b[:12])
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
@@ -60,6 +61,16 @@ func scanSegment(fs vfs.FS, path string, n uint32, valid int64) (*segment, error
 	}
 	s.size = st.Size()
 	last := valid < 0
+	if last && s.size >= segHeaderLen+sealLen {
+		// A segment its writer closed is sealed: no torn tail, damage anywhere is refused.
+		b := make([]byte, sealLen)
+		if _, err := f.ReadAt(b, s.size-sealLen); err != nil {
+			return nil, fmt.Errorf("archive: reading %s: %w", path, err)
+		}
+		if isSeal(b, s.size-sealLen) {
+			last, valid = false, s.size
+		}
+	}
 	if !last && s.size < valid {
 		return nil, corrupt(path, s.size, "the segment ends at %d bytes; the next segment's header says %d were written", s.size, valid)
 	}
@@ -84,6 +95,16 @@ func scanSegment(fs vfs.FS, path string, n uint32, valid int64) (*segment, error
 	off := int64(segHeaderLen)
 	buf := make([]byte, frameHeaderLen)
 	for off < end {
+		if end-off == sealLen {
+			b := make([]byte, sealLen)
+			if _, err := f.ReadAt(b, off); err != nil {
+				return nil, fmt.Errorf("archive: reading %s at offset %d: %w", path, off, err)
+			}
+			if isSeal(b, off) {
+				off = end
+				break
+			}
+		}
 		fr, ferr := readFrame(f, path, off, end, last, buf)
 		if ferr != nil {
 			if last {
@@ -96,7 +117,7 @@ func scanSegment(fs vfs.FS, path string, n uint32, valid int64) (*segment, error
 		off += fr.h.size()
 	}
 	s.valid = off
-	if len(s.frames) == 0 {
+	if len(s.frames) == 0 && last {
 		s.valid = 0
 	}
 	return s, nil
@@ -146,6 +167,10 @@ type Reader struct {
 	segs   []*segment
 	frames []*frame // every frame, by first seq
 	ranges projection.SeqRanges
+
+	mu     sync.Mutex // guards the last frame Get loaded
+	cached *cursor
+	dec    *zstd.Decoder
 }
 
 // Open opens the archive in dir on the OS's filesystem.
@@ -360,6 +385,63 @@ func (r *Reader) Read(ctx context.Context, from, to uint64, fn func(seq uint64, 
 		}
 	}
 	return emitBelow(^uint64(0))
+}
+
+// Get returns a copy of the wire bytes of seq and whether the archive holds it. It keeps the
+// last frame it read, so that a walk over nearby sequences (one session's events) reads
+// each frame once.
+func (r *Reader) Get(seq uint64) ([]byte, bool, error) {
+	if !r.ranges.Contains(seq) {
+		return nil, false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.cached; c != nil {
+		if w, ok := c.find(seq); ok {
+			return bytes.Clone(w), true, nil
+		}
+	}
+	for _, f := range r.frames {
+		if seq < f.h.first || seq > f.h.last || !projection.SeqRanges(f.runs).Contains(seq) {
+			continue
+		}
+		if r.dec == nil && f.h.codec == codecZstd {
+			var err error
+			if r.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxFrameRaw)); err != nil {
+				return nil, false, err
+			}
+		}
+		c, err := r.load(f, r.dec, 0, ^uint64(0))
+		if err != nil {
+			return nil, false, err
+		}
+		r.cached = c
+		if w, ok := c.find(seq); ok {
+			return bytes.Clone(w), true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// find returns the wire bytes of seq in c's records.
+func (c *cursor) find(seq uint64) ([]byte, bool) {
+	i, ok := slices.BinarySearchFunc(c.recs, seq, func(r record, s uint64) int { return cmp.Compare(r.seq, s) })
+	if !ok {
+		return nil, false
+	}
+	return c.recs[i].wire, true
+}
+
+// Close releases the reader's decoder.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dec != nil {
+		r.dec.Close()
+		r.dec = nil
+	}
+	r.cached = nil
+	return nil
 }
 
 // ReadEvents is Read with each event decoded (events.Decode, which checks the event's own

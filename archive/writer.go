@@ -161,12 +161,27 @@ func (w *Writer) Commit() error {
 	}
 	w.committed = w.size
 	if w.size >= w.o.SegmentBytes {
-		w.nextN, w.nextPrev = w.n+1, uint64(w.size)
-		err := w.f.Close()
-		w.f = nil
-		if err != nil {
-			return w.fail(err)
-		}
+		return w.seal()
+	}
+	return nil
+}
+
+// seal ends the open segment with its seal, fsynced, and closes it: a reader then knows it
+// has no torn tail. The next segment starts after it.
+func (w *Writer) seal() error {
+	if _, err := w.f.Write(appendSeal(nil, w.size)); err != nil {
+		return w.fail(err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return w.fail(err)
+	}
+	w.size += sealLen
+	w.committed = w.size
+	w.nextN, w.nextPrev = w.n+1, uint64(w.size)
+	err := w.f.Close()
+	w.f = nil
+	if err != nil {
+		return w.fail(err)
 	}
 	return nil
 }
@@ -176,10 +191,13 @@ func (w *Writer) Abort() {
 	w.buf, w.seqs, w.last = w.buf[:0], w.seqs[:0], 0
 }
 
-// Close closes the open segment and releases the lock. It does not commit.
+// Close seals and closes the open segment (when all of it was committed) and releases the
+// lock. It does not commit what was added since the last Commit.
 func (w *Writer) Close() error {
 	var err error
-	if w.f != nil {
+	if w.f != nil && w.committed == w.size && w.committed > 0 {
+		err = w.seal()
+	} else if w.f != nil {
 		err = w.f.Close()
 		w.f = nil
 	}
