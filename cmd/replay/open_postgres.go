@@ -78,7 +78,10 @@ type pgStore struct {
 	name string
 }
 
-var _ store = (*pgStore)(nil)
+var (
+	_ store        = (*pgStore)(nil)
+	_ prunedSource = (*pgStore)(nil)
+)
 
 func (s *pgStore) LastSeq() (uint64, error) { return s.r.LastSeq(s.ctx) }
 
@@ -166,6 +169,11 @@ func (s *pgStore) ScanWakes(ctx context.Context, fn func(*projection.Wake) error
 }
 
 func (s *pgStore) DiskUsage() (uint64, error) { return s.r.DiskUsage(s.ctx) }
+
+// PrunedRanges makes pgStore a prunedSource: the commands read a pruned queue as they read a
+// pruned Pebble store (log marks the ranges, state refuses a point before the horizon, stats
+// reports them).
+func (s *pgStore) PrunedRanges() (projection.SeqRanges, error) { return s.r.PrunedRanges(s.ctx) }
 
 // Verify ignores the progress callback: the fold runs inside one query's pages.
 func (s *pgStore) Verify(ctx context.Context, _ pebblelog.VerifyOptions) ([]string, error) {
