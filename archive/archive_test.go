@@ -412,3 +412,30 @@ func TestSealedLastSegment(t *testing.T) {
 		t.Fatalf("read %v", got)
 	}
 }
+
+// Damage in an archive does not stop its writer: a new segment follows, and readers still
+// refuse the damaged bytes, naming the file.
+func TestWriterOpensOverDamage(t *testing.T) {
+	dir, first := twoSegments(t, false)
+	b, _ := os.ReadFile(first)
+	b[segHeaderLen+1] ^= 1 // a frame header of a closed segment
+	os.WriteFile(first, b, 0o644)
+	last := filepath.Join(dir, "seg-000002.wla")
+	lb, _ := os.ReadFile(last)
+	lb[segHeaderLen+1] ^= 1 // and of the sealed last one
+	os.WriteFile(last, lb, 0o644)
+	w, err := OpenWriter(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, w, 100)
+	w.Close()
+	_, err = Open(dir)
+	var ae *Error
+	if !errors.As(err, &ae) || (ae.File != first && ae.File != last) {
+		t.Fatalf("after a writer went on: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "seg-000003.wla")); err != nil {
+		t.Fatal(err)
+	}
+}

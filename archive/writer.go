@@ -86,21 +86,7 @@ func OpenWriter(dir string, o *WriterOptions) (*Writer, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, fs.PathJoin(dir, lockName), err)
 	}
 	w := &Writer{fs: fs, dir: dir, o: opts, lock: lock, nextN: 1}
-	// Where the segments end, as a reader sees them: a last segment with no valid frame
-	// (a crash before its first Commit) is written again under its number, with the
-	// header it had; else the next segment records the last one's valid length.
-	r, err := OpenFS(fs, dir)
-	if err == nil && len(r.segs) > 0 {
-		last := r.segs[len(r.segs)-1]
-		if last.valid > 0 {
-			w.nextN, w.nextPrev = last.n+1, uint64(last.valid)
-		} else {
-			w.nextN = last.n
-			if len(r.segs) > 1 {
-				w.nextPrev = uint64(r.segs[len(r.segs)-2].valid)
-			}
-		}
-	}
+	err = w.findEnd()
 	if err == nil && !opts.NoCompression {
 		w.enc, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault))
 	}
@@ -109,6 +95,58 @@ func OpenWriter(dir string, o *WriterOptions) (*Writer, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// findEnd sets the number and header of the next segment from the last one written: its
+// valid length when it has a valid frame; when it has none (a crash before its first Commit)
+// its number again, with the header it had or, when that never reached the disk, the valid
+// length of the one before. Only the last segments are read: damage in older ones is the
+// readers' to report, not a reason to stop archiving; and damage in a sealed last segment
+// is kept whole (its length recorded) so that readers refuse it, naming the file.
+func (w *Writer) findEnd() error {
+	nums, err := listSegments(w.fs, w.dir)
+	if err != nil || len(nums) == 0 {
+		return err
+	}
+	last := nums[len(nums)-1]
+	path := w.fs.PathJoin(w.dir, segName(last))
+	s, err := scanSegment(w.fs, path, last, -1)
+	if errors.Is(err, ErrCorrupt) {
+		fi, serr := w.fs.Stat(path)
+		if serr != nil {
+			return serr
+		}
+		w.nextN, w.nextPrev = last+1, uint64(fi.Size())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if s.valid > 0 {
+		w.nextN, w.nextPrev = last+1, uint64(s.valid)
+		return nil
+	}
+	w.nextN = last
+	hdr := make([]byte, segHeaderLen)
+	if readAt(w.fs, path, hdr, 0) == nil {
+		if h, err := parseSegHeader(path, hdr); err == nil && h.n == last {
+			w.nextPrev = h.prevLen
+			return nil
+		}
+	}
+	if len(nums) > 1 && nums[len(nums)-2] == last-1 {
+		prev, err := scanSegment(w.fs, w.fs.PathJoin(w.dir, segName(last-1)), last-1, -1)
+		if err == nil {
+			w.nextPrev = uint64(prev.valid)
+		} else if errors.Is(err, ErrCorrupt) {
+			if fi, serr := w.fs.Stat(w.fs.PathJoin(w.dir, segName(last-1))); serr == nil {
+				w.nextPrev = uint64(fi.Size())
+			}
+		} else {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrLocked: another Writer (in this process or another) holds the archive.
