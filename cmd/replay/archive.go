@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/worklog/worklog/archive"
@@ -221,7 +223,9 @@ func (s *archivedStore) Sessions(ctx context.Context, fn func(session string) er
 			all = append(all, id)
 		}
 	}
-	sort.Strings(all) // the store's order: bytes of the session index
+	// The store's order: its session index's keys, the id's length (uvarint) then its bytes.
+	key := func(id string) string { return string(binary.AppendUvarint(nil, uint64(len(id)))) + id }
+	slices.SortFunc(all, func(x, y string) int { return strings.Compare(key(x), key(y)) })
 	for _, id := range all {
 		if err := fn(id); err != nil {
 			return err
