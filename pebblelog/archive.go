@@ -16,9 +16,9 @@ import (
 // removed in two phases, so that its events are on disk in the archive before the batch
 // that deletes them commits, and the store's single writer never waits for the archive.
 //
-//  1. PlanPrune, outside the writer: the group Txn.Prune would remove now, read from a
-//     snapshot made durable first (a sync of the WAL after the snapshot), and each of its
-//     events' stored bytes. The caller writes them into the archive and fsyncs it.
+//  1. PlanPrune, outside the writer: the group Txn.Prune would remove now, chosen on a
+//     snapshot made durable (a sync of the WAL after the snapshot), and each of its events'
+//     wire bytes (RawEvent). The caller writes them into the archive and fsyncs it.
 //  2. Txn.PruneArchived, in the writer: Txn.Prune of the group as it is then, only if every
 //     event it removes was archived in phase 1; otherwise ErrNotArchived and nothing (a
 //     subject became prunable before the others meanwhile): plan again.
@@ -34,10 +34,39 @@ import (
 var ErrNotArchived = errors.New("pebblelog: the prune group holds events that were not archived")
 
 // PlanPrune finds the group Txn.Prune(before, limit) would remove now and calls fn with each
-// of its events' sequence and stored bytes (the wire bytes RawEvent returns), ascending; raw
-// is only valid during the call. It returns the group's sequences (sorted) and whether the
-// group was full (more may be prunable). Everything it reads is durable when it returns.
+// of its events' sequence and wire bytes, ascending; raw is only valid during the call. It
+// returns the group's sequences (sorted) and whether the group was full (more may be
+// prunable). Everything it reads is durable when it returns.
+//
+// The events are read through RawEvent, the store's read path for an event's full wire
+// bytes, after the group is chosen: an event never changes, and no other prune removes them
+// meanwhile when, as in work, groups are planned and pruned one at a time. (One that did
+// makes an event missing here: an error, and nothing is pruned.)
 func (s *Store) PlanPrune(ctx context.Context, before int64, limit int, fn func(seq uint64, raw []byte) error) (_ []uint64, more bool, err error) {
+	seqs, more, err := s.planGroup(before, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, seq := range seqs {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		v, ok, err := s.RawEvent(seq)
+		if err != nil {
+			return nil, false, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
+		}
+		if !ok {
+			return nil, false, fmt.Errorf("%w: event %d of a prunable subject is missing", ErrCorruptRecord, seq)
+		}
+		if err := fn(seq, v); err != nil {
+			return nil, false, err
+		}
+	}
+	return seqs, more, nil
+}
+
+// planGroup chooses the group on a snapshot made durable: its sequences, sorted.
+func (s *Store) planGroup(before int64, limit int) (_ []uint64, more bool, err error) {
 	if err := s.enter(); err != nil {
 		return nil, false, err
 	}
@@ -85,21 +114,6 @@ func (s *Store) PlanPrune(ctx context.Context, before int64, limit int, fn func(
 		}
 	}
 	slices.Sort(seqs)
-	for _, seq := range seqs {
-		if err := ctx.Err(); err != nil {
-			return nil, false, err
-		}
-		v, ok, err := r.get(eventKey(seq))
-		if err != nil {
-			return nil, false, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
-		}
-		if !ok {
-			return nil, false, fmt.Errorf("%w: event %d of a prunable subject is missing", ErrCorruptRecord, seq)
-		}
-		if err := fn(seq, v); err != nil {
-			return nil, false, err
-		}
-	}
 	return seqs, more, nil
 }
 
