@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -38,6 +39,9 @@ const maxArchiveRetries = 8
 // archiveCommitted, when set (tests), runs between the archive's fsync and the prune
 // command: a crash clone taken there holds the events archived and still live.
 var archiveCommitted func()
+
+// archiveReplans counts groups planned again after ErrNotArchived (tests read it).
+var archiveReplans atomic.Int64
 
 // checkArchiveDir refuses an archive directory the store would take for its own files.
 func checkArchiveDir(dir, archiveDir string) error {
@@ -104,6 +108,7 @@ func (e *pebbleEngine) pruneArchived(ctx context.Context, before int64, limit in
 			return err
 		})
 		if errors.Is(err, pebblelog.ErrNotArchived) && attempt < maxArchiveRetries {
+			archiveReplans.Add(1)
 			continue
 		}
 		if err != nil {

@@ -286,3 +286,55 @@ func TestArchiveDirValidation(t *testing.T) {
 		t.Fatalf("two queues on one archive: %v", err)
 	}
 }
+
+// A subject that becomes prunable ahead of the planned group between the phases makes the
+// writer's group hold an event not archived: nothing is pruned (ErrNotArchived), the group
+// is planned again, and the archive still equals the pruned events.
+func TestArchiveReplansWhenTheGroupChanged(t *testing.T) {
+	defer SetPruneGroup(3)()
+	dir := t.TempDir()
+	arch := filepath.Join(dir, "archive")
+	q, err := Open(filepath.Join(dir, "store"), &Options{ArchiveDir: arch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	end := archiveHistory(t, q, 12)
+	early := archiveEpoch.Add(-2 * time.Hour)
+	tk, err := q.Session("late").SubmitAt(ctx, TaskRequest{Kind: "late"}, early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.ClaimDueAt(ctx, early, 10*time.Hour, 1)
+	if err != nil || len(ds) != 1 || ds[0].Task.ID != tk.ID {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	before := wireLog(t, q)
+	calls := 0
+	archiveCommitted = func() {
+		calls++
+		if calls == 1 { // finished "before" every planned subject: first in the retention index
+			if _, err := q.FinishAt(ctx, ds[0], Success(nil), early.Add(time.Minute)); err != nil {
+				t.Error(err)
+			}
+			for seq, b := range wireLog(t, q) { // with the late task's settlement
+				before[seq] = b
+			}
+		}
+	}
+	replans := archiveReplans.Load()
+	defer func() { archiveCommitted = nil }()
+	res, err := q.Prune(ctx, end.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	archiveCommitted = nil
+	if archiveReplans.Load() == replans || res.Tasks == 0 {
+		t.Fatalf("no group was planned again (%d archive commits for %+v)", calls, res)
+	}
+	checkArchive(t, vfs.Default, arch, q, before)
+	if _, found, _ := q.Session("late").Task(ctx, tk.ID); found {
+		t.Fatal("the late task was not pruned")
+	}
+}
