@@ -281,11 +281,3 @@ func (a *app) openStore(dir string) (store, error) {
 	}
 	return as, nil
 }
-
-// storePruned returns the ranges the store itself pruned, archived or not.
-func storePruned(st store) (projection.SeqRanges, error) {
-	if as, ok := st.(*archivedStore); ok {
-		return as.pruned, nil
-	}
-	return prunedRanges(st)
-}
