@@ -2,17 +2,19 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
 )
 
-// ErrNotNext: the events given to Importer.Append do not continue the log (their sequence
-// numbers are not the log head's next ones): the log changed, or the events are not a
-// contiguous run. Nothing was appended.
-var ErrNotNext = errors.New("postgres: events do not continue the log")
+// ErrNotNext: the events (or pruned ranges) given to Importer.Append or AppendLog do not
+// continue the log (their sequence numbers are not the log head's next ones, or leave a gap
+// no pruned range declares): the log changed, or the events are not a contiguous run. The
+// error names the sequence; nothing was appended. It is projection.ErrNotNext, which
+// pebblelog's import returns too.
+var ErrNotNext = projection.ErrNotNext
 
 // Importer appends events that already have their sequence numbers (a log exported from
 // another store) to a queue's log, through the same writer, transaction and fold
@@ -46,20 +48,30 @@ func (im *Importer) LastSeq(ctx context.Context) (uint64, error) {
 // transaction, each folded as it is appended. An event the fold refuses fails the whole call
 // (a *projection.ApplyError); events out of sequence fail with ErrNotNext naming the sequence.
 func (im *Importer) Append(ctx context.Context, evs []events.Event) error {
+	return im.AppendLog(ctx, evs, nil)
+}
+
+// AppendLog is Append for a log that was pruned: pruned are the ranges of sequences the
+// source had pruned (sorted), taken in sequence order with evs (projection.ImportSteps). A
+// gap between events is accepted only when a range declares it; the ranges are recorded in
+// the pruned table, coalesced with those they touch, and the log head moves past them (a
+// range may end the log), so Verify and ReadLog explain the gaps and a later prune coalesces
+// with them. Anything else out of sequence is ErrNotNext naming the sequence.
+func (im *Importer) AppendLog(ctx context.Context, evs []events.Event, pruned []projection.SeqRange) error {
 	return im.e.Update(ctx, func(tx engineapi.Txn) error {
-		last, err := tx.LastSeq()
-		if err != nil {
+		t, ok := tx.(*txn)
+		if !ok { // never: e.Update hands its closures its own transaction
+			return fmt.Errorf("postgres: AppendLog ran in a %T, not the engine's transaction", tx)
+		}
+		var ranges []projection.SeqRange // recorded at the end, in one round trip
+		err := projection.ImportSteps(t.seq+1, evs, pruned, t.Append, func(r projection.SeqRange) error {
+			ranges = append(ranges, r)
+			return t.SetLastSeq(r.To)
+		})
+		if err != nil || len(ranges) == 0 {
 			return err
 		}
-		for i, ev := range evs {
-			if want := last + uint64(i) + 1; ev.Head().Seq != want {
-				return fmt.Errorf("%w: event %d of the batch has seq %d, the log's next is %d", ErrNotNext, i, ev.Head().Seq, want)
-			}
-			if err := tx.Append(ev); err != nil {
-				return err
-			}
-		}
-		return nil
+		return t.addPruned(ranges)
 	})
 }
 

@@ -15,6 +15,15 @@
 // names, the error kind and detail, the deliveries of a claim in order, the completion
 // wakes it records, and how many state-changing events it appends.
 //
+// Retention (work-api-2.md) is model.prune, restated from the spec and not from
+// projection/prune.go, so that the two can disagree: a terminal task with FinishedAt <
+// before, with its completion wake only once that wake is acknowledged at a time < before;
+// a direct wake acknowledged before before. A pruned record keeps its handle, marked
+// pruned: it reads as absent, a delivery of a pruned task is ErrTaskNotFound (finish,
+// extend, release, settle-and-claim, cancel), of a pruned wake ErrStaleDelivery, a pruned
+// cursor is ErrTaskNotFound, and the keys are free (a Submit or Wake with one creates a new
+// record, a new handle).
+//
 // Pools are small so that collisions are frequent: 2 or 3 sessions (s1 s2 s3), 2 kinds, 3
 // keys (task keys and wake keys are separate namespaces), 6 spellings of 4 JSON values, 9
 // outcomes (successes with equal and different outputs, a summary, two failures, a
@@ -49,7 +58,7 @@
 //
 // Each op (ops_test.go) has a String for the report and is generated (gen_test.go) with
 // weights that favour the interesting cases; TestGeneratorCoverage checks that random
-// histories reach each of them (92 named cases):
+// histories reach each of them (117 named cases):
 //
 //	submit     immediate or scheduled (before, at, 1ns after, later than now); fresh, or a
 //	           repeat under a used key with the same intent (maybe another spelling of the
@@ -67,7 +76,7 @@
 //	ack        current (also after its lease expired), stale, repeated, forged, unknown
 //	advance    1ns to 2s, or exactly onto / 1ns before / 1ns after a lease expiry or a
 //	           schedule
-//	invalid    one of 23 requests that validation must refuse (blank kind, whitespace
+//	invalid    one of 24 requests that validation must refuse (blank kind, whitespace
 //	           key, bad JSON, zero lease or limit, non-terminal or malformed outcome, a
 //	           release's RunAt or reason, empty kinds, ...)
 //	extend     (work-api-2.md) a heartbeat of the current delivery (its lease later or
@@ -81,6 +90,13 @@
 //	           of another session, or an unknown id, varied limits
 //	settleAndClaim  up to 3 finishes and releases (any of the deliveries above), then a
 //	           claim of all kinds or some, limit 0 to 100, all in one step
+//	prune      (work-api-2.md, Retention) with before exactly at a terminal task's
+//	           FinishedAt or a wake's acknowledgment, 1ns before or after it, now, 1ns or 1s
+//	           after now, or in the past; weighted up when something is prunable; later
+//	           ops meet the pruned subjects (late finishes, extends, releases, acks,
+//	           cancels, reads, cursors, submits and wakes reusing their keys, restarts).
+//	           TestGeneratorCoverage also requires that at least 35% of the prunes remove
+//	           something (about half do)
 //	reopen     (restartable backends) Close, then Open the same directory
 //	crash      (restartable backends) open a vfs.CrashClone holding exactly the synced data,
 //	           without closing first
@@ -135,8 +151,23 @@
 //	                  earlier or later, and a released one not at all ([fencing],
 //	                  [at-least-once]); a SettleAndClaim settles each delivery on its own
 //	                  (one stale settle fails only its own result) before its claims
+//	[prune]           Prune removes exactly the model's subjects: PruneResult.Tasks and
+//	                  Wakes (completion wakes counted) are the model's, Events the number
+//	                  of those subjects' events the harness saw appended; nothing
+//	                  unprunable changes: every task read through the API and every task
+//	                  and wake record of the fold of the retained log (below) is exactly
+//	                  what it was before the prune; the pruned ones are gone from both;
+//	                  the log is exactly the retained events, and its only gaps are the
+//	                  pruned events; a pruned subject reads as absent afterwards (every
+//	                  step) and its deliveries fail as the model says
+//	                  With prunes, [replay] also folds the retained log as replay does
+//	                  (projection.Apply on a fresh Mem, the last sequence moved across
+//	                  each gap of pruned events, any other gap refused) after every prune
+//	                  and restart, and compares the fold with the model: exactly its
+//	                  unpruned tasks and wakes, in its state
 //	[durability]      (restartable backends) after Reopen or Crash the log holds exactly the
-//	                  acknowledged events and the state still equals the model
+//	                  acknowledged events that were not pruned, and the state still equals
+//	                  the model
 //	[differential]    two backends given the same history return the same results, rendered
 //	                  with ids replaced by handles (plus the model checks on both)
 //
@@ -149,11 +180,17 @@
 //	TestDifferentialDurable     in-memory vs durable
 //	TestScenarios               hand-written histories (main flow, JSON idempotency, exact
 //	                            lease expiry, cancel, claim order, isolation, wake leases)
-//	TestRegressions             replays testdata/regress/*.json on every backend; a file with
+//	TestRegressions             replays testdata/regress/*.json on memory and durable; a file with
 //	                            "skip" documents a known bug and skips with that reason. The
 //	                            mut-*.json files are the shrunk histories that killed the
 //	                            mutants of the mutation check (each names its mutant); they
 //	                            pass on a correct queue
+//	TestPruneLongRun            a history whose prune removes a run of ~180 consecutive events
+//	                            (on Pebble one range deletion, which random histories, too
+//	                            short, never reach), then restarts and takes more work
+//	TestRegressionsPostgres     replays the saved histories that prune on PostgreSQL (when a
+//	                            server is available; about 0.3 s a history there)
+//	TestDifferentialPostgres    memory vs PostgreSQL, with reopen, crash and prune
 //	TestGeneratorCoverage       the generator reaches every named case (model only)
 //	TestHistoryRoundTrip        the JSON printed with a failure loads back unchanged
 //
@@ -182,6 +219,9 @@
 //	                            in-memory differential test, 100 for each durable test)
 //	WORKLOG_PROPTEST_MAXLEN=N   longest history (default 60; lengths grow from 5 to N over
 //	                            a run)
+//	WORKLOG_PROPTEST_SKIP_VERIFY=1  leaves out Verify after each step: only for the
+//	                            mutation check, to see whether the model's own properties
+//	                            catch a mutant that Verify reports first
 //
 // The seed (-seed; default: from the clock) is logged by every run (visible with go test -v)
 // and printed with every failure; a seed reproduces the same histories only with the same two

@@ -54,6 +54,12 @@ func genOp(r *rand.Rand, m *model) op {
 			choice{1, func() op { return genSettleAndClaim(r, m, nil) }},
 		)
 	}
+	// Retention: a prune, weighted up when it would remove something.
+	if m.prunableNow() > 0 {
+		choices = append(choices, choice{6, func() op { return genPrune(r, m) }})
+	} else {
+		choices = append(choices, choice{1, func() op { return genPrune(r, m) }})
+	}
 	if m.restartable {
 		choices = append(choices, choice{1, func() op { return ReopenOp{} }}, choice{1, func() op { return CrashOp{} }})
 	}

@@ -64,6 +64,11 @@ func runsFor(def int) int {
 	return max(1, runs)
 }
 
+// skipVerify (WORKLOG_PROPTEST_SKIP_VERIFY=1) leaves out Queue.Verify after each step: only
+// for the mutation check, to see whether the model's own properties catch a mutant that
+// Verify would report first. Never set it otherwise: [replay] is one of the properties.
+var skipVerify = os.Getenv("WORKLOG_PROPTEST_SKIP_VERIFY") != ""
+
 func maxLen() int { return max(minLen+1, envInt("WORKLOG_PROPTEST_MAXLEN", defaultMaxLen)) }
 
 // --- gopter glue -------------------------------------------------------------------------------
@@ -369,6 +374,8 @@ var opTypes = map[string]reflect.Type{
 	"claimKinds":     reflect.TypeOf(ClaimKindsOp{}),
 	"tasks":          reflect.TypeOf(TasksOp{}),
 	"settleAndClaim": reflect.TypeOf(SettleAndClaimOp{}),
+
+	"prune": reflect.TypeOf(PruneOp{}),
 }
 
 func opName(o op) string {

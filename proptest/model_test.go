@@ -159,6 +159,7 @@ type mTask struct {
 	settledBy uint32 // the attempt whose delivery settled it; 0: none (or canceled pending)
 	cwake     int    // completion wake handle, -1 if none
 	extended  bool   // the current attempt's lease was extended (for coverage only)
+	pruned    bool   // removed by a Prune: reads as absent, its key is free
 }
 
 // eligible reports whether a claim at now may deliver the task, and since when it is eligible.
@@ -185,6 +186,8 @@ type mWake struct {
 	leaseExp int64
 	acked    bool
 	ackedBy  uint32
+	ackedAt  int64 // when the acknowledgment was recorded
+	pruned   bool  // removed by a Prune (a completion wake goes with its task)
 }
 
 func (w *mWake) available(now int64) (int64, bool) {
@@ -250,6 +253,9 @@ type expect struct {
 	// that settle left it (settled[i]; a released task may also be claimed in the same step).
 	settles []expect
 	settled []mTask
+	// prunedT and prunedW are the task and wake handles a Prune removes (completion wakes
+	// included, with their tasks), in handle order.
+	prunedT, prunedW []int
 	// why explains a rejection in property terms, for messages.
 	why string
 }
@@ -283,7 +289,7 @@ func (m *model) String() string {
 
 func (m *model) taskByKey(sess, key int) int {
 	for h, t := range m.tasks {
-		if t.sess == sess && t.key == key && key >= 0 {
+		if t.sess == sess && t.key == key && key >= 0 && !t.pruned {
 			return h
 		}
 	}
@@ -292,7 +298,7 @@ func (m *model) taskByKey(sess, key int) int {
 
 func (m *model) wakeByKey(sess, key int) int {
 	for h, w := range m.wakes {
-		if w.direct && w.sess == sess && w.key == key && key >= 0 {
+		if w.direct && w.sess == sess && w.key == key && key >= 0 && !w.pruned {
 			return h
 		}
 	}
@@ -336,12 +342,12 @@ func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, w
 
 func (m *model) read(sess, h int) {
 	m.exp.task = h
-	m.exp.found = h >= 0 && m.tasks[h].sess == sess
+	m.exp.found = h >= 0 && m.tasks[h].sess == sess && !m.tasks[h].pruned
 }
 
 func (m *model) cancel(sess, h int) {
 	m.exp.task = h
-	if h < 0 || m.tasks[h].sess != sess {
+	if h < 0 || m.tasks[h].sess != sess || m.tasks[h].pruned {
 		m.exp.err = errNotFound
 		return
 	}
@@ -392,8 +398,11 @@ func (m *model) claimList(el []claimed, lease int64, limit int) {
 
 func (m *model) finish(h int, attempt uint32, outcome int, forged bool) {
 	m.exp.task = h
-	if h < 0 {
+	if h < 0 || m.tasks[h].pruned {
 		m.exp.err = errNotFound
+		if h >= 0 {
+			m.exp.why = "the task was pruned"
+		}
 		return
 	}
 	t := &m.tasks[h]
@@ -446,8 +455,11 @@ func (m *model) owns(h int, attempt uint32, forged bool) bool {
 // now+lease, earlier or later than before; expiry itself is not checked.
 func (m *model) extend(h int, attempt uint32, lease int64, forged bool) {
 	m.exp.task = h
-	if h < 0 {
+	if h < 0 || m.tasks[h].pruned {
 		m.exp.err = errNotFound
+		if h >= 0 {
+			m.exp.why = "the task was pruned"
+		}
 		return
 	}
 	if !m.owns(h, attempt, forged) {
@@ -463,8 +475,11 @@ func (m *model) extend(h int, attempt uint32, lease int64, forged bool) {
 // as a cancel of pending work is (with its completion wake).
 func (m *model) release(h int, attempt uint32, hasRunAt bool, runAt int64, forged bool) {
 	m.exp.task = h
-	if h < 0 {
+	if h < 0 || m.tasks[h].pruned {
 		m.exp.err = errNotFound
+		if h >= 0 {
+			m.exp.why = "the task was pruned"
+		}
 		return
 	}
 	if !m.owns(h, attempt, forged) {
@@ -507,7 +522,7 @@ func (m *model) list(sess, stateMask, kindMask, after, limit int) {
 		m.exp.err, m.exp.task = errNotFound, -1
 		return
 	case after >= 0:
-		if m.tasks[after].sess != sess {
+		if m.tasks[after].sess != sess || m.tasks[after].pruned {
 			m.exp.err, m.exp.task = errNotFound, after
 			return
 		}
@@ -516,7 +531,7 @@ func (m *model) list(sess, stateMask, kindMask, after, limit int) {
 	m.exp.listed = []int{}
 	for h := start; h < len(m.tasks) && len(m.exp.listed) < limit; h++ {
 		t := m.tasks[h]
-		if t.sess == sess && (stateMask == 0 || stateMask&(1<<t.state) != 0) && (kindMask == 0 || kindMask&(1<<t.kind) != 0) {
+		if t.sess == sess && !t.pruned && (stateMask == 0 || stateMask&(1<<t.state) != 0) && (kindMask == 0 || kindMask&(1<<t.kind) != 0) {
 			m.exp.listed = append(m.exp.listed, h)
 		}
 	}
@@ -618,12 +633,16 @@ func (m *model) ack(h int, attempt uint32, forged bool) {
 		m.exp.err, m.exp.why = errStale, "unknown wake"
 		return
 	}
+	if m.wakes[h].pruned {
+		m.exp.err, m.exp.why = errStale, "the wake was pruned"
+		return
+	}
 	w := &m.wakes[h]
 	switch {
 	case !forged && w.acked && w.ackedBy == attempt:
 		// a repeated acknowledgment is fine and changes nothing
 	case !forged && !w.acked && w.attempts == attempt:
-		w.acked, w.ackedBy, w.claimed = true, attempt, false
+		w.acked, w.ackedBy, w.ackedAt, w.claimed = true, attempt, m.now, false
 		m.exp.events = 1
 	default:
 		m.exp.err, m.exp.audit = errStale, true
@@ -635,6 +654,59 @@ func (m *model) ack(h int, attempt uint32, forged bool) {
 		default:
 			m.exp.why = fmt.Sprintf("superseded by attempt %d", w.attempts)
 		}
+	}
+}
+
+// prunable is the rule of work-api-2.md "Retention", restated: a terminal task whose
+// FinishedAt is before before, together with its completion wake if it has one, and then
+// only if that wake was acknowledged and the acknowledgment was recorded before before.
+// (A task with WakeOnCompletion that is terminal always has its completion wake.)
+func (m *model) prunableTask(h int, before int64) bool {
+	t := m.tasks[h]
+	if t.pruned || !t.state.terminal() || t.finished >= before {
+		return false
+	}
+	if !t.wake {
+		return true
+	}
+	w := m.wakes[t.cwake]
+	return w.acked && w.ackedAt < before
+}
+
+// prunableWake: a requested (direct) wake acknowledged before before. A completion wake is
+// never pruned on its own.
+func (m *model) prunableWake(h int, before int64) bool {
+	w := m.wakes[h]
+	return !w.pruned && w.direct && w.acked && w.ackedAt < before
+}
+
+// prune is Queue.Prune(before): every prunable subject goes; nothing else changes. A pruned
+// task reads as absent, its deliveries are ErrTaskNotFound, a pruned wake's are
+// ErrStaleDelivery, their keys are free. It appends no event.
+func (m *model) prune(before int64) {
+	m.exp.prunedT, m.exp.prunedW = []int{}, []int{}
+	var ws []int
+	for h := range m.tasks {
+		if !m.prunableTask(h, before) {
+			continue
+		}
+		m.exp.prunedT = append(m.exp.prunedT, h)
+		if m.tasks[h].wake {
+			ws = append(ws, m.tasks[h].cwake)
+		}
+	}
+	for h := range m.wakes {
+		if m.prunableWake(h, before) {
+			ws = append(ws, h)
+		}
+	}
+	sort.Ints(ws)
+	m.exp.prunedW = ws
+	for _, h := range m.exp.prunedT {
+		m.tasks[h].pruned = true
+	}
+	for _, h := range ws {
+		m.wakes[h].pruned = true
 	}
 }
 

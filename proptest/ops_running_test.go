@@ -48,7 +48,11 @@ func validDelivery(m *model, h int, attempt uint32) bool {
 func checkRefusal(r *result, e expect, what, name string) []string {
 	switch e.err {
 	case errNotFound:
-		return checkErr(r, errNotFound, "model", e)
+		label := "model"
+		if e.task >= 0 {
+			label = "prune" // a delivery of a pruned task: the task is unknown now
+		}
+		return checkErr(r, errNotFound, label, e)
 	case errStale:
 		if r.err == nil {
 			return []string{fmt.Sprintf("[fencing] stale delivery %s (%s) could %s", name, e.why, what)}
@@ -307,10 +311,14 @@ func (o TasksOp) exec(s *system, r *result) {
 func (o TasksOp) check(m *model, r *result) []string {
 	e := m.exp
 	if e.err == errNotFound {
-		if r.err == nil {
-			return []string{fmt.Sprintf("[isolation] listing after %s, not a task of %s, returned %d tasks", r.sys.nameTask(r.id), sessionNames[o.S], len(r.list))}
+		label := "isolation"
+		if o.After >= 0 && m.tasks[o.After].pruned {
+			label = "prune"
 		}
-		return checkErr(r, errNotFound, "isolation", e)
+		if r.err == nil {
+			return []string{fmt.Sprintf("[%s] listing after %s, not a task of %s (or pruned), returned %d tasks", label, r.sys.nameTask(r.id), sessionNames[o.S], len(r.list))}
+		}
+		return checkErr(r, errNotFound, label, e)
 	}
 	if r.err != nil {
 		return []string{fmt.Sprintf("[model] listing failed: %v", r.err)}

@@ -132,7 +132,7 @@ func (o SubmitOp) check(m *model, r *result) []string {
 			}
 			return []string{fmt.Sprintf("[%s] a new request returned existing task %s of session %s", label, taskName(h), sessionNames[m.tasks[h].sess])}
 		}
-		if p := r.sys.bindTask(e.task, r.task.ID); p != "" {
+		if p := r.sys.bindTask(e.task, r.task.ID, sessionNames[o.S]); p != "" {
 			return []string{p}
 		}
 	} else if r.task.ID != r.sys.taskID(e.task) {
@@ -165,6 +165,9 @@ func (o ReadOp) check(m *model, r *result) []string {
 	}
 	if !m.exp.found {
 		if r.found {
+			if o.T >= 0 && m.tasks[o.T].pruned {
+				return []string{fmt.Sprintf("[prune] pruned task %s was found by session %s", taskName(o.T), sessionNames[o.S])}
+			}
 			if o.T >= 0 {
 				return []string{fmt.Sprintf("[isolation] session %s read task %s of session %s", sessionNames[o.S], taskName(o.T), sessionNames[m.tasks[o.T].sess])}
 			}
@@ -199,6 +202,9 @@ func (o CancelOp) check(m *model, r *result) []string {
 	if m.exp.err == errNotFound {
 		if o.T < 0 {
 			return checkErr(r, errNotFound, "model", m.exp)
+		}
+		if m.tasks[o.T].pruned {
+			return checkErr(r, errNotFound, "prune", m.exp)
 		}
 		if r.err == nil {
 			return []string{fmt.Sprintf("[isolation] session %s canceled task %s of session %s", sessionNames[o.S], taskName(o.T), sessionNames[m.tasks[o.T].sess])}
@@ -342,7 +348,7 @@ func (o FinishOp) check(m *model, r *result) []string {
 	name := fmt.Sprintf("%s#%d", taskName(o.T), o.Attempt)
 	switch e.err {
 	case errNotFound:
-		return checkErr(r, errNotFound, "model", e)
+		return checkErr(r, errNotFound, notFoundLabel(m, o.T), e)
 	case errStale:
 		if r.err == nil {
 			return []string{fmt.Sprintf("[fencing] stale delivery %s (%s) settled the task: %s", name, e.why, r.sys.showTask(r.task, false))}
@@ -548,10 +554,14 @@ func (o AckOp) check(m *model, r *result) []string {
 	e := m.exp
 	name := fmt.Sprintf("%s#%d", wakeName(o.W), o.Attempt)
 	if e.err == errStale {
-		if r.err == nil {
-			return []string{fmt.Sprintf("[fencing] stale acknowledgment %s (%s) was accepted", name, e.why)}
+		label := "fencing"
+		if o.W >= 0 && m.wakes[o.W].pruned {
+			label = "prune"
 		}
-		return checkErr(r, errStale, "fencing", e)
+		if r.err == nil {
+			return []string{fmt.Sprintf("[%s] stale acknowledgment %s (%s) was accepted", label, name, e.why)}
+		}
+		return checkErr(r, errStale, label, e)
 	}
 	if r.err != nil {
 		if e.events == 0 {
@@ -583,7 +593,7 @@ func (ReopenOp) String() string                     { return "reopen" }
 func (ReopenOp) valid(m *model) bool                { return m.restartable }
 func (ReopenOp) apply(*model)                       {}
 func (ReopenOp) exec(s *system, r *result)          { r.err = s.restart(false) }
-func (ReopenOp) check(_ *model, r *result) []string { return checkRestart("reopen", r) }
+func (ReopenOp) check(m *model, r *result) []string { return checkRestart(m, "reopen", r) }
 
 // CrashOp simulates a crash: it opens a clone of the filesystem that holds exactly the data
 // synced so far, without closing the store first.
@@ -593,13 +603,13 @@ func (CrashOp) String() string                     { return "crash" }
 func (CrashOp) valid(m *model) bool                { return m.restartable }
 func (CrashOp) apply(*model)                       {}
 func (CrashOp) exec(s *system, r *result)          { r.err = s.restart(true) }
-func (CrashOp) check(_ *model, r *result) []string { return checkRestart("crash", r) }
+func (CrashOp) check(m *model, r *result) []string { return checkRestart(m, "crash", r) }
 
-func checkRestart(what string, r *result) []string {
+func checkRestart(m *model, what string, r *result) []string {
 	if r.err != nil {
 		return []string{fmt.Sprintf("[durability] %s failed: %v", what, r.err)}
 	}
-	return r.sys.checkWholeLog(what)
+	return r.sys.checkWholeLog(m, what)
 }
 
 // --- invalid requests ------------------------------------------------------------------------------
@@ -712,6 +722,11 @@ var invalidCases = []invalidCase{
 	}},
 	{"settle and claim with a negative limit", "limit", func(s *system) error {
 		_, _, err := s.q().SettleAndClaimAt(s.ctx, nil, nil, s.at(), time.Second, -1)
+		return err
+	}},
+	// Retention; appended like part 2's.
+	{"prune with before out of range", "before", func(s *system) error {
+		_, err := s.q().Prune(s.ctx, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC))
 		return err
 	}},
 }

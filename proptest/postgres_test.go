@@ -93,3 +93,20 @@ func TestDifferentialPostgres(t *testing.T) {
 	srv := pgtest.Need(t)
 	checkHistories(t, &harness{backends: []backendSpec{memoryBackend, postgresBackend(t, srv)}}, runsFor(postgresRuns))
 }
+
+// TestRegressionsPostgres replays the saved histories (testdata/regress) that prune on
+// PostgreSQL, as TestRegressions replays all of them on the in-memory and the durable queue
+// (mut-36 killed a mutant of the PostgreSQL prune only). Only those: a replay costs about
+// 0.3 s there (a TRUNCATE, an Open and a Verify per step), and the others' rules are the
+// differential test's.
+func TestRegressionsPostgres(t *testing.T) {
+	srv := pgtest.Need(t)
+	replayRegressions(t, []backendSpec{postgresBackend(t, srv)}, func(ops []op) bool {
+		for _, o := range ops {
+			if _, ok := o.(PruneOp); ok {
+				return true
+			}
+		}
+		return false
+	})
+}

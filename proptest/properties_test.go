@@ -57,7 +57,11 @@ func allBackends() []backendSpec {
 
 // TestRegressions replays every saved history in testdata/regress on every backend. A file
 // with "skip" documents a known bug and is skipped with that reason.
-func TestRegressions(t *testing.T) {
+func TestRegressions(t *testing.T) { replayRegressions(t, allBackends(), nil) }
+
+// replayRegressions replays every saved history on each of backends (only those for which
+// only(ops) holds, when only is set).
+func replayRegressions(t *testing.T, backends []backendSpec, only func([]op) bool) {
 	files := loadHistories(t, filepath.Join("testdata", "regress"))
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -70,7 +74,10 @@ func TestRegressions(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		for _, b := range allBackends() {
+		if only != nil && !only(ops) {
+			continue
+		}
+		for _, b := range backends {
 			t.Run(name+"/"+b.name, func(t *testing.T) {
 				if f.Skip != "" {
 					t.Skip(f.Skip)
@@ -286,11 +293,89 @@ func TestScenarios(t *testing.T) {
 			SettleAndClaimOp{Mask: 2, Lease: sec, Limit: 100},
 			SettleAndClaimOp{Lease: 0, Limit: 0},
 		}},
+		{"prune: strictly before, a completion wake only once acknowledged, keys freed", []op{
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: k1},
+			ClaimOp{Lease: sec, Limit: 100},
+			FinishOp{T: 0, Attempt: 1, Outcome: 0},            // T0 finished at 0
+			PruneOp{Before: 0},                                // exactly its FinishedAt: kept
+			PruneOp{Before: 1},                                // 1ns after: pruned
+			ReadOp{S: s1, T: 0},                               // absent
+			FinishOp{T: 0, Attempt: 1, Outcome: 0},            // a late finish: ErrTaskNotFound
+			SubmitOp{S: s1, Kind: thumb, Input: one, Key: k1}, // the key is free: T1, new
+			SubmitOp{S: s1, Kind: index, Input: ab, Key: k2, Wake: true},
+			ClaimKindsOp{Mask: 2, Lease: sec, Limit: 100}, // T2
+			AdvanceOp{D: sec},
+			FinishOp{T: 2, Attempt: 1, Outcome: 6}, // finished at 1s, completion wake W0
+			WakeOp{S: s1, Key: k1, Payload: one},   // W1
+			ClaimWakesOp{Lease: 10 * sec, Limit: 100},
+			AckOp{W: 1, Attempt: 1}, // W1 acknowledged at 1s
+			AdvanceOp{D: sec},
+			PruneOp{Before: int64(2 * sec)},       // W1 goes; T2 stays, its completion wake is unacknowledged
+			AckOp{W: 1, Attempt: 1},               // a pruned wake: ErrStaleDelivery
+			WakeOp{S: s1, Key: k1, Payload: f},    // its key is free: W2, new
+			AckOp{W: 0, Attempt: 1},               // acknowledged at 2s
+			PruneOp{Before: int64(2 * sec)},       // exactly at the acknowledgment: T2 stays
+			PruneOp{Before: int64(2*sec) + 1},     // T2 and W0 go together
+			AckOp{W: 0, Attempt: 1},               // ErrStaleDelivery
+			TasksOp{S: s1, After: -1, Limit: 100}, // T1 only
+			TasksOp{S: s1, After: 2, Limit: 100},  // a pruned cursor: ErrTaskNotFound
+			CancelOp{S: s1, T: 2},
+			ExtendOp{T: 2, Attempt: 1, Lease: sec},
+			ReleaseOp{T: 2, Attempt: 1},
+			ClaimOp{Lease: sec, Limit: 100}, // T1: claims see the same work
+		}},
 	}
 	for _, sc := range scenarios {
 		for _, b := range allBackends() {
 			t.Run(sc.name+"/"+b.name, func(t *testing.T) { replay(t, b, 2, sc.ops) })
 		}
+	}
+}
+
+// TestPruneLongRun prunes runs of more consecutive events than random histories make: on
+// Pebble a run of at least 64 pruned events is one range deletion, not a point deletion
+// each (pebblelog/prune.go). Then the store restarts (the durable backend) and takes more
+// work; every check runs after every step, as for the random histories.
+func TestPruneLongRun(t *testing.T) {
+	const n = 40
+	sec := time.Second
+	// T0 is scheduled later and stays pending: kept, before the run.
+	ops := []op{SubmitOp{S: 1, Kind: 0, Input: 0, Key: 0, HasRunAt: true, RunAt: int64(time.Hour)}}
+	for i := range n { // T1..T40, half with a completion wake
+		ops = append(ops, SubmitOp{S: i % 2, Kind: i % 2, Input: 2, Key: -1, Wake: i%2 == 0})
+	}
+	ops = append(ops, ClaimOp{Lease: sec, Limit: 100})
+	var settles []settleSpec
+	for h := 1; h <= n; h++ {
+		settles = append(settles, settleSpec{T: h, Attempt: 1, Outcome: h % 7})
+	}
+	ops = append(ops, SettleAndClaimOp{Settles: settles, Lease: sec, Limit: 0}, // 20 completion wakes
+		ClaimWakesOp{Lease: sec, Limit: 100})
+	for w := range n / 2 {
+		ops = append(ops, AckOp{W: w, Attempt: 1})
+	}
+	// One run of about 180 events (seq 2 on) goes; T0 and the new work stay.
+	ops = append(ops, WakeOp{S: 0, Key: 1, Payload: 2}, AdvanceOp{D: sec}, PruneOp{Before: int64(sec)},
+		ReadOp{S: 1, T: 0}, ReopenOp{},
+		SubmitOp{S: 0, Kind: 0, Input: 2, Key: 0}, ClaimOp{Lease: sec, Limit: 100},
+		ClaimWakesOp{Lease: sec, Limit: 100}, AckOp{W: 20, Attempt: 1}, AdvanceOp{D: sec},
+		PruneOp{Before: int64(2 * sec)}, CrashOp{},
+		TasksOp{S: 0, After: -1, Limit: 100}, AdvanceOp{D: time.Hour}, ClaimOp{Lease: sec, Limit: 100})
+	for _, b := range allBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			run := ops
+			if !b.restartable {
+				run = nil
+				for _, o := range ops {
+					switch o.(type) {
+					case ReopenOp, CrashOp:
+					default:
+						run = append(run, o)
+					}
+				}
+			}
+			replay(t, b, 2, run)
+		})
 	}
 }
 
@@ -338,7 +423,7 @@ func TestGeneratorCoverage(t *testing.T) {
 		}
 	}
 	var missing, report []string
-	for _, c := range coverageCases {
+	for _, c := range append(coverageCases[:len(coverageCases):len(coverageCases)], pruneCoverageCases...) {
 		if seen[c] == 0 {
 			missing = append(missing, c)
 		}
@@ -347,6 +432,12 @@ func TestGeneratorCoverage(t *testing.T) {
 	t.Logf("cases reached in 400 random histories:\n%s", strings.Join(report, "\n"))
 	if len(missing) > 0 {
 		t.Errorf("the generator never reached: %s", strings.Join(missing, "; "))
+	}
+	// A Prune must remove something in a good share of the histories' prunes, or the
+	// properties about what it removes and keeps would hold for want of trying. (About half
+	// do; the others are the boundary draws that must remove nothing, also wanted.)
+	if hit, all := seen["prune removes something"], seen["prune removes something"]+seen["prune nothing"]; all == 0 || hit*100 < all*35 {
+		t.Errorf("only %d of %d prunes removed a subject, want at least 35%%", hit, all)
 	}
 	for _, ty := range events.AllTypes() {
 		c, ok := caseAppending[ty]
@@ -675,7 +766,10 @@ func classify(o op, m, n *model) []string {
 		add("reopen")
 	case CrashOp:
 		add("crash")
+	case PruneOp:
+		classifyPrune(add, o, m, n)
 	}
+	classifyAfterPrune(add, o, m, n)
 	for _, w := range e.newCW {
 		t := m.tasks[n.wakes[w].task]
 		if _, ok := o.(ReleaseOp); ok {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -13,6 +14,7 @@ import (
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/postgres"
+	"github.com/worklog/worklog/projection"
 )
 
 // exportWire writes the whole log of the store dir names to stdout as a wire log.
@@ -25,27 +27,45 @@ func (a *app) exportWire(c *cobra.Command, dir string) error {
 		return err
 	}
 	defer st.Close()
+	return a.writeWire(c.Context(), st, dir)
+}
+
+// writeWire writes st's whole log to a.out as a wire log.
+func (a *app) writeWire(ctx context.Context, st store, dir string) error {
 	last, err := st.LastSeq()
 	if err != nil {
 		return readError(dir, err)
 	}
-	ww, err := newWireWriter(a.out)
+	// The pruned ranges go into the file in their places (version 2), so that the importing
+	// store records them: its Verify explains the gaps, and its replay shows them.
+	pruned, err := prunedRanges(st)
+	if err != nil {
+		return readError(dir, err)
+	}
+	ww, err := newWireWriter(a.out, pruned)
 	if err != nil {
 		return err
 	}
 	p := a.newProgress("exporting", false)
-	err = st.RawLog(c.Context(), 1, last, func(seq uint64, raw []byte) error {
+	err = st.RawLog(ctx, 1, last, func(seq uint64, raw []byte) error {
 		p.update(seq, last)
 		return ww.event(seq, raw)
 	})
 	p.finish()
-	if err == nil && ww.last != last {
-		err = fmt.Errorf("%w: the log ends at seq %d, before its last sequence %d", events.ErrCorrupt, ww.last, last)
+	if err == nil {
+		err = ww.finish(last)
+	}
+	if errors.Is(err, errUndeclaredGap) {
+		// A queue that prunes while export reads (a PostgreSQL queue's processes may run)
+		// leaves a gap the ranges read first do not hold: that is not damage.
+		if now, rerr := prunedRanges(st); rerr == nil && !slices.Equal(now, pruned) {
+			return fmt.Errorf("%s was pruned while export read it (the log lacks events that were there when it began): stop the queue's processes and export again", dir)
+		}
 	}
 	if err != nil {
 		return readError(dir, err)
 	}
-	return ww.finish()
+	return nil
 }
 
 const importLong = `Load a wire log (written by replay export --wire) into an empty store: a Pebble store
@@ -58,6 +78,10 @@ projection by the same code (projection.Apply) as when it was first written, thr
 store's own writer: so the imported store reads the same tasks and wakes, and its leases
 fence the same lease tokens. Events are appended in groups, each one transaction; when all
 are in, import verifies the store (as replay verify does).
+
+A log that was pruned (Queue.Prune) moves with its pruned ranges: the new store records
+them as pruned, so it reads, verifies and goes on pruning as the old one did. A gap in the
+log that no pruned range declares is refused, naming the missing sequence.
 
 An import into a store that already holds events is refused: sequence numbers must stay
 the ones they were. If an import fails part way (a truncated file, a lost connection), the
@@ -92,10 +116,11 @@ func (a *app) importCommand() *cobra.Command {
 }
 
 // sink is the destination of an import: the engine-level path of each backend that appends
-// events which already have their sequence numbers, folding each as it goes.
+// events which already have their sequence numbers, folding each as it goes, and records the
+// ranges the source had pruned (projection.ImportSteps: both in sequence order).
 type sink interface {
 	lastSeq(ctx context.Context) (uint64, error)
-	append(ctx context.Context, evs []events.Event) error
+	append(ctx context.Context, evs []events.Event, pruned []projection.SeqRange) error
 	verify(ctx context.Context) ([]string, error)
 	close() error
 }
@@ -132,27 +157,39 @@ func (a *app) runImport(ctx context.Context, file, dest string) error {
 	}
 	p := a.newProgress("importing", false)
 	var group []events.Event
-	var n uint64
+	var groupPruned []projection.SeqRange
+	var n, last, from uint64 // events appended, the last sequence read, the group's first
+	var pruned projection.SeqRanges
 	flush := func() error {
-		if len(group) == 0 {
+		if len(group) == 0 && len(groupPruned) == 0 {
 			return nil
 		}
-		if err := s.append(ctx, group); err != nil {
-			return fmt.Errorf("%s: appending seq %d..%d: %w", dest, n-uint64(len(group))+1, n, err)
+		if err := s.append(ctx, group, groupPruned); err != nil {
+			return fmt.Errorf("%s: appending seq %d..%d: %w", dest, from, last, err)
 		}
-		group = group[:0]
+		group, groupPruned = group[:0], groupPruned[:0]
 		return nil
 	}
 	for {
-		ev, err := wr.read()
+		rec, err := wr.read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err == nil {
-			group = append(group, ev)
-			n++
+			if len(group) == 0 && len(groupPruned) == 0 {
+				from = last + 1
+			}
+			if rec.ev != nil {
+				group = append(group, rec.ev)
+				n++
+				last = rec.ev.Head().Seq
+			} else {
+				groupPruned = append(groupPruned, rec.pruned)
+				pruned = append(pruned, rec.pruned)
+				last = rec.pruned.To
+			}
 			p.update(n, 0)
-			if len(group) == importGroup {
+			if len(group) == importGroup || len(groupPruned) == importGroup {
 				err = flush()
 			}
 		} else {
@@ -160,7 +197,7 @@ func (a *app) runImport(ctx context.Context, file, dest string) error {
 		}
 		if err != nil {
 			p.finish()
-			if n > 0 {
+			if last > 0 {
 				if done, lerr := s.lastSeq(ctx); lerr == nil && done > 0 {
 					err = fmt.Errorf("%w; %s now holds seq 1..%d, a consistent prefix of the log: remove it and import again", err, dest, done)
 				}
@@ -181,15 +218,19 @@ func (a *app) runImport(ctx context.Context, file, dest string) error {
 	if err := s.close(); err != nil {
 		return fmt.Errorf("%s: %v", dest, err)
 	}
+	what := fmt.Sprintf("%s (seq 1..%d)", plural(int(n), "event", "events"), last)
+	if len(pruned) > 0 {
+		what = fmt.Sprintf("%s (seq 1..%d, and %s of %s recorded as pruned)", plural(int(n), "event", "events"), last,
+			plural(len(pruned), "pruned range", "pruned ranges"), plural(int(pruned.Count()), "seq", "seqs"))
+	}
 	if len(problems) > 0 {
-		fmt.Fprintf(a.out, "import into %s: %s appended, but verify FAILED, %s:\n", dest, plural(int(n), "event", "events"), plural(len(problems), "problem", "problems"))
+		fmt.Fprintf(a.out, "import into %s: %s appended, but verify FAILED, %s:\n", dest, what, plural(len(problems), "problem", "problems"))
 		for _, p := range problems {
 			fmt.Fprintf(a.out, "  %s\n", p)
 		}
 		return exitCode(exitFindings)
 	}
-	fmt.Fprintf(a.out, "import into %s: ok. %s (seq 1..%d) appended and folded; verify: the stored projection equals a rebuild from the log.\n",
-		dest, plural(int(n), "event", "events"), n)
+	fmt.Fprintf(a.out, "import into %s: ok. %s appended and folded; verify: the stored projection equals a rebuild from the log.\n", dest, what)
 	return nil
 }
 
@@ -215,34 +256,21 @@ func openSink(ctx context.Context, dest string) (sink, error) {
 type pgSink struct{ im *postgres.Importer }
 
 func (s pgSink) lastSeq(ctx context.Context) (uint64, error) { return s.im.LastSeq(ctx) }
-func (s pgSink) append(ctx context.Context, evs []events.Event) error {
-	return s.im.Append(ctx, evs)
+func (s pgSink) append(ctx context.Context, evs []events.Event, pruned []projection.SeqRange) error {
+	return s.im.AppendLog(ctx, evs, pruned)
 }
 func (s pgSink) verify(ctx context.Context) ([]string, error) { return s.im.Verify(ctx) }
 func (s pgSink) close() error                                 { return s.im.Close() }
 
-// pebbleSink appends through pebblelog's writer (Store.Update, Txn.Append): the path every
-// command's events take, here given events that already have their sequence numbers.
+// pebbleSink appends through pebblelog's writer (Store.AppendLog: Store.Update, Txn.Append):
+// the path every command's events take, here given events that already have their sequence
+// numbers.
 type pebbleSink struct{ st *pebblelog.Store }
 
 func (s pebbleSink) lastSeq(context.Context) (uint64, error) { return s.st.LastSeq() }
 
-func (s pebbleSink) append(ctx context.Context, evs []events.Event) error {
-	return s.st.Update(ctx, func(tx *pebblelog.Txn) error {
-		last, err := tx.Reader().LastSeq()
-		if err != nil {
-			return err
-		}
-		for i, ev := range evs {
-			if want := last + uint64(i) + 1; ev.Head().Seq != want {
-				return fmt.Errorf("event %d of the group has seq %d, the log's next is %d (the store changed during the import)", i, ev.Head().Seq, want)
-			}
-			if err := tx.Append(ev); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+func (s pebbleSink) append(ctx context.Context, evs []events.Event, pruned []projection.SeqRange) error {
+	return s.st.AppendLog(ctx, evs, pruned)
 }
 
 func (s pebbleSink) verify(ctx context.Context) ([]string, error) {
