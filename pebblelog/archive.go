@@ -78,7 +78,7 @@ func (s *Store) planGroup(before int64, limit int) (_ []uint64, more bool, err e
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return nil, false, fmt.Errorf("pebblelog: syncing the WAL before archiving: %w", err)
 	}
-	r := reader{snap}
+	r := reader{r: snap} // no blobs: it reads no event
 	var entries []projection.PruneEntry
 	if err := r.ScanPrunable(before, func(e projection.PruneEntry) bool {
 		if len(entries) == limit {

@@ -21,7 +21,8 @@ import (
 )
 
 // The corruption matrix (docs/design.md §7.2). Real stores are built by the test, one held
-// only in the WAL and one with most of its log in sstables, while a ledger keeps every
+// only in the WAL, one with most of its log in sstables, a crashed one, and one with blob
+// files (format 4), while a ledger keeps every
 // operation the store acknowledged. Then every file of each store is damaged in turn —
 // bytes flipped at fixed and seeded offsets, truncated, deleted — in a copy, and:
 //
@@ -149,6 +150,90 @@ func buildMatrixStores(t *testing.T) []matrixStore {
 		t.Fatal(err)
 	}
 	out = append(out, matrixStore{"crashed", clone, l})
+
+	// With blob files (format 4): large values, one a task's output shared by its completion
+	// wake, beside an ordinary history; held in the WAL and closed. Every blob file is
+	// damaged like the store's own files.
+	mem = vfs.NewMem()
+	if s, err = Open("/store", &Options{FS: mem}); err != nil {
+		t.Fatal(err)
+	}
+	l = nil
+	l.history(t, s, 0, 8)
+	sub := submitted("s1", "big1", sec(100), true)
+	sub.Input = bigValue(21, BlobMin)
+	l.commit(t, s, sub)
+	l.commit(t, s, claimed("s1", "big1", sec(101), 1, "tok-big1"))
+	st := settled("s1", "big1", sec(102), 1, "tok-big1")
+	st.Outcome.Output = bigValue(22, BlobMin+7)
+	l.commit(t, s, st, &events.WakeRecorded{Header: events.Header{SessionID: "s1", At: sec(102)}, WakeID: "wbig1",
+		Reason: events.WakeTaskFinished, TaskID: "big1", Outcome: st.Outcome})
+	wk := requestedWake("s2", "wbig2", sec(103))
+	wk.Payload = bigValue(23, BlobMin+3)
+	l.commit(t, s, wk)
+	l.history(t, s, 8, 4)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, matrixStore{"blobs", mem, l})
+	return out
+}
+
+// storeFiles lists the files of a matrix store: the store directory's and, under BlobDir,
+// the blob files (as "blobs/<name>").
+func storeFiles(t *testing.T, fs vfs.FS) []string {
+	t.Helper()
+	names, err := fs.List("/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if n != BlobDir {
+			out = append(out, n)
+		}
+	}
+	blobs, err := fs.List("/store/" + BlobDir)
+	if err != nil && !oserrNotExist(err) {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	// Blob names are random: the blobs go last, by size (each differs), so that every child
+	// process of the matrix numbers the cases alike.
+	sort.Slice(blobs, func(i, j int) bool { return fileSize(t, fs, blobs[i]) < fileSize(t, fs, blobs[j]) })
+	for _, n := range blobs {
+		out = append(out, BlobDir+"/"+n)
+	}
+	return out
+}
+
+func fileSize(t *testing.T, fs vfs.FS, blob string) int64 {
+	t.Helper()
+	fi, err := fs.Stat("/store/" + BlobDir + "/" + blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// copyStore copies a matrix store, its blob files included, into a new in-memory FS.
+func copyStore(t *testing.T, fs vfs.FS) vfs.FS {
+	t.Helper()
+	out := copyMem(t, fs, "/store")
+	blobs, err := fs.List("/store/" + BlobDir)
+	if oserrNotExist(err) {
+		return out
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.MkdirAll("/store/"+BlobDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range blobs {
+		p := "/store/" + BlobDir + "/" + n
+		writeAll(t, out, p, readFileT(t, fs, p))
+	}
 	return out
 }
 
@@ -266,12 +351,7 @@ func matrixCases(t *testing.T) []matrixCase {
 	var out []matrixCase
 	for i := range stores {
 		st := &stores[i]
-		names, err := st.fs.List("/store")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sort.Strings(names)
-		for _, name := range names {
+		for _, name := range storeFiles(t, st.fs) {
 			for _, d := range damagesFor(name, readFileT(t, st.fs, "/store/"+name), rng) {
 				out = append(out, matrixCase{fmt.Sprintf("%s/%s/%s", st.name, name, d.what), st, name, d})
 			}
@@ -281,7 +361,7 @@ func matrixCases(t *testing.T) []matrixCase {
 }
 
 func (c matrixCase) run(t *testing.T) string {
-	fs := copyMem(t, c.store.fs, "/store")
+	fs := copyStore(t, c.store.fs)
 	if b, keep := c.d.apply(readFileT(t, c.store.fs, "/store/"+c.file)); keep {
 		writeAll(t, fs, "/store/"+c.file, b)
 	} else if err := fs.Remove("/store/" + c.file); err != nil {

@@ -1,6 +1,7 @@
 package pebblelog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -27,20 +28,25 @@ import (
 // empty one means "in the event". A record that was empty in format 1 too (a value-less event
 // written through pebblelog directly) reads its empty value from the event: the same answer.
 //
-// A task's output stays in its record: it is written when the task settles, which happens
-// once, and no later transition of a settled task is frequent enough to matter.
+// A task's output stays in its record (it is written when the task settles, which happens
+// once), unless it is of BlobMin bytes or more (format 4): then the settle event refers to
+// its blob file (blob.go) and the record leaves it empty, like an input.
 
 // errValueEvent marks a record whose creating event is missing or is not the one that
 // created it: the log and the projection disagree.
 var errValueEvent = errors.New("the event that created the record is missing or another one")
 
-// recordTask is what a format-2 task record holds: t without its input.
+// recordTask is what a task record holds: t without its input (format 2) and without an
+// output of BlobMin bytes or more (format 4: the settle event refers to its blob).
 func recordTask(t *projection.Task) *projection.Task {
-	if len(t.Input) == 0 {
+	if len(t.Input) == 0 && len(t.Outcome.Output) < BlobMin {
 		return t
 	}
 	c := *t
 	c.Input = nil
+	if len(c.Outcome.Output) >= BlobMin {
+		c.Outcome.Output = nil
+	}
 	return &c
 }
 
@@ -59,6 +65,16 @@ func recordWake(x *projection.Wake) *projection.Wake {
 // taskNeedsInput reports whether t's input is in its creating event rather than in t.
 func taskNeedsInput(t *projection.Task) bool { return len(t.Input) == 0 && t.SubmitSeq != 0 }
 
+// taskNeedsOutput reports whether t's output is in its settle event rather than in t
+// (format 4: an output of BlobMin bytes or more). A live succeeded task's output is never
+// empty (JSON null is "null"), so an empty one is in the event.
+func taskNeedsOutput(t *projection.Task) bool {
+	return len(t.Outcome.Output) == 0 && t.State == events.StateSucceeded && t.SubmitSeq != 0
+}
+
+// taskNeedsValues reports whether t lacks a value its events hold.
+func taskNeedsValues(t *projection.Task) bool { return taskNeedsInput(t) || taskNeedsOutput(t) }
+
 // wakeNeedsValues reports whether x's payload or completion output is in its creating event.
 func wakeNeedsValues(x *projection.Wake) bool {
 	if x.RecordSeq == 0 {
@@ -76,15 +92,15 @@ func wakeNeedsValues(x *projection.Wake) bool {
 // withEvent decodes the event at seq as r sees it and passes it to fn. The event is decoded
 // straight from Pebble's value, which is valid only until the closer runs: Decode copies the
 // byte strings it returns, so the value is copied once, into the field the caller keeps.
-func withEvent(r pebble.Reader, seq uint64, fn func(events.Event) error) error {
-	v, closer, err := r.Get(eventKey(seq))
+func withEvent(r reader, seq uint64, fn func(events.Event) error) error {
+	v, closer, err := r.r.Get(eventKey(seq))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return fmt.Errorf("%w: event %d: %w", ErrCorruptRecord, seq, errValueEvent)
 	}
 	if err != nil {
 		return fmt.Errorf("pebblelog: reading event %d: %w", seq, err)
 	}
-	ev, err := events.Decode(v, seq)
+	ev, err := r.bl.decodeStored(v, seq, events.Decode) // a blob's value is read from its file
 	closeErr := closer.Close()
 	if err != nil {
 		return err
@@ -96,7 +112,7 @@ func withEvent(r pebble.Reader, seq uint64, fn func(events.Event) error) error {
 }
 
 // taskInput reads the input of task t from its TaskSubmitted event.
-func taskInput(r pebble.Reader, t *projection.Task) ([]byte, error) {
+func taskInput(r reader, t *projection.Task) ([]byte, error) {
 	var in []byte
 	err := withEvent(r, t.SubmitSeq, func(ev events.Event) error {
 		sub, ok := ev.(*events.TaskSubmitted)
@@ -125,7 +141,7 @@ func (v wakeValues) fill(x *projection.Wake) {
 
 // wakeEventValues reads the payload and completion output of wake x from its WakeRecorded
 // event.
-func wakeEventValues(r pebble.Reader, x *projection.Wake) (wakeValues, error) {
+func wakeEventValues(r reader, x *projection.Wake) (wakeValues, error) {
 	var out wakeValues
 	err := withEvent(r, x.RecordSeq, func(ev events.Event) error {
 		rec, ok := ev.(*events.WakeRecorded)
@@ -138,18 +154,64 @@ func wakeEventValues(r pebble.Reader, x *projection.Wake) (wakeValues, error) {
 	return out, err
 }
 
-// fillTask gives t (a copy the caller owns) its input, read through r when t lacks it.
-func fillTask(r pebble.Reader, t *projection.Task) error {
-	if !taskNeedsInput(t) {
-		return nil
+// fillTask gives t (a copy the caller owns) its input and output, read through r when t
+// lacks them.
+func fillTask(r reader, t *projection.Task) error {
+	if taskNeedsInput(t) {
+		in, err := taskInput(r, t)
+		if err != nil {
+			return err
+		}
+		t.Input = in
 	}
-	in, err := taskInput(r, t)
-	t.Input = in
-	return err
+	if taskNeedsOutput(t) {
+		out, err := taskOutput(r, t)
+		if err != nil {
+			return err
+		}
+		t.Outcome.Output = out
+	}
+	return nil
+}
+
+// taskOutput reads the output of the settled task t from its TaskSettled event, found
+// through the per-subject index from its newest event back (after the settle come at most
+// rejected settlements).
+func taskOutput(r reader, t *projection.Task) (_ []byte, err error) {
+	p := subjectPrefix(t.ID)
+	it, err := r.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	for ok := it.Last(); ok; ok = it.Prev() {
+		k := it.Key()
+		if len(k) != len(p)+8 {
+			return nil, fmt.Errorf("%w: subject index key %q", ErrCorruptRecord, k)
+		}
+		var out []byte
+		found := false
+		err := withEvent(r, binary.BigEndian.Uint64(k[len(p):]), func(ev events.Event) error {
+			if st, ok := ev.(*events.TaskSettled); ok && st.TaskID == t.ID {
+				out, found = st.Outcome.Output, true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			return out, nil
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: task %s: no settle event holds its output: %w", ErrCorruptRecord, t.ID, errValueEvent)
 }
 
 // fillWake gives x (a copy the caller owns) its payload and completion output.
-func fillWake(r pebble.Reader, x *projection.Wake) error {
+func fillWake(r reader, x *projection.Wake) error {
 	if !wakeNeedsValues(x) {
 		return nil
 	}
@@ -162,12 +224,21 @@ func fillWake(r pebble.Reader, x *projection.Wake) error {
 // the decide code's repeated reads of one task in a command (before and after its append)
 // read the event once.
 type inputs struct {
-	tasks map[string][]byte
-	wakes map[string]wakeValues
+	tasks   map[string][]byte
+	outputs map[string][]byte // task outputs of BlobMin bytes or more (format 4)
+	wakes   map[string]wakeValues
 	// The ids whose values are longer than OwnedValueMin, which newCommand forgets: kept
 	// apart so that starting a command costs what the commands before it put that is large,
 	// not a walk of every value the batch read.
-	largeTasks, largeWakes []string
+	largeTasks, largeWakes, largeOutputs []string
+}
+
+func (in *inputs) putOutput(id string, v []byte) {
+	if in.outputs == nil {
+		in.outputs = make(map[string][]byte)
+	}
+	in.outputs[id] = v
+	in.largeOutputs = append(in.largeOutputs, id)
 }
 
 func (in *inputs) putTask(id string, v []byte) {
@@ -198,8 +269,22 @@ type decideReader struct {
 
 func (d decideReader) Task(id string) (*projection.Task, error) {
 	t, err := d.writer.Task(id)
-	if err != nil || t == nil || !taskNeedsInput(t) {
+	if err != nil || t == nil || !taskNeedsValues(t) {
 		return t, err
+	}
+	if taskNeedsOutput(t) {
+		out, ok := d.writer.inputs.outputs[id]
+		if !ok {
+			// The settle event is in the DB or in this batch: read through the batch.
+			if out, err = taskOutput(d.writer.reader, t); err != nil {
+				return nil, err
+			}
+			d.writer.inputs.putOutput(id, out)
+		}
+		t.Outcome.Output = out
+	}
+	if !taskNeedsInput(t) {
+		return t, nil
 	}
 	if in, ok := d.writer.inputs.tasks[id]; ok {
 		t.Input = in
@@ -232,17 +317,17 @@ func (d decideReader) Wake(id string) (*projection.Wake, error) {
 // nearly always comes from, or else through the batch (the task was submitted in this batch
 // and its record put without the input).
 func (w *writer) eventTaskInput(t *projection.Task) ([]byte, error) {
-	in, err := taskInput(w.committed.r, t)
+	in, err := taskInput(w.committed, t)
 	if errors.Is(err, errValueEvent) {
-		in, err = taskInput(w.reader.r, t)
+		in, err = taskInput(w.reader, t)
 	}
 	return in, err
 }
 
 func (w *writer) eventWakeValues(x *projection.Wake) (wakeValues, error) {
-	v, err := wakeEventValues(w.committed.r, x)
+	v, err := wakeEventValues(w.committed, x)
 	if errors.Is(err, errValueEvent) {
-		v, err = wakeEventValues(w.reader.r, x)
+		v, err = wakeEventValues(w.reader, x)
 	}
 	return v, err
 }
@@ -251,6 +336,9 @@ func (w *writer) eventWakeValues(x *projection.Wake) (wakeValues, error) {
 // or a record read with its input) too large for the writer's maps (cachedTask), so that the
 // decide code's next read does not go to the event. A small one stays in the map's record.
 func (w *writer) keepTaskInput(t *projection.Task) {
+	if len(t.Outcome.Output) >= BlobMin {
+		w.inputs.putOutput(t.ID, t.Outcome.Output) // format 4: not in the record either
+	}
 	if len(t.Input) <= cachedValueMax {
 		return
 	}
@@ -271,7 +359,8 @@ func (w *writer) keepWakeValues(x *projection.Wake) {
 // (newCommand). So a caller may pass it on without copying it, as the work package's
 // snapshots do: with 64 MiB values every copy costs 64 MiB more of peak memory. A shorter
 // value may be shared with the record cache and must be copied before it is handed out.
-// (A task's output is not covered: it stays in the task's record, which the cache keeps.)
+// (A task's output is covered from OwnedOutputMin only: a shorter one stays in the task's
+// record, which the cache keeps.)
 const OwnedValueMin = cachedValueMax
 
 // newCommand starts the next command of the writer's batch: it forgets the large values the
@@ -286,7 +375,10 @@ func (w *writer) newCommand() {
 	for _, id := range in.largeWakes {
 		delete(in.wakes, id)
 	}
-	in.largeTasks, in.largeWakes = in.largeTasks[:0], in.largeWakes[:0]
+	for _, id := range in.largeOutputs {
+		delete(in.outputs, id)
+	}
+	in.largeTasks, in.largeWakes, in.largeOutputs = in.largeTasks[:0], in.largeWakes[:0], in.largeOutputs[:0]
 }
 
 // cachedValueMax is the largest value a record keeps in the writer's maps and so in the record
@@ -294,12 +386,20 @@ func (w *writer) newCommand() {
 // (or, past its bound, evict everything else) and keep the value alive after its command.
 const cachedValueMax = 4 << 10
 
-// cachedTask is t as the writer keeps it after its command: without a large input.
+// cachedTask is t as the writer keeps it after its command: without a large input, and
+// without an output its record does not hold (format 4).
 func cachedTask(t *projection.Task) *projection.Task {
-	if len(t.Input) <= cachedValueMax {
+	if len(t.Input) <= cachedValueMax && len(t.Outcome.Output) < BlobMin {
 		return t
 	}
-	return recordTask(t)
+	c := *t
+	if len(c.Input) > cachedValueMax {
+		c.Input = nil
+	}
+	if len(c.Outcome.Output) >= BlobMin {
+		c.Outcome.Output = nil
+	}
+	return &c
 }
 
 func cachedWake(x *projection.Wake) *projection.Wake {

@@ -20,7 +20,7 @@ import (
 // (format 2: input.go).
 func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) error {
 	return scanRecords(s, ctx, prefixTask, decodeTask, func(t *projection.Task) error {
-		if err := fillTask(s.db, t); err != nil {
+		if err := fillTask(reader{s.db, s.blobs}, t); err != nil {
 			return err
 		}
 		return fn(t)
@@ -30,7 +30,7 @@ func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) 
 // ScanWakes is ScanTasks for wake records, each with its payload or completion output.
 func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error {
 	return scanRecords(s, ctx, prefixWake, decodeWake, func(x *projection.Wake) error {
-		if err := fillWake(s.db, x); err != nil {
+		if err := fillWake(reader{s.db, s.blobs}, x); err != nil {
 			return err
 		}
 		return fn(x)
@@ -51,10 +51,22 @@ func scanRecords[T any](s *Store, ctx context.Context, prefix byte, decode func(
 	})
 }
 
-// RawLog calls fn with the stored bytes of every event with from <= seq <= to (to 0 means
-// the end of the log), in order, without decoding them. raw is only valid during the call.
-// A key of the wrong length stops the walk with an error.
+// RawLog calls fn with the wire bytes of every event with from <= seq <= to (to 0 means
+// the end of the log), in order, without decoding them (an event whose values are in blobs,
+// format 4, is decoded and encoded again with them: the same bytes). raw is only valid during
+// the call. A key of the wrong length stops the walk with an error.
 func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) error {
+	return s.storedLog(ctx, from, to, func(seq uint64, v []byte) error {
+		raw, err := s.blobs.wireBytes(v, seq)
+		if err != nil {
+			return err
+		}
+		return fn(seq, raw)
+	})
+}
+
+// storedLog is RawLog's walk over the values as stored: an event's blob form as it is.
+func (s *Store) storedLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) error {
 	upper := []byte{prefixEvent + 1}
 	if to != 0 && to != 1<<64-1 {
 		upper = eventKey(to + 1)
@@ -71,13 +83,18 @@ func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64,
 	})
 }
 
-// RawEvent returns a copy of the stored bytes of the event at seq, and whether there is one.
+// RawEvent returns a copy of the wire bytes of the event at seq, and whether there is one.
 func (s *Store) RawEvent(seq uint64) (_ []byte, _ bool, err error) {
 	if err := s.enter(); err != nil {
 		return nil, false, err
 	}
 	defer s.leave(&err)
-	return reader{s.db}.get(eventKey(seq))
+	v, ok, err := reader{s.db, s.blobs}.get(eventKey(seq))
+	if err != nil || !ok {
+		return v, ok, err
+	}
+	v, err = s.blobs.wireBytes(v, seq)
+	return v, err == nil, err
 }
 
 // Sessions calls fn with the id of every session that has events, in byte order of the

@@ -25,6 +25,9 @@ const (
 	prefixPrunable    = 'r' // r<at 8B ordered><seq 8B BE>: 't' or 'w', then the id: retention index
 	prefixPruned      = 'p' // p<from seq 8B BE>: to seq 8B BE: a pruned range of the log
 	prefixSubject     = 'x' // x<uvarint len><task or wake id><seq 8B BE>: per-subject event index (empty value)
+
+	// Format 4.
+	prefixBlob = 'b' // b<uvarint len><task or wake id><blob name>: blob index (empty value): blob.go
 )
 
 var (
@@ -35,7 +38,7 @@ var (
 // projectionPrefixes are the keyspaces derived from the log: Verify rebuilds and compares
 // them (the last sequence too).
 var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
-	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject}
+	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob}
 
 // format3Prefixes are the keyspaces format 3 added. A store of an older format opened
 // read-only has none of them (the upgrade builds them: upgrade.go).

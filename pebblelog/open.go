@@ -24,8 +24,10 @@ import (
 // writes records without the values their creating event holds (input.go), reads version 1,
 // and upgrades it on a read-write open (upgrade.go). Version 3 adds the per-kind due index,
 // the session task lists and the counts by kind and state (state_part2.go), which the
-// upgrade from 1 or 2 builds from the records.
-const FormatVersion = 3
+// upgrade from 1 or 2 builds from the records. Version 4 stores values of BlobMin bytes or
+// more in blob files (blob.go); the upgrade from 3 writes nothing but the version, since a
+// format-3 store holds no blob and its events and records read as they are.
+const FormatVersion = 4
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -448,7 +450,7 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	if err != nil {
 		return nil, pebbleOpenError(po, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir, !o.NoSync)}
 	fail := func(err error) (*Store, error) {
 		if !fh.parked.Load() { // a parked Pebble goroutine may hold what Close waits for
 			db.Close()
@@ -475,16 +477,19 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	if err := fh.err(); err != nil {
 		return fail(asOpenError(dir, err))
 	}
-	last, err := reader{db}.LastSeq()
+	last, err := reader{r: db}.LastSeq()
 	if err != nil {
 		return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the last sequence", Err: err})
 	}
 	s.lastSeq = last
 	if !o.ReadOnly {
-		if s.maxIDs, err = (reader{db}).maxIDs(); err != nil {
+		if err := s.sweepOrphans(); err != nil {
+			return fail(&OpenError{Dir: dir, Kind: ErrStoreFailed, File: BlobDir, Offset: -1, Detail: "removing orphan blobs", Err: err})
+		}
+		if s.maxIDs, err = (reader{r: db}).maxIDs(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the greatest record ids", Err: err})
 		}
-		if s.counts, err = (reader{db}).loadCounts(); err != nil {
+		if s.counts, err = (reader{r: db}).loadCounts(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the counts", Err: err})
 		}
 		s.reqs = make(chan *request, o.MaxBatchCommands)
@@ -838,7 +843,7 @@ func checkFormatKey(dir string, db *pebble.DB, exists, readOnly bool) error {
 	refuse := func(kind error, format string, args ...any) *OpenError {
 		return &OpenError{Dir: dir, Kind: kind, Offset: -1, Detail: fmt.Sprintf(format, args...)}
 	}
-	v, ok, err := reader{db}.get(keyFormat)
+	v, ok, err := reader{r: db}.get(keyFormat)
 	if err != nil {
 		e := refuse(ErrCorruptStore, "reading the format key")
 		e.Err = err

@@ -106,7 +106,7 @@ func (s *Store) PrunedRanges() (_ projection.SeqRanges, err error) {
 		return nil, err
 	}
 	defer s.leave(&err)
-	return reader{s.db}.PrunedRanges()
+	return reader{s.db, s.blobs}.PrunedRanges()
 }
 
 // The writer's side of projection.PruneState.
@@ -247,6 +247,9 @@ func (t *Txn) prune(before int64, limit int, check func(seqs []uint64) error) (P
 			}
 			got, err := w.subjectEvents(p.SessionID, id)
 			if err != nil {
+				return res, err
+			}
+			if err := w.pruneBlobs(id); err != nil { // its files go once the batch is durable
 				return res, err
 			}
 			seqs = append(seqs, got...)

@@ -18,7 +18,8 @@ var ErrCorruptRecord = errors.New("pebblelog: corrupt projection record")
 // reader implements projection.Reader over any Pebble reader: the DB, a snapshot, or an
 // indexed batch (which reads its own writes merged with the DB).
 type reader struct {
-	r pebble.Reader
+	r  pebble.Reader
+	bl *blobStore // the store's blobs (format 4: blob.go); nil where no event is read
 }
 
 func (s reader) get(key []byte) ([]byte, bool, error) {
@@ -37,7 +38,7 @@ func (s reader) get(key []byte) ([]byte, bool, error) {
 func (s reader) Task(id string) (*projection.Task, error) {
 	t, err := s.taskRecord(id)
 	if err == nil && t != nil {
-		err = fillTask(s.r, t)
+		err = fillTask(s, t)
 	}
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func decodeRecord[R any](s reader, k []byte, decode func(k, v []byte) (*R, error
 func (s reader) Wake(id string) (*projection.Wake, error) {
 	x, err := s.wakeRecord(id)
 	if err == nil && x != nil {
-		err = fillWake(s.r, x)
+		err = fillWake(s, x)
 	}
 	if err != nil {
 		return nil, err
@@ -220,6 +221,9 @@ type writer struct {
 	newKindLows map[string][]byte // this batch's marks
 
 	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
+
+	blobs       map[stageKey]batchBlob // blobs this batch's events refer to (blob.go)
+	prunedBlobs []string               // blob files of the subjects this batch pruned
 }
 
 // maxIDs answers, for task and wake ids, "no record has this id" without a Pebble Get for

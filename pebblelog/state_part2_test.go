@@ -363,7 +363,7 @@ func TestCounts(t *testing.T) {
 	if err := s.Update(ctx, func(tx *Txn) error { return add(tx, "b", events.StateRunning, -1) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := (reader{s.db}).get(countKey("b", events.StateRunning)); ok {
+	if _, ok, _ := (reader{s.db, s.blobs}).get(countKey("b", events.StateRunning)); ok {
 		t.Error("a counter at zero is still stored")
 	}
 	// Below zero: refused, nothing changes.
@@ -431,7 +431,7 @@ func TestCountWrittenOncePerBatch(t *testing.T) {
 	s := openT(t, t.TempDir(), &Options{})
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
-	w := &writer{reader: reader{b}, committed: reader{s.db}, b: b, counts: map[countID]int64{}}
+	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, counts: map[countID]int64{}}
 	for range 10 {
 		if err := w.AddCount("k", events.StatePending, 1); err != nil {
 			t.Fatal(err)

@@ -29,6 +29,8 @@ type Store struct {
 
 	fh *failures // the failure state and Pebble's handlers (failure.go)
 
+	blobs *blobStore // the blob files of large values (format 4: blob.go)
+
 	lastSeq uint64            // owned by the writer goroutine after Open
 	maxIDs  *maxIDs           // read at Open, then owned by the writer goroutine
 	counts  map[countID]int64 // read at Open, then owned by the writer goroutine
@@ -44,7 +46,7 @@ func (s *Store) LastSeq() (_ uint64, err error) {
 		return 0, err
 	}
 	defer s.leave(&err)
-	return reader{s.db}.LastSeq()
+	return reader{s.db, s.blobs}.LastSeq()
 }
 
 // enter registers a call in flight; the caller must s.closeMu.RUnlock() when done. A failed
@@ -103,9 +105,9 @@ func (s *Store) View(fn func(projection.Reader) error) (err error) {
 // than find nothing.
 func (s *Store) viewReader(r pebble.Reader) projection.Reader {
 	if s.format < 3 {
-		return olderReader{reader{r}, s}
+		return olderReader{reader{r, s.blobs}, s}
 	}
-	return reader{r}
+	return reader{r, s.blobs}
 }
 
 // ViewSnapshot runs fn against a consistent point-in-time view of the whole store.
@@ -141,8 +143,8 @@ func (s *Store) FoldRange(ctx context.Context, from, to uint64, fn func(events.E
 
 func (s *Store) readRange(ctx context.Context, from, to uint64,
 	decode func([]byte, uint64) (events.Event, error), fn func(events.Event) error) error {
-	return s.RawLog(ctx, from, to, func(seq uint64, raw []byte) error {
-		ev, err := decode(raw, seq) // copies what it keeps: raw is reused by the walk
+	return s.storedLog(ctx, from, to, func(seq uint64, raw []byte) error {
+		ev, err := s.blobs.decodeStored(raw, seq, decode) // copies what it keeps: raw is reused by the walk
 		if err != nil {
 			return err
 		}
@@ -151,7 +153,7 @@ func (s *Store) readRange(ctx context.Context, from, to uint64,
 }
 
 // decodeAt decodes the event under the iterator with d.
-func decodeAt(it *pebble.Iterator, d *events.Decoder) (events.Event, error) {
+func decodeAt(it *pebble.Iterator, d *events.Decoder, bl *blobStore) (events.Event, error) {
 	k := it.Key()
 	if len(k) != 9 {
 		return nil, fmt.Errorf("%w: event key %q has the wrong length", events.ErrCorrupt, k)
@@ -161,7 +163,7 @@ func decodeAt(it *pebble.Iterator, d *events.Decoder) (events.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
 	}
-	return d.Decode(v, seq)
+	return bl.decodeStored(v, seq, d.Decode)
 }
 
 // walk runs fn at every key of [lower, upper) in order, until fn returns an error: the one
@@ -218,14 +220,14 @@ func (s *Store) Event(seq uint64) (_ events.Event, err error) {
 		return nil, err
 	}
 	defer s.leave(&err)
-	v, ok, err := reader{s.db}.get(eventKey(seq))
+	v, ok, err := reader{s.db, s.blobs}.get(eventKey(seq))
 	if err != nil {
 		return nil, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w at seq %d: the event is missing", events.ErrCorrupt, seq)
 	}
-	return events.Decode(v, seq)
+	return s.blobs.decodeStored(v, seq, events.Decode)
 }
 
 // Checkpoint writes a consistent copy of the store into dir, which must not exist, while the
@@ -240,8 +242,15 @@ func (s *Store) Checkpoint(dir string) (err error) {
 	if _, err := s.fs.Stat(dir); err == nil {
 		return fmt.Errorf("pebblelog: checkpoint destination %s already exists", dir)
 	}
+	// Prunes do not delete blob files meanwhile: every blob the copy's log refers to is
+	// linked (blob.go).
+	s.blobs.delMu.Lock()
+	defer s.blobs.delMu.Unlock()
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("pebblelog: checkpoint of %s into %s: %w", s.dir, dir, err)
+	}
+	if err := s.linkBlobs(dir); err != nil {
+		return fmt.Errorf("pebblelog: checkpoint of %s into %s: blobs: %w", s.dir, dir, err)
 	}
 	return writeMarker(s.fs, dir)
 }
@@ -256,11 +265,13 @@ func (s *Store) Metrics() (*pebble.Metrics, error) {
 	return s.db.Metrics(), nil
 }
 
-// DiskUsage returns the bytes the store occupies on disk; ErrClosed after Close.
+// DiskUsage returns the bytes the store occupies on disk, its blob files included;
+// ErrClosed after Close.
 func (s *Store) DiskUsage() (uint64, error) {
 	m, err := s.Metrics()
 	if err != nil {
 		return 0, err
 	}
-	return m.DiskSpaceUsage(), nil
+	blobs, err := s.blobs.diskUsage()
+	return m.DiskSpaceUsage() + blobs, err
 }

@@ -46,7 +46,7 @@ func (s *Store) storeFormats() (marker, key int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %s: %s: %v", ErrNotAStore, s.dir, MarkerFile, err)
 	}
-	v, ok, err := reader{s.db}.get(keyFormat)
+	v, ok, err := reader{s.db, s.blobs}.get(keyFormat)
 	if err != nil {
 		return 0, 0, fmt.Errorf("pebblelog: %s: reading format key: %w", s.dir, err)
 	}

@@ -75,7 +75,7 @@ func (s *Store) buildRetentionWakes() (err error) {
 // ackTime finds the time of x's WakeAcked event.
 func (s *Store) ackTime(x *projection.Wake, d *events.Decoder) (int64, error) {
 	isAck := func(seq uint64) (int64, bool, error) {
-		v, ok, err := reader{s.db}.get(eventKey(seq))
+		v, ok, err := reader{s.db, s.blobs}.get(eventKey(seq))
 		if err != nil || !ok {
 			return 0, false, err
 		}
@@ -121,7 +121,7 @@ func (s *Store) buildRetentionTask(b *pebble.Batch, t *projection.Task) error {
 	var w *projection.Wake
 	if t.CompletionWakeID != "" {
 		var err error
-		if w, err = (reader{s.db}).wakeRecord(t.CompletionWakeID); err != nil {
+		if w, err = (reader{s.db, s.blobs}).wakeRecord(t.CompletionWakeID); err != nil {
 			return err
 		}
 	}

@@ -201,7 +201,7 @@ func TestFormat1StoreUpgrades(t *testing.T) {
 	}
 	raw := func() *projection.Task {
 		t.Helper()
-		v, ok, err := reader{s.db}.get(idKey(prefixTask, due.ID))
+		v, ok, err := reader{s.db, s.blobs}.get(idKey(prefixTask, due.ID))
 		if err != nil || !ok {
 			t.Fatalf("task record %s: %v, %v", due.ID, ok, err)
 		}
@@ -365,14 +365,14 @@ func TestFormat2RecordsOmitValues(t *testing.T) {
 	appendEvents(t, s, requestedWake("s1", "w2", sec(4)))
 
 	rawTask := func(id string) []byte {
-		v, _, err := reader{s.db}.get(idKey(prefixTask, id))
+		v, _, err := reader{s.db, s.blobs}.get(idKey(prefixTask, id))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
 	rawWake := func(id string) []byte {
-		v, _, err := reader{s.db}.get(idKey(prefixWake, id))
+		v, _, err := reader{s.db, s.blobs}.get(idKey(prefixWake, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +438,7 @@ func TestFormat2MissingEventIsCorrupt(t *testing.T) {
 	appendEvents(t, s, submitted("s1", "t1", sec(1), false))
 	appendEvents(t, s, submitted("s1", "t2", sec(2), false))
 	// Point t2's record at t1's event.
-	v, _, err := reader{s.db}.get(idKey(prefixTask, "t2"))
+	v, _, err := reader{s.db, s.blobs}.get(idKey(prefixTask, "t2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestRecordWrittenOncePerBatch(t *testing.T) {
 	appendEvents(t, s, submitted("s1", "t1", sec(1), true))
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
-	w := &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: 1}
+	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: 1}
 	settle := settled("s1", "t1", sec(3), 1, "tok")
 	settle.Seq = 0
 	for _, ev := range []events.Event{

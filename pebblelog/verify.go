@@ -38,7 +38,7 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 
-	lastForScratch, err := reader{snap}.LastSeq()
+	lastForScratch, err := reader{snap, s.blobs}.LastSeq()
 	if err != nil {
 		lastForScratch = 0
 	}
@@ -69,7 +69,7 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 		return len(problems) <= maxProblems
 	}
 
-	stored := reader{snap}
+	stored := reader{snap, s.blobs}
 	storedLast, err := stored.LastSeq()
 	if err != nil {
 		add("last sequence: %v", err)
@@ -79,7 +79,7 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	}
 	// A store of an older format opened read-only has none of format 3's keyspaces yet: they
 	// are compared once an upgrade has built them.
-	if err := compare(snap, rebuilt, s.format >= 3, add); err != nil {
+	if err := compare(snap, rebuilt, s.format >= 3, s.blobs, add); err != nil {
 		return nil, err
 	}
 	return problems, nil
@@ -117,12 +117,12 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	cache := newRecordCache(s.opts.RecordCacheSize)
 	counts := map[countID]int64{}
 	b := dst.NewIndexedBatch()
-	w := &writer{reader: reader{b}, committed: reader{dst}, b: b, cache: cache, counts: counts}
+	w := &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, cache: cache, counts: counts}
 	defer func() { b.Close() }()
 	folding := true
 	var prev uint64
 	// The pruned ranges explain the log's gaps (prune.go); each must match one.
-	pruned, err := reader{snap}.PrunedRanges()
+	pruned, err := reader{snap, s.blobs}.PrunedRanges()
 	if err != nil {
 		add("pruned ranges: %v", err)
 	}
@@ -162,7 +162,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 			nextPruned++
 		}
 		prev = seq
-		ev, derr := decodeAt(it, &d)
+		ev, derr := decodeAt(it, &d, s.blobs)
 		if derr != nil {
 			if !add("log: %v", derr) {
 				return nil
@@ -180,6 +180,12 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		if err := b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
 			return err
 		}
+		// The blob index is derived from the log's blob references (blob.go); decodeAt read
+		// and checked every blob they name.
+		if err := rebuildBlobIndex(it, b, ev); err != nil {
+			return err
+		}
+		w.newCommand() // forget the large values the fold kept for a decide code it does not run
 		if aerr := projection.Apply(w, ev); aerr != nil {
 			add("log: %v", aerr)
 			folding = false
@@ -196,7 +202,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 			cache.merge(w.tasks, w.wakes)
 			mergeCounts(counts, w.countDelta)
 			b = dst.NewIndexedBatch()
-			w = &writer{reader: reader{b}, committed: reader{dst}, b: b, lastSeq: w.lastSeq, cache: cache, counts: counts}
+			w = &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, lastSeq: w.lastSeq, cache: cache, counts: counts}
 			if vo.Progress != nil {
 				vo.Progress(seq, storedLast)
 			}
@@ -227,19 +233,19 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 
 // compare walks each projection keyspace of the stored and the rebuilt store side by side;
 // format 3's only when format3 is set.
-func compare(stored pebble.Reader, rebuilt pebble.Reader, format3 bool, add func(string, ...any) bool) error {
+func compare(stored pebble.Reader, rebuilt pebble.Reader, format3 bool, bl *blobStore, add func(string, ...any) bool) error {
 	for _, p := range projectionPrefixes {
 		if !format3 && bytes.IndexByte(format3Prefixes, p) >= 0 {
 			continue
 		}
-		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, add); err != nil {
+		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, bl, add); err != nil {
 			return err
 		}
 	}
-	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), format3, add)
+	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), format3, bl, add)
 }
 
-func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, add func(string, ...any) bool) (err error) {
+func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, bl *blobStore, add func(string, ...any) bool) (err error) {
 	a, err := stored.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
@@ -281,7 +287,7 @@ func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, ad
 				return err
 			}
 			if !bytes.Equal(va, vb) {
-				for _, d := range diffValues(stored, a.Key(), va, vb, format3) {
+				for _, d := range diffValues(reader{stored, bl}, a.Key(), va, vb, format3) {
 					if !add("%s", d) {
 						return nil
 					}
@@ -296,7 +302,7 @@ func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, ad
 // diffValues explains a differing value: field by field for records. Records are compared
 // with their values read from the log (input.go): a format-1 record carries them, the rebuild
 // (format 2) does not, and they are the same record when the carried values are the log's.
-func diffValues(log pebble.Reader, key, stored, rebuilt []byte, format3 bool) []string {
+func diffValues(log reader, key, stored, rebuilt []byte, format3 bool) []string {
 	name := describeKey(key)
 	switch key[0] {
 	case prefixTask:

@@ -25,7 +25,7 @@ func seeded(t *testing.T) *Store {
 
 func rawGet(t *testing.T, s *Store, key []byte) []byte {
 	t.Helper()
-	v, ok, err := reader{s.db}.get(key)
+	v, ok, err := reader{s.db, s.blobs}.get(key)
 	if err != nil || !ok {
 		t.Fatalf("reading key %q: found %v, %v", key, ok, err)
 	}
@@ -41,7 +41,7 @@ func rawSet(t *testing.T, s *Store, key, value []byte) {
 
 func rawDelete(t *testing.T, s *Store, key []byte) {
 	t.Helper()
-	if _, ok, _ := (reader{s.db}).get(key); !ok {
+	if _, ok, _ := (reader{s.db, s.blobs}).get(key); !ok {
 		t.Fatalf("key %q to delete is not in the store", key)
 	}
 	if err := s.db.Delete(key, pebble.Sync); err != nil {

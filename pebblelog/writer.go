@@ -29,7 +29,17 @@ func (t *Txn) Reader() projection.Reader { return decideReader{t.w} } // with va
 func (t *Txn) Append(ev events.Event) error {
 	h := ev.Head()
 	h.Seq = t.w.lastSeq + 1
-	if events.ValueLen(ev) > directEncodeMin {
+	n := events.ValueLen(ev)
+	var fields []blobField
+	var owner string
+	if n >= BlobMin && t.w.bl != nil {
+		fields, owner = blobFields(ev) // format 4: large values go to blob files (blob.go)
+	}
+	if len(fields) > 0 {
+		if err := t.appendBlobbed(eventKey(h.Seq), ev, fields, owner); err != nil {
+			return err
+		}
+	} else if n > directEncodeMin {
 		if err := t.appendDirect(eventKey(h.Seq), ev); err != nil {
 			return err
 		}
@@ -271,6 +281,7 @@ type pending struct {
 	b       *pebble.Batch // applied with ApplyNoSyncWait; nil: nothing of its own to wait for
 	group   []*request
 	results []error
+	blobs   []string // blob files a prune in b released: removed once b is durable (blob.go)
 }
 
 // syncLoop answers the writer's groups in order. A group without a batch of its own (its
@@ -292,6 +303,9 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 				p.b.Close()
 			}
 		}
+		if len(p.blobs) > 0 {
+			s.removePrunedBlobs(p.blobs)
+		}
 		if err := s.fh.err(); err != nil {
 			for i := range p.results {
 				p.results[i] = err
@@ -305,7 +319,7 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
-	w := &writer{reader: reader{b}, committed: reader{s.db}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
+	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
 		counts: ws.counts, kindLows: ws.kindLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
 	ws.spareTasks, ws.spareWakes, ws.spareOrder = nil, nil, nil // one writer at a time owns them
 	return w
@@ -423,12 +437,13 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	mergeCounts(ws.counts, w.countDelta)
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)
+	blobs := w.prunedBlobs
 	ws.recycle(w)
 	if s.opts.NoSync {
 		b.Close()
 		b = nil
 	}
-	ws.syncq <- pending{b: b, group: group, results: results}
+	ws.syncq <- pending{b: b, group: group, results: results, blobs: blobs}
 }
 
 // commit commits b with the configured durability, inside the watchdog's bracket. Pebble

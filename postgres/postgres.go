@@ -141,9 +141,6 @@ type engine struct {
 	// what a savepoint-per-command design would cost (BenchmarkSubmit); never set otherwise.
 	savepointEach bool
 
-	prunerDone chan struct{} // closed when the background pruner stopped; nil: none
-	stopPruner context.CancelFunc
-
 	// Test hooks: around sending the commit batch (close the connection to lose it).
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)
@@ -171,11 +168,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 		return nil, work.NewBackendError(err)
 	}
 	e.startWriter()
-	q := engineapi.NewQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy}).(*work.Queue)
-	if o.Retention > 0 {
-		e.startPruner(q, o.Retention, o.PruneInterval, o.Logger)
-	}
-	return q, nil
+	// The background pruner is work's (Queue.Close stops it before it closes this engine).
+	return engineapi.NewQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}).(*work.Queue), nil
 }
 
 func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, error) {
@@ -300,13 +295,6 @@ func (e *engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	e.mu.Unlock()
-	if e.prunerDone != nil {
-		// The pruner first: its command in flight is answered by the writer, still running.
-		e.stopPruner()
-		<-e.prunerDone
-	}
-	e.mu.Lock()
 	close(e.closing)
 	e.mu.Unlock()
 	<-e.writerDone

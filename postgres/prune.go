@@ -3,15 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/projection"
-	"github.com/worklog/worklog/work"
 )
 
 // Retention on PostgreSQL (docs/design.md, "Retention" and §9).
@@ -32,38 +29,6 @@ var (
 	_ projection.PruneState   = (*txn)(nil)
 	_ projection.PruneIndexer = (*txn)(nil)
 )
-
-// startPruner prunes q every interval, by the wall clock, what became prunable more than
-// retention ago, until Close (as work.Open's background pruner, which a backend package
-// cannot reach). Errors are logged, never fatal: the next round tries again.
-func (e *engine) startPruner(q *work.Queue, retention, interval time.Duration, logger *slog.Logger) {
-	ctx, cancel := context.WithCancel(context.Background())
-	e.stopPruner, e.prunerDone = cancel, make(chan struct{})
-	logf := func(format string, args ...any) {
-		if logger != nil {
-			logger.Warn(fmt.Sprintf(format, args...))
-		}
-	}
-	go func() {
-		defer close(e.prunerDone)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			res, err := q.Prune(ctx, time.Now().Add(-retention))
-			switch {
-			case err != nil && ctx.Err() == nil:
-				logf("worklog: background prune: %v", err)
-			case res.Tasks+res.Wakes > 0:
-				logf("worklog: background prune removed %d tasks, %d wakes, %d events", res.Tasks, res.Wakes, res.Events)
-			}
-		}
-	}()
-}
 
 // PruneGroup removes up to limit subjects prunable before before, as one command of the
 // writer: it may share its transaction with other commands, and is re-run alone (reporting

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ var archiveEpoch = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 // wakes, claims, an extend, a release, successes, failures, cancels, direct wakes claimed
 // and acknowledged, a stale finish's audit) plus live work no prune touches, all before
 // archiveEpoch+1h. It returns the clock after it.
-func archiveHistory(t *testing.T, q *Queue, n int) time.Time {
+func archiveHistory(t *testing.T, q *Queue, n int, big bool) time.Time {
 	t.Helper()
 	ctx := context.Background()
 	clock := archiveEpoch
@@ -38,6 +39,9 @@ func archiveHistory(t *testing.T, q *Queue, n int) time.Time {
 		r := TaskRequest{Kind: []string{"email", "report"}[i%2], Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), IdempotencyKey: fmt.Sprint("k", i)}
 		if i%3 == 0 {
 			r.Wake = WakeOnCompletion
+		}
+		if i == 5 && big { // a value large enough for a blob file (store format 4): archived whole
+			r.Input = json.RawMessage(`"` + strings.Repeat("x", 300<<10) + `"`)
 		}
 		tk, err := s.SubmitAt(ctx, r, tick())
 		must(err)
@@ -159,7 +163,7 @@ func TestArchiveHoldsPrunedEvents(t *testing.T) {
 	}
 	defer q.Close()
 	ctx := context.Background()
-	end := archiveHistory(t, q, 60)
+	end := archiveHistory(t, q, 60, true)
 	before := wireLog(t, q)
 	for _, cut := range []time.Time{archiveEpoch.Add(3 * time.Hour), archiveEpoch.Add(9 * time.Hour), end.Add(time.Hour)} {
 		res, err := q.Prune(ctx, cut)
@@ -207,7 +211,11 @@ func testArchiveCrash(t *testing.T, sync SyncMode) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	end := archiveHistory(t, q, 30)
+	// No blob-sized value with SyncNever: with NoSync a blob file is not fsynced, and any
+	// sync of the WAL (this prune's, or the one blob.go forces before removing pruned blobs)
+	// makes durable an event whose blob a machine crash then loses (store format 4's
+	// issue, not the archive's; reported).
+	end := archiveHistory(t, q, 30, sync == SyncAlways)
 	before := wireLog(t, q)
 	var clones []*vfs.MemFS
 	archiveCommitted = func() {
@@ -300,7 +308,7 @@ func TestArchiveReplansWhenTheGroupChanged(t *testing.T) {
 	}
 	defer q.Close()
 	ctx := context.Background()
-	end := archiveHistory(t, q, 12)
+	end := archiveHistory(t, q, 12, true)
 	early := archiveEpoch.Add(-2 * time.Hour)
 	tk, err := q.Session("late").SubmitAt(ctx, TaskRequest{Kind: "late"}, early)
 	if err != nil {

@@ -169,7 +169,9 @@ func nanosOf(t time.Time) int64 {
 // unexpected error. Calls use a background context: a call in flight when the load stops
 // completes normally. Each call and its report run under gate's read lock when gate is not
 // nil, so a holder of its write lock pauses the load between calls.
-func runLoad(q *work.Queue, round int, seed uint64, emit func(string), stop <-chan struct{}, gate *sync.RWMutex) error {
+//
+// With p (the prune crash test; gate must not be nil), the load also prunes (pruneLoad).
+func runLoad(q *work.Queue, round int, seed uint64, emit func(string), stop <-chan struct{}, gate *sync.RWMutex, p *pruneLoad) error {
 	l := &load{
 		base: crashBase(round), stop: make(chan struct{}), gate: gate,
 		taskKick: make(chan struct{}, 1), wakeKick: make(chan struct{}, 1),
@@ -269,7 +271,7 @@ func runLoad(q *work.Queue, round int, seed uint64, emit func(string), stop <-ch
 						if err != nil {
 							return fmt.Errorf("finish %s: %w", d.Task.ID, err)
 						}
-						emit(fmt.Sprintf("finish %s %s %s", tk.SessionID, tk.ID, tk.State))
+						emit(fmt.Sprintf("finish %s %s %s %d", tk.SessionID, tk.ID, tk.State, nanosOf(tk.FinishedAt)))
 						return nil
 					}) {
 						return
@@ -287,10 +289,13 @@ func runLoad(q *work.Queue, round int, seed uint64, emit func(string), stop <-ch
 			}
 			if !l.step(func() error {
 				tk, err := q.Session(ref.session).CancelAt(ctx, ref.id, l.now())
+				if p != nil && errors.Is(err, work.ErrTaskNotFound) {
+					return nil // pruned since it was submitted: the checker knows whether it could be
+				}
 				if err != nil {
 					return fmt.Errorf("cancel %s: %w", ref.id, err)
 				}
-				emit(fmt.Sprintf("cancel %s %s %s %d", ref.session, tk.ID, tk.State, nanosOf(tk.CancelRequestedAt)))
+				emit(fmt.Sprintf("cancel %s %s %s %d %d", ref.session, tk.ID, tk.State, nanosOf(tk.CancelRequestedAt), nanosOf(tk.FinishedAt)))
 				return nil
 			}) {
 				return
@@ -335,10 +340,15 @@ func runLoad(q *work.Queue, round int, seed uint64, emit func(string), stop <-ch
 					continue // dropped: redelivered in the next round
 				}
 				if !l.step(func() error {
-					if err := q.AckWakeAt(ctx, d, l.now()); err != nil {
+					now := l.now()
+					if err := q.AckWakeAt(ctx, d, now); err != nil {
 						return fmt.Errorf("ack %s: %w", d.Wake.ID, err)
 					}
-					emit("ack " + d.Wake.ID)
+					task := "-" // the task of a completion wake
+					if d.Wake.Reason.Kind == work.WakeTaskFinished {
+						task = d.Wake.Reason.TaskID
+					}
+					emit(fmt.Sprintf("ack %s %d %s", d.Wake.ID, now.UnixNano(), task))
 					return nil
 				}) {
 					return
@@ -346,6 +356,9 @@ func runLoad(q *work.Queue, round int, seed uint64, emit func(string), stop <-ch
 			}
 		}
 	})
+	if p != nil {
+		p.start(l, q, emit, spawn)
+	}
 	wg.Wait()
 	return l.err
 }
@@ -356,11 +369,18 @@ type submitRec struct{ session, key, id string }
 type finishRec struct {
 	session, id string
 	state       string
+	finishedAt  int64 // Unix nanoseconds
 }
 type cancelRec struct {
 	session, id string
 	state       string
 	requestedAt int64
+	finishedAt  int64 // 0: not terminal (a running task only records the request)
+}
+type ackRec struct {
+	id     string
+	at     int64  // the acknowledgment's time, Unix nanoseconds
+	taskID string // a completion wake's task; "" for a direct wake
 }
 type wakeRec struct{ session, key, id string }
 
@@ -373,6 +393,10 @@ type ledger struct {
 	cancels  []cancelRec
 	wakes    []wakeRec
 	acks     []string
+	ackRecs  []ackRec
+	// The prune crash test's: each Prune's before when it started and when it returned
+	// (Unix nanoseconds).
+	pruneStarts, pruneEnds []int64
 }
 
 // record parses one line of the load's report.
@@ -387,18 +411,45 @@ func (l *ledger) record(line string) error {
 	switch {
 	case f[0] == "submit" && len(f) == 4:
 		l.submits = append(l.submits, submitRec{f[1], f[2], f[3]})
-	case f[0] == "finish" && len(f) == 4:
-		l.finishes = append(l.finishes, finishRec{f[1], f[2], f[3]})
-	case f[0] == "cancel" && len(f) == 5:
+	case f[0] == "finish" && len(f) == 5:
 		n, err := strconv.ParseInt(f[4], 10, 64)
 		if err != nil {
 			return bad()
 		}
-		l.cancels = append(l.cancels, cancelRec{f[1], f[2], f[3], n})
+		l.finishes = append(l.finishes, finishRec{f[1], f[2], f[3], n})
+	case f[0] == "cancel" && len(f) == 6:
+		n, err := strconv.ParseInt(f[4], 10, 64)
+		m, err2 := strconv.ParseInt(f[5], 10, 64)
+		if err != nil || err2 != nil {
+			return bad()
+		}
+		l.cancels = append(l.cancels, cancelRec{f[1], f[2], f[3], n, m})
 	case f[0] == "wake" && len(f) == 4:
 		l.wakes = append(l.wakes, wakeRec{f[1], f[2], f[3]})
-	case f[0] == "ack" && len(f) == 2:
+	case f[0] == "ack" && len(f) == 4:
+		n, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return bad()
+		}
+		r := ackRec{f[1], n, f[3]}
+		if r.taskID == "-" {
+			r.taskID = ""
+		}
 		l.acks = append(l.acks, f[1])
+		l.ackRecs = append(l.ackRecs, r)
+	case (f[0] == "prune-start" && len(f) == 2) || (f[0] == "pruned" && len(f) == 5):
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return bad()
+		}
+		if f[0] == "prune-start" {
+			l.pruneStarts = append(l.pruneStarts, n)
+		} else {
+			l.pruneEnds = append(l.pruneEnds, n)
+		}
+		return nil // not an operation on a task or a wake
+	case f[0] == "bg-pruned":
+		return nil // the background pruner's report: its before was announced by prune-start
 	default:
 		return bad()
 	}
@@ -416,6 +467,10 @@ func (l *ledger) snapshot() *ledger {
 		cancels:  append([]cancelRec(nil), l.cancels...),
 		wakes:    append([]wakeRec(nil), l.wakes...),
 		acks:     append([]string(nil), l.acks...),
+		ackRecs:  append([]ackRec(nil), l.ackRecs...),
+
+		pruneStarts: append([]int64(nil), l.pruneStarts...),
+		pruneEnds:   append([]int64(nil), l.pruneEnds...),
 	}
 }
 
@@ -426,6 +481,9 @@ func (l *ledger) merge(o *ledger) {
 	l.cancels = append(l.cancels, o.cancels...)
 	l.wakes = append(l.wakes, o.wakes...)
 	l.acks = append(l.acks, o.acks...)
+	l.ackRecs = append(l.ackRecs, o.ackRecs...)
+	l.pruneStarts = append(l.pruneStarts, o.pruneStarts...)
+	l.pruneEnds = append(l.pruneEnds, o.pruneEnds...)
 }
 
 func (l *ledger) String() string {
@@ -619,6 +677,7 @@ const (
 	crashSeedEnv   = "WORKLOG_CRASH_SEED"
 	crashRoundsEnv = "WORKLOG_CRASH_ROUNDS"
 	crashSyncEnv   = "WORKLOG_CRASH_CHILD_SYNC_NEVER"
+	crashPruneEnv  = "WORKLOG_CRASH_CHILD_PRUNE"
 )
 
 // TestCrashHelperProcess is not a test: it is the child of TestCrashKill, which runs the test
@@ -646,13 +705,20 @@ func TestCrashHelperProcess(t *testing.T) {
 	if os.Getenv(crashSyncEnv) == "true" {
 		opts = &work.Options{Sync: work.SyncNever}
 	}
+	if os.Getenv(crashPruneEnv) == "true" {
+		opts = pruneChildOptions(say)
+	}
 	q, err := work.Open(dir, opts)
 	if err != nil {
 		say("error open: " + err.Error())
 		os.Exit(2)
 	}
 	say("ready")
-	err = runLoad(q, round, seed, say, nil, nil)
+	if os.Getenv(crashPruneEnv) == "true" {
+		err = runPruneChild(q, round, seed, say)
+	} else {
+		err = runLoad(q, round, seed, say, nil, nil, nil)
+	}
 	say(fmt.Sprintf("error %v", err))
 	os.Exit(2)
 }
@@ -671,12 +737,13 @@ func crashSeed(t *testing.T) uint64 {
 
 // runCrashRound starts the child on dir, kills it with SIGKILL after delay (counted from its
 // "ready"), and returns what it acknowledged.
-func runCrashRound(t *testing.T, dir string, round int, seed uint64, delay time.Duration, syncNever bool) *ledger {
+func runCrashRound(t *testing.T, dir string, round int, seed uint64, delay time.Duration, syncNever bool, env ...string) *ledger {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		crashChildEnv+"="+dir, crashRoundEnv+"="+strconv.Itoa(round), crashSeedEnv+"="+strconv.FormatUint(seed, 10),
 		crashSyncEnv+"="+strconv.FormatBool(syncNever))
+	cmd.Env = append(cmd.Env, env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -922,7 +989,7 @@ func testCrashClone(t *testing.T, mode work.SyncMode, unsynced int) {
 	stop := make(chan struct{})
 	loadDone := make(chan error, 1)
 	var gate sync.RWMutex
-	go func() { loadDone <- runLoad(q, 0, seed, emit, stop, &gate) }()
+	go func() { loadDone <- runLoad(q, 0, seed, emit, stop, &gate, nil) }()
 	defer func() {
 		select {
 		case <-stop:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -23,7 +24,10 @@ type txn = engineapi.Txn
 // logBackend is worklog's event-sourced Backend: each command validates (in Queue), decides
 // the events it causes from the current projection, appends them and applies them.
 type logBackend struct {
-	eng      engine
+	// eng is the engine under the waiters' wrapper. Its type is the wrapper's, not engine,
+	// so that asserting an optional interface on it (which the wrapper hides) does not
+	// compile: look under it, at baseEngine(eng) (wait.go).
+	eng      *watchedEngine
 	ids      *idSource
 	maxValue int
 	clock    func() time.Time // only for the seed's clock-less AckWake; never used by decide
@@ -31,7 +35,54 @@ type logBackend struct {
 	// references (pebblelog.OwnedValueMin), so snapshots take them without a copy; 0: every
 	// value is copied (the in-memory engine's values live in its state).
 	ownedValueMin int
+	// ownedOutputMin: likewise for a task's output read by the decide code, from this length
+	// (pebblelog.OwnedOutputMin: such an output is in no record and no cache); 0: copied.
+	ownedOutputMin int
 }
+
+// valueStager is an engine that stores a command's large values before the command is queued
+// (the Pebble engine: pebblelog.Store.StageValues writes each to a blob file of its own), so
+// that their write and fsync are not paid inside the single writer.
+type valueStager interface {
+	StageValues(values ...[]byte) (release func(), err error)
+}
+
+// stageMin is the smallest value worth staging (pebblelog.BlobMin): smaller ones go into the
+// command's batch, and a command with none of this size costs no call.
+const stageMin = pebblelog.BlobMin
+
+// stage stages the command's large values where the engine can; release is called once the
+// command's Update has returned. staged says they were: each value of stageMin bytes or more
+// is then in a blob file already, and the store keeps nothing of it in memory once the
+// command is done.
+func (b *logBackend) stage(values ...[]byte) (release func(), staged bool, err error) {
+	big := false
+	for _, v := range values {
+		big = big || len(v) >= stageMin
+	}
+	if !big {
+		return noRelease, false, nil
+	}
+	if s, ok := baseEngine(b.eng).(valueStager); ok {
+		release, err = s.StageValues(values...)
+		return release, err == nil, backendErr(err)
+	}
+	return noRelease, false, nil
+}
+
+// ownValue is the request's value v as its command appends it: v itself when it was staged
+// (stage), else a copy the caller cannot change (ownJSON). A staged value is in its blob
+// file, durable before the command is queued, and nothing of the store refers to v once the
+// command is done, except the snapshot the call returns: so that snapshot shares the caller's
+// own bytes instead of a copy of up to 64 MiB (TestLargeValueMemory).
+func ownValue(v []byte, staged bool) []byte {
+	if staged && len(v) >= stageMin {
+		return v
+	}
+	return ownJSON(v)
+}
+
+func noRelease() {}
 
 var _ Backend = (*logBackend)(nil)
 
@@ -58,7 +109,8 @@ func (b *logBackend) taskSnapshotOf(t *projection.Task, viewed bool) Task {
 	}
 	if t.State.Terminal() {
 		out.FinishedAt = fromNanos(t.FinishedAt)
-		if !viewed {
+		owned := b.ownedOutputMin > 0 && len(t.Outcome.Output) >= b.ownedOutputMin
+		if !viewed && !owned {
 			out.Outcome = new(outcomeFrom(t.Outcome))
 			return out
 		}
@@ -103,10 +155,13 @@ func outcomeFrom(o events.Outcome) Outcome {
 	return out
 }
 
-func outcomeTo(o Outcome) events.Outcome {
+func outcomeTo(o Outcome) events.Outcome { return outcomeToOwned(o, false) }
+
+// outcomeToOwned is outcomeTo with the output taken as ownValue takes it.
+func outcomeToOwned(o Outcome, staged bool) events.Outcome {
 	out := events.Outcome{State: events.TaskState(o.State), Summary: o.Summary, Error: o.Error}
 	if o.State == TaskSucceeded {
-		out.Output = ownJSON(o.Output)
+		out.Output = ownValue(o.Output, staged)
 	}
 	return out
 }
@@ -162,6 +217,14 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
+	// The input is copied (and a large one staged) once, before the command is queued: the
+	// command appends this very slice however often it runs.
+	release, staged, serr := b.stage(r.Input)
+	if serr != nil {
+		return Task{}, serr
+	}
+	defer release()
+	input := ownValue(r.Input, staged)
 	var out Task
 	var derr error
 	err := b.eng.Update(ctx, func(tx txn) error {
@@ -173,7 +236,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 		id := newID
 		ev := &events.TaskSubmitted{
 			Header: events.Header{SessionID: sessionID, At: at},
-			TaskID: id, Kind: r.Kind, Input: ownJSON(r.Input),
+			TaskID: id, Kind: r.Kind, Input: input,
 			HasRunAt: !r.RunAt.IsZero(), RunAt: runAt,
 			IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
 		}
@@ -358,12 +421,22 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 	if verr != nil {
 		return Task{}, verr
 	}
-	eo := outcomeTo(o)
 	// A completion wake may be recorded: its id is drawn before the command is queued.
 	wakeID, idErr := b.ids.id("wake", at)
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
+	var release func()
+	var staged bool
+	if o.State == TaskSucceeded {
+		var serr error
+		release, staged, serr = b.stage(o.Output) // the settle event and the completion wake share it
+		if serr != nil {
+			return Task{}, serr
+		}
+		defer release()
+	}
+	eo := outcomeToOwned(o, staged)
 	var out Task
 	var derr error
 	err := b.eng.Update(ctx, func(tx txn) error {
@@ -432,13 +505,18 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	if verr != nil {
 		return Wake{}, verr
 	}
-	payload := ownJSON(r.Payload)
 	var out Wake
 	var derr error
 	newID, idErr := b.ids.id("wake", at) // drawn off the writer; unused by a repeat
 	if idErr != nil {
 		return Wake{}, backendErr(idErr)
 	}
+	release, staged, serr := b.stage(r.Payload)
+	if serr != nil {
+		return Wake{}, serr
+	}
+	defer release()
+	payload := ownValue(r.Payload, staged)
 	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
 		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }

@@ -393,7 +393,7 @@ type settlePlan struct {
 
 // planSettle validates s as FinishAt or ReleaseAt would (an invalid Settle fails only its own
 // result) and draws its completion wake's id.
-func (b *logBackend) planSettle(s *Settle, at int64) settlePlan {
+func (b *logBackend) planSettle(s *Settle, at int64, staged bool) settlePlan {
 	if err := validateNonBlank("task_id", s.Delivery.Task.ID); err != nil {
 		return settlePlan{err: err}
 	}
@@ -406,7 +406,7 @@ func (b *logBackend) planSettle(s *Settle, at int64) settlePlan {
 		if err := validateOutcome(&o, b.maxValue); err != nil {
 			return settlePlan{err: err}
 		}
-		p.outcome = outcomeTo(o)
+		p.outcome = outcomeToOwned(o, staged)
 	default:
 		r := *s.Release
 		if err := validateRelease(&r); err != nil {
@@ -436,9 +436,22 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 			return nil, nil, verr
 		}
 	}
+	// Large outputs are staged (written to blob files) before the command, and then not
+	// copied (ownValue); an invalid settle's staged output is simply never used.
+	var outputs [][]byte // only large ones: a settle of small values allocates nothing here
+	for i := range settles {
+		if o := settles[i].Outcome; o != nil && o.State == TaskSucceeded && len(o.Output) >= stageMin && len(o.Output) <= b.maxValue {
+			outputs = append(outputs, o.Output)
+		}
+	}
+	release, staged, serr := b.stage(outputs...)
+	if serr != nil {
+		return nil, nil, serr
+	}
+	defer release()
 	plans := make([]settlePlan, len(settles))
 	for i := range settles {
-		plans[i] = b.planSettle(&settles[i], at)
+		plans[i] = b.planSettle(&settles[i], at, staged)
 	}
 	scan := scanFunc(txn.ScanDue)
 	if len(kinds) > 0 {

@@ -17,6 +17,10 @@ func newEngineQueue(e engine, c engineapi.Config) *Queue {
 		maxValue = DefaultMaxValueBytes
 	}
 	lb := &logBackend{eng: watched(e), ids: newIDSource(c.Entropy), maxValue: maxValue, clock: wallClock,
-		ownedValueMin: c.OwnedValueMin}
-	return &Queue{b: lb, log: lb, maxValue: maxValue}
+		ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
+	q := &Queue{b: lb, log: lb, maxValue: maxValue}
+	if c.Retention > 0 {
+		q.stopPruner = q.startPruner(c.Retention, c.PruneInterval, c.Logger)
+	}
+	return q
 }

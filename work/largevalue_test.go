@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/work"
 )
 
@@ -34,15 +35,14 @@ const (
 // child that runs the same life with tiny values, in multiples of the value bytes (input +
 // output).
 //
-// The issue asks for at most 4x. Format 1 reached 27-29x for a 64 MiB input (1.9 GB; every
-// claim and finish rewrote the task record with its input) and 41x for a 64 MiB output.
-// Format 2 (records without the values their event holds: pebblelog/input.go) measured
-// 9.5-14x and 16x; with snapshots that take the value a read decoded, events encoded straight
-// into the batch and records decoded without a copy, 7.9-9.8x and 12.3-13.1x. What is left
-// is listed in docs/design.md ("Store format 2"): mostly Pebble's (a large batch is a
-// flushable batch of twice its size, flushed at once with ~3 more copies of the value), the
-// decode each read needs, and the garbage collector's headroom. The bounds asserted here,
-// 12x and 16x, are those figures with a margin; format 1 fails them; 4x is still the goal.
+// The issue asks for at most 4x, and this test holds it. Format 1 reached 27-29x for a
+// 64 MiB input (1.9 GB; every claim and finish rewrote the task record with its input) and
+// 41x for a 64 MiB output; format 2 with its memory work 7.9-9.8x and 12.3-13.1x, most of it
+// Pebble's (a large batch is a flushable batch of twice its size, flushed at once with ~3
+// more copies of the value). Format 4 keeps values of pebblelog.BlobMin bytes or more out of
+// Pebble, in blob files written before the command is queued (pebblelog/blob.go), and a
+// staged value is not copied by the work package (ownValue): ~2.0x for both. What is left is
+// a read's decode (the value is handed out) and the garbage collector's headroom.
 func TestLargeValueMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three child processes that move 64 MiB values")
@@ -60,8 +60,8 @@ func TestLargeValueMemory(t *testing.T) {
 		input, output int
 		bound         float64
 	}{
-		{"input", big, 16, 12},
-		{"output", 16, big, 16}, // a completion wake's event holds the output a second time
+		{"input", big, 16, 4},
+		{"output", 16, big, 4}, // the completion wake's event refers to the output's blob
 	} {
 		peak := largeValueChild(t, c.input, c.output)
 		values := int64(c.input + c.output)
@@ -258,8 +258,17 @@ func memStatus() string {
 // TestLargeValueSnapshotsOwned: a durable queue hands large values to the caller without
 // copying them again (pebblelog.OwnedValueMin), so each one must be the caller's alone: a
 // caller that overwrites the input or output it got changes nothing that the store or any
-// later caller sees.
+// later caller sees. A value of pebblelog.BlobMin bytes or more is stored in a blob file
+// before its command runs and not copied at all: the snapshot Submit or Finish returns shares
+// the caller's own request bytes, so there the caller overwrites both at once, and still
+// nothing else changes.
 func TestLargeValueSnapshotsOwned(t *testing.T) {
+	for _, size := range []int{64 << 10, pebblelog.BlobMin + 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) { testSnapshotsOwned(t, size) })
+	}
+}
+
+func testSnapshotsOwned(t *testing.T, size int) {
 	ctx := context.Background()
 	q, err := work.Open(t.TempDir(), nil)
 	if err != nil {
@@ -267,7 +276,7 @@ func TestLargeValueSnapshotsOwned(t *testing.T) {
 	}
 	defer q.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
-	input, output := randomJSONString(rng, 64<<10), randomJSONString(rng, 64<<10)
+	input, output := randomJSONString(rng, size), randomJSONString(rng, size)
 	inSum, outSum := sha256.Sum256(input), sha256.Sum256(output)
 	scribble := func(b []byte) {
 		for i := 1; i < len(b)-1; i++ {
@@ -280,14 +289,20 @@ func TestLargeValueSnapshotsOwned(t *testing.T) {
 			t.Fatalf("%s: %.20q..., not the value stored", what, got)
 		}
 	}
+	staged := size >= pebblelog.BlobMin
 	s := q.Session("s")
 	task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: input, Wake: work.WakeOnCompletion})
 	if err != nil {
 		t.Fatal(err)
 	}
-	scribble(input) // the caller's own bytes: the store copied them
-	same("submit", task.Input, inSum)
-	scribble(task.Input)
+	if staged {
+		same("submit", task.Input, inSum)
+		scribble(input) // the snapshot shares these bytes: the store keeps them in a blob
+	} else {
+		scribble(input) // the caller's own bytes: the store copied them
+		same("submit", task.Input, inSum)
+		scribble(task.Input)
+	}
 	ds, err := q.ClaimDue(ctx, time.Minute, 10)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("claim: %d deliveries, %v", len(ds), err)
@@ -299,7 +314,9 @@ func TestLargeValueSnapshotsOwned(t *testing.T) {
 		t.Fatal(err)
 	}
 	outAgain := bytes.Clone(output)
-	scribble(output)
+	if !staged {
+		scribble(output)
+	}
 	same("finish: input", done.Input, inSum)
 	same("finish: output", done.Outcome.Output, outSum)
 	scribble(done.Input)
@@ -327,6 +344,57 @@ func TestLargeValueSnapshotsOwned(t *testing.T) {
 		same("read back: output", got.Outcome.Output, outSum)
 		scribble(got.Input)
 		scribble(got.Outcome.Output)
+	}
+	if err := q.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SettleAndClaim stages a large output as Finish does: it is stored in one blob file, shared
+// by the settle and the completion wake, read back whole, and the snapshot it returns is the
+// caller's own bytes; an invalid settle beside it stages nothing that stays.
+func TestLargeValueSettleAndClaim(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	q, err := work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("s")
+	task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: []byte(`1`), Wake: work.WakeOnCompletion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.ClaimDue(ctx, time.Minute, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %d, %v", len(ds), err)
+	}
+	out := randomJSONString(rand.New(rand.NewPCG(5, 6)), pebblelog.BlobMin+1)
+	sum := sha256.Sum256(out)
+	bad := work.Outcome{State: work.TaskSucceeded, Output: randomJSONString(rand.New(rand.NewPCG(7, 8)), pebblelog.BlobMin)}
+	bad.Output[1] = '{' // not JSON: refused by its own validation
+	res, _, err := q.SettleAndClaim(ctx, []work.Settle{
+		{Delivery: ds[0], Outcome: new(work.Success(out))},
+		{Delivery: work.TaskDelivery{}, Outcome: &bad},
+	}, nil, time.Minute, 0)
+	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err == nil {
+		t.Fatalf("SettleAndClaim: %+v, %v", res, err)
+	}
+	if sha256.Sum256(res[0].Task.Outcome.Output) != sum || &res[0].Task.Outcome.Output[0] != &out[0] {
+		t.Error("the settle's snapshot is not the caller's own output")
+	}
+	blobs, err := os.ReadDir(dir + "/" + pebblelog.BlobDir)
+	if err != nil || len(blobs) != 1 {
+		t.Fatalf("blob files: %d, %v; want the output's only", len(blobs), err)
+	}
+	got, ok, err := s.Task(ctx, task.ID)
+	if err != nil || !ok || sha256.Sum256(got.Outcome.Output) != sum {
+		t.Fatalf("read back: %v, %v", ok, err)
+	}
+	wds, err := q.ClaimWakes(ctx, time.Minute, 1)
+	if err != nil || len(wds) != 1 || sha256.Sum256(wds[0].Wake.Reason.Outcome.Output) != sum {
+		t.Fatalf("completion wake: %d, %v", len(wds), err)
 	}
 	if err := q.Verify(ctx); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package work
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 
@@ -46,17 +45,9 @@ func Open(dir string, opts *Options) (*Queue, error) {
 			return nil, backendErr(errors.Join(err, st.Close()))
 		}
 	}
-	q := newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
-		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin})
-	if o.Retention > 0 {
-		logger := o.Logger
-		q.stopPruner = q.startPruner(o.Retention, o.PruneInterval, func(format string, args ...any) {
-			if logger != nil {
-				logger.Warn(fmt.Sprintf(format, args...))
-			}
-		})
-	}
-	return q, nil
+	return newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }
 
 // Checkpoint writes a consistent copy of a durable queue's store into dir (which must not
@@ -107,7 +98,7 @@ func (e *pebbleEngine) View(ctx context.Context, fn func(projection.Reader) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return closedAs(e.st.View(fn))
+	return closedAs(e.st.ViewSnapshot(fn)) // one state: a prune may commit between two reads
 }
 
 func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
@@ -120,6 +111,12 @@ func (e *pebbleEngine) Verify(ctx context.Context) ([]string, error) {
 }
 
 func (e *pebbleEngine) Close() error { return errors.Join(e.st.Close(), e.arch.close()) }
+
+// StageValues writes a command's large values to blob files before it is queued (engine.go).
+func (e *pebbleEngine) StageValues(values ...[]byte) (func(), error) {
+	release, err := e.st.StageValues(values...)
+	return release, closedAs(err)
+}
 
 // closedAs maps the store's closed error to ErrClosed, so callers see one closed sentinel.
 func closedAs(err error) error {

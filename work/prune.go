@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
@@ -201,15 +201,29 @@ func gapPruned(pruned projection.SeqRanges, from, to uint64) bool {
 	return i < len(pruned) && pruned[i].From <= from && pruned[i].To >= to
 }
 
-// startPruner runs Prune every interval on what finished more than retention ago, by the
-// wall clock, until the returned stop is called (Close). Errors are logged, never fatal: the
-// next round tries again.
-func (q *Queue) startPruner(retention, interval time.Duration, logf func(string, ...any)) (stop func()) {
+// prunerClock is the background pruner's clock: the wall clock, or the crash test's logical
+// one (the load there runs at explicit times, and the prunes must too).
+var prunerClock = time.Now
+
+// startPruner runs Prune every interval on what became prunable more than retention ago, by
+// the wall clock, until the returned stop is called. It is the one background pruner of every
+// backend: a backend package's queue gets it through engineapi.Config (postgres.Open), and
+// Queue.Close calls stop before it closes the backend. Each round is logged to logger (nil:
+// discarded): what it removed at Info, nothing found at Debug, an error at Error; errors are
+// never fatal, the next round tries again. stop cancels the round in flight, which ends after
+// the group being committed (Prune checks ctx between groups, and a command waiting for the
+// writer leaves on ctx), so a Close during a long prune waits for one group, not the prune.
+func (q *Queue) startPruner(retention, interval time.Duration, logger *slog.Logger) (stop func()) {
+	if interval <= 0 {
+		interval = DefaultPruneInterval
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -218,17 +232,28 @@ func (q *Queue) startPruner(retention, interval time.Duration, logf func(string,
 				return
 			case <-t.C:
 			}
-			res, err := q.Prune(ctx, time.Now().Add(-retention))
+			before := prunerClock().Add(-retention)
+			res, err := q.Prune(ctx, before)
+			removed := res.Tasks+res.Wakes > 0
+			attrs := []any{"before", before, "tasks", res.Tasks, "wakes", res.Wakes, "events", res.Events}
 			switch {
-			case err != nil && ctx.Err() == nil:
-				logf("worklog: background prune: %v", err)
-			case res.Tasks+res.Wakes > 0:
-				logf("worklog: background prune removed %d tasks, %d wakes, %d events", res.Tasks, res.Wakes, res.Events)
+			case ctx.Err() != nil || errors.Is(err, ErrClosed):
+				// Stopped by Close: the groups committed so far stay pruned.
+				if removed {
+					logger.Info("worklog: background prune stopped by Close", attrs...)
+				}
+				return
+			case err != nil:
+				logger.Error("worklog: background prune failed", append(attrs, "err", err)...)
+			case removed:
+				logger.Info("worklog: background prune", attrs...)
+			default:
+				logger.Debug("worklog: background prune found nothing", attrs...)
 			}
 		}
 	}()
 	return func() {
 		cancel()
-		wg.Wait()
+		<-done
 	}
 }

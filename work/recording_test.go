@@ -15,7 +15,7 @@ type recordingEngine struct {
 
 // newRecordingQueue is NewInMemory over a recordingEngine.
 func newRecordingQueue(seen func(events.Type)) *Queue {
-	lb := &logBackend{eng: &recordingEngine{memEngine: newMemEngine(), seen: seen}, ids: newIDSource(nil),
+	lb := &logBackend{eng: watched(&recordingEngine{memEngine: newMemEngine(), seen: seen}), ids: newIDSource(nil),
 		maxValue: DefaultMaxValueBytes, clock: wallClock}
 	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
 }

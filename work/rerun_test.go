@@ -18,7 +18,7 @@ type rerunEngine struct {
 
 // newRerunQueue is NewInMemory over a rerunEngine.
 func newRerunQueue() *Queue {
-	lb := &logBackend{eng: &rerunEngine{memEngine: newMemEngine()}, ids: newIDSource(nil),
+	lb := &logBackend{eng: watched(&rerunEngine{memEngine: newMemEngine()}), ids: newIDSource(nil),
 		maxValue: DefaultMaxValueBytes, clock: wallClock}
 	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
 }

@@ -45,7 +45,7 @@ func (c countingTxn) ScanDueKind(kind string, maxAt int64, fn func(projection.In
 }
 
 func queueOver(e engine) *Queue {
-	lb := &logBackend{eng: e, ids: newIDSource(nil), maxValue: DefaultMaxValueBytes, clock: wallClock}
+	lb := &logBackend{eng: watched(e), ids: newIDSource(nil), maxValue: DefaultMaxValueBytes, clock: wallClock}
 	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
 }
 

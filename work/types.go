@@ -8,6 +8,11 @@ import (
 )
 
 // TaskRequest asks for session-owned work.
+//
+// The queue stores its own copy of Input. The Task that the call returns may share Input's
+// bytes when they are large (pebblelog.BlobMin, 256 KiB, on a durable queue: one copy fewer
+// of a large value): keep them unchanged while you use that Task. The same holds for a
+// WakeRequest's Payload and an Outcome's Output.
 type TaskRequest struct {
 	Kind           string          // routing name; must not be blank
 	Input          json.RawMessage // any JSON value, stored unchanged; nil means JSON null

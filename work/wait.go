@@ -70,10 +70,10 @@ type waitHub struct {
 	watchOnce sync.Once
 }
 
-func newWaitHub(e engine) *waitHub {
+func newWaitHub(w *watchedEngine) *waitHub {
 	h := &waitHub{done: make(chan struct{})}
-	if w, ok := e.(engineapi.Watcher); ok {
-		h.watcher = w
+	if x, ok := w.engine.(engineapi.Watcher); ok {
+		h.watcher = x
 	}
 	return h
 }
@@ -143,13 +143,24 @@ func (h *waitHub) watch() {
 }
 
 // watchedEngine is an engine whose commits signal its waitHub.
+//
+// It hides the optional interfaces of the engine it wraps (engineapi.Pruner, Watcher) and
+// its concrete type (*pebbleEngine for Checkpoint): code that asks for one must look under
+// it, at baseEngine(e) or w.engine. logBackend.eng has this type, not engine, so asserting
+// on it directly does not compile, and TestEngineAssertionsLookUnderTheWrapper fails on any
+// assertion for an engine's optional interface whose operand is not baseEngine(...) or
+// .engine, and on an optional interface it does not know is reachable on every backend.
 type watchedEngine struct {
 	engine
 	hub *waitHub
 }
 
 // watched wraps e so that its commits wake the queue's waiters.
-func watched(e engine) *watchedEngine { return &watchedEngine{engine: e, hub: newWaitHub(e)} }
+func watched(e engine) *watchedEngine {
+	w := &watchedEngine{engine: e}
+	w.hub = newWaitHub(w)
+	return w
+}
 
 // baseEngine is the engine under the waiters' wrapper (the Pebble engine for Checkpoint).
 func baseEngine(e engine) engine {
@@ -226,10 +237,7 @@ func (q *Queue) hub() *waitHub {
 	if q.log == nil {
 		return nil
 	}
-	if w, ok := q.log.eng.(*watchedEngine); ok {
-		return w.hub
-	}
-	return nil
+	return q.log.eng.hub
 }
 
 // WaitTasks blocks until a task of one of kinds (of any kind when kinds is empty) may be

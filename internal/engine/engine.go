@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"time"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
@@ -54,6 +56,13 @@ type Config struct {
 	// OwnedValueMin: the engine's reads hand out values longer than this that nothing else
 	// references, so snapshots may take them without a copy; 0: every value is copied.
 	OwnedValueMin int
+	// OwnedOutputMin: likewise for a task's output read by the decide code, from this length
+	// on (0: always copied).
+	OwnedOutputMin int
+	// Retention > 0 starts the queue's background pruner (work's loop, the one every backend
+	// runs), with PruneInterval and Logger: work.Options' fields of the same names.
+	Retention, PruneInterval time.Duration
+	Logger                   *slog.Logger
 }
 
 // NewQueue returns a *work.Queue (as any, to keep this package below work) over e. Package
