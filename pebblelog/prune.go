@@ -248,6 +248,12 @@ const minRangeDelete = 64
 // subject or none of it. Run it as a command of its own (Store.Update), one group at a time,
 // so that the writer goes on serving other commands between groups.
 func (t *Txn) Prune(before int64, limit int) (PruneResult, error) {
+	return t.prune(before, limit, nil)
+}
+
+// prune is Prune with check, when not nil, called with the sorted sequences the group removes
+// before any is deleted: an error from it fails the command (archive.go).
+func (t *Txn) prune(before int64, limit int, check func(seqs []uint64) error) (PruneResult, error) {
 	w := t.w
 	var res PruneResult
 	var entries []projection.PruneEntry
@@ -290,6 +296,11 @@ func (t *Txn) Prune(before int64, limit int) (PruneResult, error) {
 		}
 	}
 	slices.Sort(seqs)
+	if check != nil {
+		if err := check(seqs); err != nil {
+			return res, err
+		}
+	}
 	runs := projection.RunsOf(seqs)
 	for _, r := range runs { // first, while the batch holds no range deletion (see above)
 		if err := w.addPruned(r); err != nil {

@@ -31,12 +31,21 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if blank(dir) {
 		return nil, invalid("dir", "must not be blank")
 	}
+	if err := checkArchiveDir(dir, o.ArchiveDir); err != nil {
+		return nil, err
+	}
 	so := o.storeOptions()
 	st, err := pebblelog.Open(dir, &so)
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	return newEngineQueue(&pebbleEngine{st: st}, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+	pe := &pebbleEngine{st: st}
+	if o.ArchiveDir != "" { // archive.go
+		if pe.arch, err = openArchiver(o.ArchiveDir, so.FS); err != nil {
+			return nil, backendErr(errors.Join(err, st.Close()))
+		}
+	}
+	return newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
 		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }
@@ -65,7 +74,8 @@ func (q *Queue) pebble() (*pebbleEngine, bool) {
 
 // pebbleEngine adapts a pebblelog.Store to the engine seam.
 type pebbleEngine struct {
-	st *pebblelog.Store
+	st   *pebblelog.Store
+	arch *archiver // Options.ArchiveDir (archive.go); nil without one
 }
 
 type pebbleTxn struct {
@@ -100,7 +110,7 @@ func (e *pebbleEngine) Verify(ctx context.Context) ([]string, error) {
 	return p, closedAs(err)
 }
 
-func (e *pebbleEngine) Close() error { return e.st.Close() }
+func (e *pebbleEngine) Close() error { return errors.Join(e.st.Close(), e.arch.close()) }
 
 // StageValues writes a command's large values to blob files before it is queued (engine.go).
 func (e *pebbleEngine) StageValues(values ...[]byte) (func(), error) {

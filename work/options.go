@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -92,6 +93,14 @@ type Options struct {
 	// PruneInterval is how often background pruning runs when Retention is set. Default
 	// one minute (DefaultPruneInterval).
 	PruneInterval time.Duration
+
+	// ArchiveDir, when not "", is a directory (outside the store's, created if needed)
+	// where every event the queue prunes is written, and fsynced, before the prune removes
+	// it from the store: history leaves the store but is kept, in the archive format of
+	// package archive, for the replay tool (replay --archive) and auditors. Default "": no
+	// archive, pruned events are dropped. Only Open (the Pebble store) has it. See
+	// docs/design.md, "Retention".
+	ArchiveDir string
 }
 
 const maxMaxValueBytes = 64 << 20
@@ -140,6 +149,8 @@ func (o *Options) validate() error {
 		return bad("Retention", "must not be negative (0 keeps all history)")
 	case o.PruneInterval < 0:
 		return bad("PruneInterval", "must not be negative (0 is the default, one minute)")
+	case o.ArchiveDir != "" && strings.TrimSpace(o.ArchiveDir) == "":
+		return bad("ArchiveDir", "must not be blank (\"\" means no archive)")
 	}
 	so := o.storeOptions()
 	var oe *pebblelog.OpenError

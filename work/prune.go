@@ -83,6 +83,9 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 
 // PruneGroup on Pebble: one command of the writer (pebblelog.Txn.Prune).
 func (e *pebbleEngine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
+	if e.arch != nil {
+		return e.pruneArchived(ctx, before, limit) // archive.go
+	}
 	var r pebblelog.PruneResult
 	var held time.Duration
 	err := e.Update(ctx, func(tx txn) error {

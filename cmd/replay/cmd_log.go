@@ -237,7 +237,7 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 		}
 	}
 
-	st, err := openStore(dir)
+	st, err := a.openStore(dir)
 	if err != nil {
 		return err
 	}
@@ -461,10 +461,13 @@ func (a *app) exportCommand() *cobra.Command {
 			if wire && (c.Flags().Changed("from") || c.Flags().Changed("to")) {
 				return usagef(c, "--wire exports the whole log, for import: it takes no --from or --to")
 			}
+			if wire && a.archive != "" {
+				return usagef(c, "--wire exports the store's log as it is stored, for import: it does not read --archive")
+			}
 			if wire {
 				return a.exportWire(c, dir)
 			}
-			st, err := openStore(dir)
+			st, err := a.openStore(dir)
 			if err != nil {
 				return err
 			}

@@ -89,7 +89,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 	if o.every < 10 {
 		return usagef(c, "--snapshot-every: \"%d\" is too few events between two snapshots (at least 10)", o.every)
 	}
-	st, err := openStore(dir)
+	st, err := a.openStore(dir)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func (a *app) statsCommand() *cobra.Command {
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
 			dir := displayName(args[0])
-			st, err := openStore(dir)
+			st, err := a.openStore(dir)
 			if err != nil {
 				return err
 			}
@@ -81,7 +81,9 @@ type statsJSON struct {
 	DiskBytes uint64 `json:"disk_bytes"`
 	// Pruned is the history Queue.Prune removed (absent when none was): first_seq is then
 	// the first retained event (the horizon when the oldest events went).
-	Pruned   *prunedStatsJSON  `json:"pruned,omitempty"`
+	Pruned *prunedStatsJSON `json:"pruned,omitempty"`
+	// Archive is the archive of --archive (absent without it): cmd_stats_archive.go.
+	Archive  *archiveStatsJSON `json:"archive,omitempty"`
 	Sessions int               `json:"sessions"`
 	Busiest  []countJSON       `json:"busiest_sessions"`
 	Events   map[string]uint64 `json:"events"`
@@ -102,6 +104,13 @@ type statsJSON struct {
 }
 
 func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, error) {
+	if as, ok := st.(*archivedStore); ok { // the store's own figures, and the archive's
+		s, err := a.stats(ctx, as.store, dir)
+		if err == nil {
+			s.Archive = archiveStats(as)
+		}
+		return s, err
+	}
 	disk, err := st.DiskUsage()
 	if err != nil {
 		return nil, err
@@ -257,6 +266,9 @@ func (a *app) writeStatsText(s *statsJSON) {
 			plural(s.Pruned.Ranges, "range", "ranges"), s.Pruned.Horizon)
 	}
 	fmt.Fprintf(tw, "Size on disk\t%s\n", humanBytes(s.DiskBytes))
+	if s.Archive != nil {
+		fmt.Fprintf(tw, "Archive\t%s\n", s.Archive.text())
+	}
 	var busy []string
 	for _, b := range s.Busiest {
 		busy = append(busy, fmt.Sprintf("%s (%s)", b.Name, plural(b.Count, "task", "tasks")))

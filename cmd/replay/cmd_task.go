@@ -61,7 +61,7 @@ type explanation struct {
 }
 
 func (a *app) runTask(c *cobra.Command, dir, id string, o *taskOptions) error {
-	st, err := openStore(dir)
+	st, err := a.openStore(dir)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,21 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 	if x.session != "" {
 		err = st.SessionLog(ctx, x.session, from, collect)
 	} else {
-		err = st.ReadLog(ctx, 0, collect) // not in the projection: look through the whole log
+		// Not in the projection (unknown, or pruned and read from an archive): look through
+		// the whole log. A completion wake's task comes before it, so find the task first.
+		err = st.ReadLog(ctx, 0, func(ev events.Event) error {
+			if wr, ok := ev.(*events.WakeRecorded); ok && wr.WakeID == id && wr.Reason == events.WakeTaskFinished {
+				related = wr.TaskID
+				return errStop
+			}
+			return nil
+		})
+		if errors.Is(err, errStop) {
+			err = nil
+		}
+		if err == nil {
+			err = st.ReadLog(ctx, 0, collect)
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func (a *app) timelineCommand() *cobra.Command {
 					return usagef(c, "--html %s is inside the store %s: replay never writes into a store", htmlFile, dir)
 				}
 			}
-			st, err := openStore(dir)
+			st, err := a.openStore(dir)
 			if err != nil {
 				return err
 			}

@@ -31,7 +31,7 @@ func (a *app) verifyCommand() *cobra.Command {
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
 			dir := displayName(args[0])
-			st, err := openStore(dir)
+			st, err := a.openStore(dir)
 			if err != nil {
 				return err
 			}
@@ -63,6 +63,8 @@ type verifyResult struct {
 	Tasks    int      `json:"tasks"`
 	Wakes    int      `json:"wakes"`
 	Problems []string `json:"problems"`
+	// Archive is the archive of --archive, checked too (absent without it).
+	Archive *archiveVerifyJSON `json:"archive,omitempty"`
 }
 
 func (a *app) verify(ctx context.Context, st store) (*verifyResult, error) {
@@ -76,7 +78,13 @@ func (a *app) verify(ctx context.Context, st store) (*verifyResult, error) {
 	if err != nil {
 		problems = append(problems, "last sequence: "+err.Error())
 	}
-	r := &verifyResult{OK: len(problems) == 0, LastSeq: last, Problems: problems}
+	var av *archiveVerifyJSON
+	if as, ok := st.(*archivedStore); ok {
+		var ap []string
+		av, ap = verifyArchive(ctx, as, last)
+		problems = append(problems, ap...)
+	}
+	r := &verifyResult{OK: len(problems) == 0, LastSeq: last, Problems: problems, Archive: av}
 	if r.Problems == nil {
 		r.Problems = []string{}
 	}
@@ -92,6 +100,9 @@ func (r *verifyResult) writeText(a *app, dir string) {
 	if r.OK && r.LastSeq == 0 {
 		fmt.Fprintf(w, "verify %s: ok. The log is empty and so is the stored projection.\n", dir)
 		return
+	}
+	if r.OK && r.Archive != nil {
+		defer fmt.Fprintf(w, "The archive %s holds every pruned event (%s archived), each intact and decoded.\n", r.Archive.Dir, plural(int(r.Archive.Events), "event", "events"))
 	}
 	if r.OK {
 		fmt.Fprintf(w, "verify %s: ok. The log has %s (seq 1..%d), gap-free, and every one decodes; the stored projection (%s, %s, idempotency keys, indexes, last sequence) equals a rebuild from the log.\n",

@@ -27,6 +27,7 @@ type app struct {
 	stderr     io.Writer
 	showTokens bool
 	progress   string // auto, always or never
+	archive    string // --archive: the store's archive of pruned events (archive.go)
 }
 
 // exitCode ends a command with a status and no further message: the command has printed
@@ -144,8 +145,12 @@ func (a *app) rootCommand() *cobra.Command {
 	})
 	pf := root.PersistentFlags()
 	pf.BoolVar(&a.showTokens, "show-tokens", false, "print lease tokens instead of [redacted] (they fence workers: keep them private)")
+	pf.StringVar(&a.archive, "archive", "", "read the store with its archive of pruned events (work.Options.ArchiveDir): history across the pruned horizon")
 	pf.StringVar(&a.progress, "progress", "auto", "progress on stderr: auto (only when stderr is a terminal), always or never")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if a.archive != "" && (c.Name() == "demo" || c.Name() == "import") {
+			return usagef(c, "--archive is read by the commands that read a store; %s does not", c.Name())
+		}
 		switch a.progress {
 		case "auto", "always", "never":
 			return nil
