@@ -450,7 +450,7 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	if err != nil {
 		return nil, pebbleOpenError(po, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir, !o.NoSync)}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir)}
 	fail := func(err error) (*Store, error) {
 		if !fh.parked.Load() { // a parked Pebble goroutine may hold what Close waits for
 			db.Close()
