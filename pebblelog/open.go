@@ -80,6 +80,9 @@ type Options struct {
 	// FS is the filesystem. Default vfs.Default.
 	FS vfs.FS
 	// NoSync commits batches without an fsync: see work.SyncNever for what a crash loses.
+	// It does not apply to blob files (store format 4): a blob and its directory entry are
+	// fsynced before any batch that refers to it commits, NoSync or not, since a later WAL
+	// sync can make that batch durable (the log never refers to a blob a crash lost).
 	// Default false: every acknowledged batch is synced.
 	NoSync bool
 	// ReadOnly opens an existing store without changing its contents; Update fails. The
