@@ -21,8 +21,9 @@ import (
 // Store format 4: large values live in blob files (docs/design.md, "Store format 4").
 //
 // A value of BlobMin bytes or more (a task's input, a wake's payload, an outcome's output) is
-// written to a file of its own under <store>/blobs, fsynced (SyncAlways) before the batch
-// that refers to it commits, and the event is stored in Pebble as a reference to it (the
+// written to a file of its own under <store>/blobs, fsynced with its directory entry before
+// the batch that refers to it commits (with NoSync too: a later WAL sync may make the batch
+// durable, and the log must never refer to a lost blob), and the event is stored in Pebble as a reference to it (the
 // blob form below) instead of its bytes. Pebble never sees the value: a 64 MiB value used to
 // become a 128 MiB batch (Pebble rounds a batch up to a power of two), a flushable batch
 // flushed at once through the block builder, compression and compaction, several copies of
@@ -97,7 +98,6 @@ func (e *BlobError) Unwrap() error        { return e.Err }
 type blobStore struct {
 	fs    vfs.FS
 	dir   string // the store's directory
-	sync  bool   // fsync each blob and the directory (not NoSync)
 	ready bool   // BlobDir exists and is durable; guarded by mu
 
 	mu     sync.Mutex
@@ -108,8 +108,8 @@ type blobStore struct {
 	delMu sync.Mutex
 }
 
-func newBlobStore(fs vfs.FS, dir string, sync bool) *blobStore {
-	return &blobStore{fs: fs, dir: dir, sync: sync, staged: map[stageKey]*stagedBlob{}}
+func newBlobStore(fs vfs.FS, dir string) *blobStore {
+	return &blobStore{fs: fs, dir: dir, staged: map[stageKey]*stagedBlob{}}
 }
 
 // stageKey identifies a value by its bytes' address and length: a command's closure refers
@@ -172,9 +172,11 @@ func (bl *blobStore) ensureDir() error {
 	return nil
 }
 
-// write stores v in a new blob file: written, fsynced and its directory entry fsynced
-// (unless NoSync) before it returns, so a batch that refers to it never commits before it is
-// durable.
+// write stores v in a new blob file: written, fsynced and its directory entry fsynced before
+// it returns, so a batch that refers to it never commits before it is durable. Whatever the
+// sync mode: with NoSync the batch is not fsynced, but any later WAL sync (PlanPrune's,
+// removePrunedBlobs', Close's, a memtable flush) can make it durable, and a machine crash
+// must not then leave the log referring to a blob it lost (TestBlobCrashNoSync).
 func (bl *blobStore) write(v []byte) (blobRef, error) {
 	if err := bl.ensureDir(); err != nil {
 		return blobRef{}, fmt.Errorf("pebblelog: %s: creating %s: %w", bl.dir, BlobDir, err)
@@ -190,12 +192,12 @@ func (bl *blobStore) write(v []byte) (blobRef, error) {
 			return err
 		}
 		err = writeCopied(f, v)
-		if err == nil && bl.sync {
+		if err == nil {
 			err = f.Sync()
 		}
 		return errors.Join(err, f.Close())
 	}()
-	if err == nil && bl.sync {
+	if err == nil {
 		err = syncDir(bl.fs, bl.fs.PathJoin(bl.dir, BlobDir))
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
@@ -496,4 +497,58 @@ func TestBlobStageAfterClose(t *testing.T) {
 	if n := blobNames(t, vfs.Default, dir); len(n) != 0 {
 		t.Errorf("StageValues after Close wrote %v", n)
 	}
+}
+
+// With NoSync too a blob file and its directory entry are fsynced before any batch that
+// refers to it commits: NoSync weakens only how recent the commits a crash keeps are. A
+// later WAL sync (the archive's PlanPrune, removePrunedBlobs, Close) makes the events
+// durable; the crash clone must then hold their blobs, staged (StageValues) or written by
+// the writer itself (a value nobody staged). Before, a NoSync blob was never fsynced, and
+// the clone's log referred to a missing blob.
+func TestBlobCrashNoSync(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s, err := Open("/store", &Options{FS: mem, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	staged, direct := bigValue(40, BlobMin), bigValue(41, BlobMin+7)
+	sub1 := submitted("s", "t1", sec(1), false)
+	sub1.Input = staged
+	release, err := s.StageValues(staged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, s, sub1)
+	release()
+	sub2 := submitted("s", "t2", sec(2), false)
+	sub2.Input = direct // not staged: the writer writes its blob
+	appendEvents(t, s, sub2)
+	// A later WAL sync makes both events durable, with no sync of their blobs of its own.
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	c, err := Open("/store", &Options{FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.View(func(r projection.Reader) error {
+		for id, want := range map[string][]byte{"t1": staged, "t2": direct} {
+			tk, err := r.Task(id)
+			if err != nil {
+				return err
+			}
+			if tk == nil {
+				t.Errorf("%s: the durable event is lost", id)
+			} else if !bytes.Equal(tk.Input, want) {
+				t.Errorf("%s: durable event, its input lost (%d bytes)", id, len(tk.Input))
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the durable events' blobs: %v", err)
+	}
+	mustVerify(t, c)
 }

@@ -80,6 +80,9 @@ type Options struct {
 	// FS is the filesystem. Default vfs.Default.
 	FS vfs.FS
 	// NoSync commits batches without an fsync: see work.SyncNever for what a crash loses.
+	// It does not apply to blob files (store format 4): a blob and its directory entry are
+	// fsynced before any batch that refers to it commits, NoSync or not, since a later WAL
+	// sync can make that batch durable (the log never refers to a blob a crash lost).
 	// Default false: every acknowledged batch is synced.
 	NoSync bool
 	// ReadOnly opens an existing store without changing its contents; Update fails. The
@@ -450,7 +453,7 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	if err != nil {
 		return nil, pebbleOpenError(po, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir, !o.NoSync)}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir)}
 	fail := func(err error) (*Store, error) {
 		if !fh.parked.Load() { // a parked Pebble goroutine may hold what Close waits for
 			db.Close()

@@ -195,7 +195,9 @@ func TestArchiveHoldsPrunedEvents(t *testing.T) {
 // archive reads each pruned event exactly once, equal to the log's.
 //
 // With SyncNever too: only durable events are archived (PlanPrune syncs the WAL), so an
-// archived event the crash left live is in the store, the same bytes under the same seq.
+// archived event the crash left live is in the store, the same bytes under the same seq;
+// and the blob-sized value's file survives the crash (it was fsynced before its batch
+// committed), so no durable event refers to a missing blob.
 func TestArchiveCrashBetweenSegmentAndPrune(t *testing.T) {
 	for _, sync := range []SyncMode{SyncAlways, SyncNever} {
 		t.Run(sync.String(), func(t *testing.T) { testArchiveCrash(t, sync) })
@@ -211,11 +213,10 @@ func testArchiveCrash(t *testing.T, sync SyncMode) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// No blob-sized value with SyncNever: with NoSync a blob file is not fsynced, and any
-	// sync of the WAL (this prune's, or the one blob.go forces before removing pruned blobs)
-	// makes durable an event whose blob a machine crash then loses (store format 4's
-	// issue, not the archive's; reported).
-	end := archiveHistory(t, q, 30, sync == SyncAlways)
+	// A blob-sized value in both modes: with SyncNever too its blob file is fsynced before
+	// its batch commits, so the WAL syncs of the prune (PlanPrune's, the one forced before
+	// pruned blobs are removed) never make durable an event whose blob the crash loses.
+	end := archiveHistory(t, q, 30, true)
 	before := wireLog(t, q)
 	var clones []*vfs.MemFS
 	archiveCommitted = func() {

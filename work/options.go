@@ -25,7 +25,11 @@ const (
 	// fsync. A crash of the process loses at most the calls in the unwritten WAL buffer (up
 	// to 32 KiB of events); a crash of the machine loses every call acknowledged since the
 	// last fsync, up to a memtable's worth (MemTableSize). Lost calls vanish whole, never
-	// half-applied, and the store stays consistent. Close syncs.
+	// half-applied, and the store stays consistent. Close syncs. Values stored in blob files
+	// (pebblelog.BlobMin bytes or more) are fsynced anyway, file and directory entry, by the
+	// call that stages them, before its batch commits: a later WAL sync (a prune's, Close's,
+	// a memtable flush) may make any acknowledged batch durable, and the log never refers to
+	// a blob a crash lost. SyncNever makes only the log's own writes cheaper.
 	SyncNever
 )
 
