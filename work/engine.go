@@ -155,9 +155,7 @@ func outcomeFrom(o events.Outcome) Outcome {
 	return out
 }
 
-func outcomeTo(o Outcome) events.Outcome { return outcomeToOwned(o, false) }
-
-// outcomeToOwned is outcomeTo with the output taken as ownValue takes it.
+// outcomeToOwned is o as an event's outcome, its output taken as ownValue takes it.
 func outcomeToOwned(o Outcome, staged bool) events.Outcome {
 	out := events.Outcome{State: events.TaskState(o.State), Summary: o.Summary, Error: o.Error}
 	if o.State == TaskSucceeded {
