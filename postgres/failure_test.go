@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,6 +132,12 @@ func TestConnectionLostDuringCommitThatCommitted(t *testing.T) {
 	}
 	e.hookAfterCommitSent = nil
 	got, found, err := q.Session("s").Task(ctx, task.ID)
+	if err != nil && strings.Contains(err.Error(), "use of closed network connection") {
+		// When pgx had read COMMIT's answer before the hook closed the socket, the writer
+		// saw a success and gave the connection back to the pool, whose next user finds
+		// the socket closed under pgx: an artefact of closing it from outside, once.
+		got, found, err = q.Session("s").Task(ctx, task.ID)
+	}
 	if err != nil || !found || got.Kind != "committed" {
 		t.Fatalf("Task after the lost answer = %+v, %v, %v", got, found, err)
 	}
