@@ -37,7 +37,8 @@ import (
 //     Pebble writes when it closes a WAL;
 //   - the newest WAL may end early only when nothing after the stopping point proves that the
 //     log had been synced past it: an intact chunk of this log whose synced offset lies
-//     beyond the point, or the end-of-log trailer. Every byte after the point is searched,
+//     beyond the point, or the end-of-log trailer where it directly follows a chunk of this
+//     log (trailerFollowsChunk). Every byte after the point is searched,
 //     not only the following blocks (walEvidence);
 //   - the batches' sequence numbers run without a gap through the live WALs, starting no
 //     later than just after the MANIFEST's last sequence number: a missing WAL, or one cut
