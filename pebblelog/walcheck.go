@@ -37,7 +37,8 @@ import (
 //     Pebble writes when it closes a WAL;
 //   - the newest WAL may end early only when nothing after the stopping point proves that the
 //     log had been synced past it: an intact chunk of this log whose synced offset lies
-//     beyond the point, or the end-of-log trailer. Every byte after the point is searched,
+//     beyond the point, or the end-of-log trailer where it directly follows a chunk of this
+//     log (trailerFollowsChunk). Every byte after the point is searched,
 //     not only the following blocks (walEvidence);
 //   - the batches' sequence numbers run without a gap through the live WALs, starting no
 //     later than just after the MANIFEST's last sequence number: a missing WAL, or one cut
@@ -240,7 +241,7 @@ func walEvidence(data []byte, walNum uint32, from int64) string {
 		sum := binary.LittleEndian.Uint32(h[0:4])
 		length := int(binary.LittleEndian.Uint16(h[4:6]))
 		if typ == recyclableFull {
-			if n == walNum+1 && sum == 0 && length == 0 {
+			if n == walNum+1 && sum == 0 && length == 0 && trailerFollowsChunk(data, walNum, from, q) {
 				return fmt.Sprintf("the end-of-log trailer at offset %d shows the log was closed, and synced, after it", q)
 			}
 			continue
@@ -255,6 +256,72 @@ func walEvidence(data []byte, walNum uint32, from int64) string {
 		}
 	}
 	return ""
+}
+
+// trailerFollowsChunk reports whether the trailer-like header at q directly follows a chunk
+// of this log, as Pebble's end-of-log trailer always does (it is written where the last chunk
+// ends, or at the next block after the zero padding). The header has no checksum: 11 bytes
+// (zeros, type 5, walNum+1) can occur anywhere inside a batch's payload, in this log's
+// records or in the old contents a recycled WAL file keeps after its new writes, and such a
+// match is no proof of anything. The chunk must be intact, or be the damaged chunk itself:
+// one reached from the stopping point by following the headers of this log's chunks.
+func trailerFollowsChunk(data []byte, walNum uint32, from int64, q int) bool {
+	// ends: where the chunk before the trailer may end. At a block start, anywhere in the
+	// previous block's padding, which must be zeros.
+	ends := []int{q}
+	if q%walBlockSize == 0 {
+		for e := q - 1; e > q-walSyncHeaderLen && e >= int(from) && data[e] == 0; e-- {
+			ends = append(ends, e)
+		}
+	}
+	// header parses a chunk header of this log at c: its end, or -1.
+	header := func(c int) (end int, intact bool) {
+		if c < 0 || c+recyclableHeaderLen > len(data) {
+			return -1, false
+		}
+		h := data[c:]
+		typ := h[6]
+		hlen := recyclableHeaderLen
+		switch {
+		case typ >= 5 && typ <= 8:
+		case typ >= 9 && typ <= walSyncLastType:
+			hlen = walSyncHeaderLen
+		default:
+			return -1, false
+		}
+		if c+hlen > len(data) || binary.LittleEndian.Uint32(h[7:11]) != walNum {
+			return -1, false
+		}
+		end = c + hlen + int(binary.LittleEndian.Uint16(h[4:6]))
+		if end > min((c/walBlockSize+1)*walBlockSize, len(data)) {
+			return -1, false
+		}
+		return end, chunkCRC(data[c+6:end]) == binary.LittleEndian.Uint32(h[0:4])
+	}
+	for _, e := range ends {
+		// An intact chunk of this log ending at e.
+		for c := max(int(from), (e-1)/walBlockSize*walBlockSize); c+recyclableHeaderLen <= e; c++ {
+			if end, intact := header(c); end == e && intact {
+				return true
+			}
+		}
+	}
+	// The damaged chunk: follow this log's chunk headers from the stopping point.
+	for c := int(from); c < q; {
+		if rest := walBlockSize - c%walBlockSize; rest < walSyncHeaderLen && allZero(data[c:min(c+rest, len(data))]) {
+			c += rest
+			continue
+		}
+		end, _ := header(c)
+		if end < 0 {
+			return false
+		}
+		if slices.Contains(ends, end) {
+			return true
+		}
+		c = end
+	}
+	return false
 }
 
 // manifestEvidence reports whether an intact record start (a full or first chunk) follows

@@ -1,6 +1,8 @@
 package pebblelog
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -486,6 +488,86 @@ func BenchmarkCheckWAL(b *testing.B) {
 	for range b.N {
 		if err := checkWAL(vfs.Default, dir); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// recyclableChunk builds a full recyclable chunk of log num holding payload.
+func recyclableChunk(num uint32, payload []byte) []byte {
+	c := make([]byte, recyclableHeaderLen, recyclableHeaderLen+len(payload))
+	binary.LittleEndian.PutUint16(c[4:6], uint16(len(payload)))
+	c[6] = recyclableFull
+	binary.LittleEndian.PutUint32(c[7:11], num)
+	c = append(c, payload...)
+	binary.LittleEndian.PutUint32(c[0:4], chunkCRC(c[6:]))
+	return c
+}
+
+// The proptest failure: Pebble recycles WAL files, so behind a newest WAL's torn tail lie a
+// recycled file's old contents. A batch payload there held the 11 bytes of an end-of-log
+// trailer of this log (zeros, type 5, walNum+1) at no chunk boundary, and walEvidence took
+// them for the trailer: a healthy store's crash was refused. Only a trailer directly after a
+// chunk of this log is evidence.
+func TestWALFakeTrailerInRecycledContentsAccepted(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ledgerStore(t, mem, 0).Close() // reopened below, so that the WAL carries synced offsets
+	full, name, synced := syncedThenUnsynced(t, mem, 30, 10)
+	num, _ := parseWALName(name)
+	data := readFileT(t, full, "/store/"+name)
+	recs := walRecords(t, full, "/store", name)
+	fake := make([]byte, recyclableHeaderLen)
+	fake[6] = recyclableFull
+	binary.LittleEndian.PutUint32(fake[7:11], uint32(num)+1)
+	payload := append(append(bytes.Repeat([]byte{0x61}, 57), fake...), bytes.Repeat([]byte{0x62}, 40)...)
+	old := append(recyclableChunk(2, payload), recyclableChunk(3, nil)[:recyclableHeaderLen]...) // old record, old trailer
+	tried := 0
+	for _, r := range recs {
+		if r < synced {
+			continue
+		}
+		for _, cut := range []int64{r, r + 3, r + walSyncHeaderLen + 4} {
+			tried++
+			clone := full.CrashClone(vfs.CrashCloneCfg{})
+			if err := clone.Remove("/store/" + cleanCloseFile); err != nil {
+				t.Fatal(err)
+			}
+			b := append(slices.Clone(data[:cut]), old...)
+			if ev := walEvidence(b, uint32(num), cut); ev != "" {
+				t.Errorf("cut at %d: walEvidence found %q in the old contents", cut, ev)
+			}
+			writeAll(t, clone, "/store/"+name, b)
+			if got := lastSeqOf(t, clone); got < 30 {
+				t.Fatalf("cut at %d: LastSeq %d, want at least the 30 synced submits", cut, got)
+			}
+		}
+	}
+	if tried < 8 {
+		t.Fatalf("only %d cuts tried", tried)
+	}
+}
+
+// The real trailer still proves the log was closed, and synced, after damage before it: a
+// flipped byte in the last record (the trailer follows the damaged chunk) or in the one
+// before it (the trailer follows an intact chunk), in a newest WAL with no clean-close
+// record to check it against.
+func TestWALFlipBeforeTrailerRefused(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ledgerStore(t, mem, 0).Close()
+	full, name, _ := syncedThenUnsynced(t, mem, 30, 10)
+	data := readFileT(t, full, "/store/"+name)
+	recs := walRecords(t, full, "/store", name)
+	for _, k := range []int{len(recs) - 1, len(recs) - 2} {
+		clone := full.CrashClone(vfs.CrashCloneCfg{})
+		if err := clone.Remove("/store/" + cleanCloseFile); err != nil {
+			t.Fatal(err)
+		}
+		b := slices.Clone(data)
+		b[recs[k]+walSyncHeaderLen+5] ^= 0x10
+		writeAll(t, clone, "/store/"+name, b)
+		_, err := Open("/store", &Options{FS: clone})
+		wantCorrupt(t, err, name)
+		if err == nil || !strings.Contains(err.Error(), "end-of-log trailer") {
+			t.Errorf("record %d: %v", k, err)
 		}
 	}
 }
