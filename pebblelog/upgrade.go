@@ -172,11 +172,8 @@ func (s *Store) buildFormat3() (err error) {
 		if err := s.buildRetentionTask(b, t); err != nil {
 			return err
 		}
-		if b.Len() >= upgradeBatchBytes {
-			if err := s.commitUpgrade(b); err != nil {
-				return err
-			}
-			b = s.db.NewBatch()
+		if err := s.commitIfFull(&b); err != nil {
+			return err
 		}
 	}
 	if err := it.Error(); err != nil {
@@ -190,6 +187,19 @@ func (s *Store) buildFormat3() (err error) {
 	err = s.commitUpgrade(b)
 	b = s.db.NewBatch() // for the deferred Close: a committed batch is closed by commitUpgrade
 	return err
+}
+
+// commitIfFull commits an upgrade's batch once it holds upgradeBatchBytes, and starts the
+// next one in *b.
+func (s *Store) commitIfFull(b **pebble.Batch) error {
+	if (*b).Len() < upgradeBatchBytes {
+		return nil
+	}
+	if err := s.commitUpgrade(*b); err != nil {
+		return err
+	}
+	*b = s.db.NewBatch()
+	return nil
 }
 
 // commitUpgrade commits one batch of the upgrade without sync (the format key's synced write

@@ -57,11 +57,8 @@ func (s *Store) buildRetentionWakes() (err error) {
 				return err
 			}
 		}
-		if b.Len() >= upgradeBatchBytes {
-			if err := s.commitUpgrade(b); err != nil {
-				return err
-			}
-			b = s.db.NewBatch()
+		if err := s.commitIfFull(&b); err != nil {
+			return err
 		}
 	}
 	if err := it.Error(); err != nil {
@@ -161,11 +158,8 @@ func (s *Store) buildSubjectIndex() (err error) {
 		if err := b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
 			return err
 		}
-		if b.Len() >= upgradeBatchBytes {
-			if err := s.commitUpgrade(b); err != nil {
-				return err
-			}
-			b = s.db.NewBatch()
+		if err := s.commitIfFull(&b); err != nil {
+			return err
 		}
 	}
 	if err := it.Error(); err != nil {
