@@ -607,3 +607,53 @@ func TestCommitMarksTable(t *testing.T) {
 	mustVerify(t, q)
 	q.Close()
 }
+
+// A prune appends no event: its commit needs the proof as much as any other group's. Its
+// transaction is terminated after COMMIT (as in TestTerminatedAfterCommit): the prune
+// succeeds, and the pruned tasks are gone.
+func TestPruneTerminatedAfterCommit(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	base := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := q.Session("s")
+	const n = 3
+	for range n {
+		if _, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "old"}, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := q.ClaimKindsAt(ctx, []string{"old"}, base.Add(time.Second), time.Hour, n)
+	if err != nil || len(ds) != n {
+		t.Fatalf("claimed %d of %d: %v", len(ds), n, err)
+	}
+	for _, d := range ds {
+		if _, err := q.FinishAt(ctx, d, work.Success(nil), base.Add(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	wg := terminateSleepers(t, dsn, stop)
+	var terminated atomic.Int32
+	e.hookCommitBatch = func(b *pgx.Batch) {
+		if terminated.Add(1) == 1 { // the first group only: the prune's
+			b.Queue(sleepAfterCommit)
+		}
+	}
+	res, err := q.Prune(ctx, base.Add(time.Hour))
+	close(stop)
+	wg.Wait()
+	e.hookCommitBatch = nil
+	if err != nil {
+		t.Fatalf("a prune whose transaction committed before the FATAL: %v", err)
+	}
+	if res.Tasks != n {
+		t.Errorf("pruned %d tasks, want %d", res.Tasks, n)
+	}
+	for _, d := range ds {
+		if _, found, err := s.Task(ctx, d.Task.ID); err != nil || found {
+			t.Errorf("Task(%s) after the prune = %v, %v", d.Task.ID, found, err)
+		}
+	}
+	mustVerify(t, q)
+}

@@ -413,7 +413,7 @@ func (e *engine) dropMark() {
 	if e.mark.n == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second) // bounds what it adds to Close
 	defer cancel()
 	e.pool.Exec(ctx, e.st.delMark, e.mark.id)
 }
