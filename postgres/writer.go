@@ -249,6 +249,8 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 		return notCommitted, ran, backendError(cerr)
 	}
 	if !wrote {
+		// Committed or not, the group changed nothing; there is no mark to read. The
+		// callers get the error (a retry is harmless) rather than an unproven success.
 		return notCommitted, ran, backendError(cerr)
 	}
 	// The connection failed (an I/O error, or a FATAL or PANIC, which the server may send
@@ -268,7 +270,8 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 
 // rolledBack reports an error that proves the transaction rolled back: the server's answer
 // at ERROR severity, on a connection that is still open. A FATAL or PANIC closes the
-// connection, and may come after the COMMIT completed.
+// connection, and may come after the COMMIT completed. (COMMIT is the batch's last
+// statement, so an ERROR is never an answer to a statement after it.)
 func rolledBack(conn *pgx.Conn, err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || conn.IsClosed() {
