@@ -134,6 +134,8 @@ type engine struct {
 	writerDone chan struct{}
 	cache      *cache // the writer's
 
+	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
+
 	changed     chan struct{}
 	watcherDone chan struct{}
 
@@ -144,6 +146,7 @@ type engine struct {
 	// Test hooks: around sending the commit batch (close the connection to lose it).
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)
+	hookCommitBatch     func(*pgx.Batch) // may queue statements after COMMIT, in its round trip
 }
 
 var (

@@ -46,6 +46,13 @@ CREATE TABLE {s}.pruned (from_seq bigint PRIMARY KEY, to_seq bigint NOT NULL UNI
 INSERT INTO {s}.worklog_meta VALUES ('format', '{format}');
 `
 
+// marksDDL creates commit_marks: each writer's row holding the number of its last group that
+// wrote, the proof of a COMMIT whose answer was lost (writer.go, commitMark). It came after
+// format 1 without changing it: Open (not OpenReadOnly) creates it when it is missing, and
+// builds that do not know it ignore it. It is not in tableNames, so a schema without it is
+// still a whole queue.
+const marksDDL = `CREATE TABLE {s}.commit_marks (writer bytea PRIMARY KEY, n bigint NOT NULL, at timestamptz NOT NULL)`
+
 // tableNames are the tables of the format, for the check that a schema holds no half of one.
 var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes", "task_keys", "wake_keys",
 	"due", "kind_due", "wake_index", "session_tasks", "counts", "prunable", "pruned"}
@@ -66,6 +73,7 @@ type statements struct {
 	delSession, insPrunable, delPrunable, scanPrunable                      string
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
+	setMark, getMark, delMark, waitHead                                     string
 }
 
 func newStatements(schema string) *statements {
@@ -75,7 +83,7 @@ func newStatements(schema string) *statements {
 	// key's order; a task scan joins the record, so a claim reads its tasks in the same
 	// round trip (LEFT: a task put in the same group is not written before the commit).
 	return &statements{
-		lockHead: q(`SELECT seq, prunes, pg_current_xact_id()::text FROM {s}.log_head WHERE id = 1 FOR UPDATE`),
+		lockHead: q(`SELECT seq, prunes FROM {s}.log_head WHERE id = 1 FOR UPDATE`),
 		maxTask:  q(`SELECT coalesce((SELECT id FROM {s}.tasks ORDER BY id DESC LIMIT 1), ''::bytea)`),
 		maxWake:  q(`SELECT coalesce((SELECT id FROM {s}.wakes ORDER BY id DESC LIMIT 1), ''::bytea)`),
 		lastSeq:  q(`SELECT seq FROM {s}.log_head WHERE id = 1`),
@@ -159,6 +167,13 @@ func newStatements(schema string) *statements {
 		wakeKeysIn:   q(`SELECT session, key, wake_id FROM {s}.wake_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
 		prunedRanges: q(`SELECT from_seq, to_seq FROM {s}.pruned ORDER BY from_seq`),
 		allPrunable:  q(`SELECT at, seq, id, wake FROM {s}.prunable ORDER BY at, seq`),
+
+		// The writers' commit marks (writer.go, commitMark).
+		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
+			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
+		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
+		delMark:  q(`DELETE FROM {s}.commit_marks WHERE writer = $1`),
+		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
 }
 
@@ -225,10 +240,12 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, readOn
 	for _, n := range tableNames {
 		ours[n] = true
 	}
+	hasMarks := false
 	for _, n := range names {
 		if ours[n] {
 			have = append(have, n)
 		}
+		hasMarks = hasMarks || n == "commit_marks"
 	}
 	if len(have) == 0 {
 		if readOnly {
@@ -242,6 +259,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, readOn
 		ddl = strings.ReplaceAll(ddl, "{format}", strconv.Itoa(FormatVersion))
 		if _, err := tx.Exec(ctx, ddl); err != nil {
 			return fmt.Errorf("creating the worklog tables in schema %q: %w", schema, err)
+		}
+		if err := ensureMarks(ctx, tx, schema, false); err != nil {
+			return err
 		}
 		return tx.Commit(ctx)
 	}
@@ -265,5 +285,25 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, readOn
 		return fmt.Errorf("%w: schema %q holds worklog format %d, older than any this build reads (%d)",
 			ErrNotAQueue, schema, n, FormatVersion)
 	}
+	if !readOnly {
+		if err := ensureMarks(ctx, tx, schema, hasMarks); err != nil {
+			return err
+		}
+	}
 	return tx.Commit(ctx)
+}
+
+// ensureMarks creates commit_marks when the schema has none (a queue created before it), and
+// removes the rows of writers whose last group is older than markMaxAge: processes that
+// stopped without removing theirs.
+func ensureMarks(ctx context.Context, tx pgx.Tx, schema string, exists bool) error {
+	sid := pgx.Identifier{schema}.Sanitize()
+	if !exists {
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(marksDDL, "{s}", sid)); err != nil {
+			return fmt.Errorf("creating table commit_marks in schema %q: %w", schema, err)
+		}
+		return nil
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM `+sid+`.commit_marks WHERE at < now() - make_interval(secs => $1)`, markMaxAge.Seconds())
+	return err
 }

@@ -96,7 +96,6 @@ type txn struct {
 	startSeq         uint64 // the log head when the group began
 	prunes           uint64 // log_head.prunes, counted up by a prune of this group
 	pruned           bool   // a prune ran in this group: the commit writes prunes
-	xid              string // the transaction's id, to learn its fate when its commit is lost
 	maxTask, maxWake string // the greatest stored ids: a new id above them has no record
 
 	newTasks, dirtyTasks map[string]bool

@@ -2,9 +2,10 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -100,6 +101,8 @@ func errClosed() error { return fmt.Errorf("%w: postgres queue closed", work.Err
 // writer takes every command waiting (up to MaxBatchCommands) and runs them as one group.
 func (e *engine) writer() {
 	defer close(e.writerDone)
+	e.mark.id = make([]byte, 16)
+	rand.Read(e.mark.id) // crypto/rand: the id must differ from every other writer's
 	group := make([]*command, 0, e.opts.MaxBatchCommands)
 	for {
 		select {
@@ -116,6 +119,7 @@ func (e *engine) writer() {
 			}
 			e.runGroup(group)
 		case <-e.closing:
+			defer e.dropMark()
 			for {
 				select {
 				case c := <-e.cmds:
@@ -204,9 +208,18 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 			return fnFailed, ran, ferr
 		}
 	}
+	// A group that changed nothing needs no proof of its commit: it has no effect either way.
+	wrote := tx.seq != tx.startSeq || tx.pruned || len(tx.evs) > 0
 	b := &pgx.Batch{}
 	tx.queueCommit(b, e.channel)
+	if wrote {
+		e.mark.n++
+		b.Queue(e.st.setMark, e.mark.id, e.mark.n)
+	}
 	b.Queue("COMMIT")
+	if e.hookCommitBatch != nil {
+		e.hookCommitBatch(b)
+	}
 	if e.hookBeforeCommit != nil {
 		e.hookBeforeCommit(conn.Conn())
 	}
@@ -220,26 +233,32 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 		return committed, ran, nil
 	}
 	e.cache = newCache()
-	var pe *pgconn.PgError
-	switch {
-	case errors.As(cerr, &pe):
-		// The server answered with an error: it rolled the transaction back (or will on
-		// the ROLLBACK below), and the connection is fine.
+	if rolledBack(conn.Conn(), cerr) {
+		// An ERROR on a connection that is still up: the server rolled the transaction
+		// back (an ERROR in the batch skips the rest of it, COMMIT included; an ERROR of
+		// COMMIT itself is a rollback), and ends it on the ROLLBACK below.
 		rollback(conn)
 		if len(group) > 1 {
 			return rerunAlone, ran, nil
 		}
 		return notCommitted, ran, backendError(cerr)
-	case pgconn.SafeToRetry(cerr):
-		// Nothing was sent: the transaction dies with its connection, uncommitted.
-		conn.Conn().Close(context.Background())
+	}
+	conn.Conn().Close(context.Background())
+	if pgconn.SafeToRetry(cerr) {
+		// Nothing of the batch was sent: the transaction dies with its connection.
 		return notCommitted, ran, backendError(cerr)
 	}
-	// The connection failed while the COMMIT was on its way or its answer was: the
-	// transaction may have committed. Ask the server (on another connection) what became
-	// of it, and answer the callers with that.
-	conn.Conn().Close(context.Background())
-	ok, rerr := e.resolve(tx.xid)
+	if !wrote {
+		// Committed or not, the group changed nothing; there is no mark to read. The
+		// callers get the error (a retry is harmless) rather than an unproven success.
+		return notCommitted, ran, backendError(cerr)
+	}
+	// The connection failed (an I/O error, or a FATAL or PANIC, which the server may send
+	// after COMMIT completed: pg_terminate_backend, a shutdown) while the batch, its COMMIT
+	// or their answers were on the wire: the transaction may have committed. Never re-run
+	// the group (it would collide with its own rows, or store a keyless submit twice): learn
+	// its outcome from its mark, and answer the callers with that.
+	ok, rerr := e.resolve(e.mark.id, e.mark.n)
 	if rerr != nil {
 		return notCommitted, ran, backendError(fmt.Errorf("%w: %v (the connection failed during COMMIT: %v)", ErrCommitUnknown, rerr, cerr))
 	}
@@ -249,16 +268,31 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 	return notCommitted, ran, backendError(cerr)
 }
 
+// rolledBack reports an error that proves the transaction rolled back: the server's answer
+// at ERROR severity, on a connection that is still open. A FATAL or PANIC closes the
+// connection, and may come after the COMMIT completed. (COMMIT is the batch's last
+// statement, so an ERROR is never an answer to a statement after it.)
+func rolledBack(conn *pgx.Conn, err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || conn.IsClosed() {
+		return false
+	}
+	sev := pe.SeverityUnlocalized
+	if sev == "" { // a server before 9.6 sends only the localized one
+		sev = pe.Severity
+	}
+	return sev == "ERROR"
+}
+
 // begin starts the group's transaction, locks the log head (which orders every writer of
 // every process) and reads what the group needs to know about the stored state, in one
 // round trip. The cache stays valid only if nobody committed since the writer's last group.
 func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	var seq, prunes int64
-	var xid string
 	var maxTask, maxWake []byte
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(e.st.lockHead).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &prunes, &xid) })
+	b.Queue(e.st.lockHead).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &prunes) })
 	b.Queue(e.st.maxTask).QueryRow(func(r pgx.Row) error { return r.Scan(&maxTask) })
 	b.Queue(e.st.maxWake).QueryRow(func(r pgx.Row) error { return r.Scan(&maxWake) })
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
@@ -269,7 +303,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	e.cache.valid = false // until this group commits
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
-	tx.seq, tx.xid, tx.maxTask, tx.maxWake = uint64(seq), xid, string(maxTask), string(maxWake)
+	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes = tx.seq, uint64(prunes)
 	return tx, nil
 }
@@ -291,13 +325,6 @@ func (e *engine) adopt(tx *txn) {
 	c.seq, c.prunes, c.valid = tx.seq, tx.prunes, true
 }
 
-// inTheFuture reports pg_xact_status's refusal of a transaction id the server has not yet
-// assigned ("transaction ID %s is in the future", invalid_parameter_value).
-func inTheFuture(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, "in the future")
-}
-
 func rollback(conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -306,37 +333,90 @@ func rollback(conn *pgxpool.Conn) {
 	}
 }
 
-// resolve learns whether the transaction xid committed, from another connection: committed
-// is final, aborted too; "in progress" means its server process has not yet noticed the lost
-// connection, so it asks again. It gives up after Options.CommitResolveTimeout.
-func (e *engine) resolve(xid string) (bool, error) {
+// commitMark is the writer's row in commit_marks, the proof of its groups' commits. Every
+// group that writes sets the row to its own number, in its transaction. Only this writer
+// writes the row (its id is random), one group at a time, and it learns the outcome of a
+// group before it runs the next: so once a group's transaction has ended, the row holds the
+// group's number exactly when it committed. The proof costs one small upsert in the commit
+// batch (no round trip); only resolve reads it. One row per writer, overwritten, removed
+// when the writer stops; Open removes the rows of writers gone for a day (markMaxAge).
+type commitMark struct {
+	id []byte // 16 bytes from crypto/rand, drawn when the writer starts
+	n  int64  // the number of the writer's last group that wrote
+}
+
+// markMaxAge is how long a writer's row outlives its last group, for the processes that
+// stopped without removing theirs. Far above any CommitResolveTimeout: a row is read only
+// while its writer resolves its last group.
+const markMaxAge = 24 * time.Hour
+
+// resolve learns whether the writer's group n committed. It waits, on another connection,
+// for the log head's lock: the group's transaction held it from its first statement to its
+// end, so once the lock is free the transaction has ended (committed, rolled back, or gone
+// with a crashed server) and a statement that starts after it sees its outcome. Then it reads
+// the writer's mark. It asks again while the server cannot be reached or the lock stays
+// taken (the transaction still runs: its server process has not yet noticed the lost
+// connection), for at most Options.CommitResolveTimeout.
+//
+// A transaction id cannot tell: after a crash the server hands the id of a transaction whose
+// WAL was lost to the next transaction of any client, and pg_xact_status then reads
+// "committed" for the lost one (TestLostCommitWhoseTransactionIDIsReused).
+func (e *engine) resolve(id []byte, n int64) (bool, error) {
 	deadline := time.Now().Add(e.opts.CommitResolveTimeout)
-	var last error
 	for wait := 10 * time.Millisecond; ; wait = min(wait*2, time.Second) {
-		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
-		var status *string
-		err := e.pool.QueryRow(ctx, `SELECT pg_xact_status($1::text::xid8)`, xid).Scan(&status)
-		cancel()
+		got, err := e.readMark(id, max(time.Until(deadline), 10*time.Millisecond))
 		switch {
-		case inTheFuture(err):
-			// The server's next transaction id is not past xid: after a crash, recovery
-			// set it from the WAL, and a commit record would have carried it past. xid
-			// wrote nothing to the WAL before the crash, so it never committed.
-			return false, nil
-		case err != nil:
-			last = err
-		case status == nil:
-			return false, fmt.Errorf("transaction %s is too old for the server to know its status", xid)
-		case *status == "committed":
+		case err == nil && got == n:
 			return true, nil
-		case *status == "aborted":
+		case err == nil && got < n:
 			return false, nil
-		default:
-			last = fmt.Errorf("transaction %s still %s", xid, *status)
+		case err == nil:
+			return false, fmt.Errorf("commit_marks holds group %d of this writer, after its last group %d", got, n)
 		}
 		if time.Now().After(deadline) || e.ctx.Err() != nil {
-			return false, last
+			return false, err
 		}
-		time.Sleep(wait)
+		time.Sleep(min(wait, max(time.Until(deadline), 0)))
 	}
+}
+
+// readMark reads the writer's mark (0 when it has none) once no transaction holds the log
+// head, waiting at most lockWait for it.
+func (e *engine) readMark(id []byte, lockWait time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, lockWait+5*time.Second)
+	defer cancel()
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	var got int64
+	b := &pgx.Batch{}
+	// READ COMMITTED whatever the database's default: the mark is read by a statement of its
+	// own, whose snapshot is taken after the lock was granted.
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue("SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(max(lockWait.Milliseconds(), 1), 10))
+	b.Queue(e.st.waitHead)
+	b.Queue(e.st.getMark, id).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&got); !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
+	b.Queue("ROLLBACK")
+	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
+		rollback(conn)
+		return 0, fmt.Errorf("waiting for the log head to read the commit mark: %w", err)
+	}
+	return got, nil
+}
+
+// dropMark removes the writer's row when it stops (best effort: Open removes it a day later).
+func (e *engine) dropMark() {
+	if e.mark.n == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second) // bounds what it adds to Close
+	defer cancel()
+	e.pool.Exec(ctx, e.st.delMark, e.mark.id)
 }
