@@ -116,6 +116,10 @@ func (o *Options) validate() error {
 	return nil
 }
 
+// idleInTransactionTimeout is the server's bound, on the queue's read-write connections, on a
+// transaction left idle between two statements (idle_in_transaction_session_timeout).
+const idleInTransactionTimeout = "60s"
+
 // engine is internal/engine.Engine on PostgreSQL.
 type engine struct {
 	pool    *pgxpool.Pool
@@ -179,6 +183,20 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDSN, err)
 	}
 	cfg.MaxConns = o.MaxConns
+	// The session settings the queue's own connections need, whatever the database or the
+	// role sets (the application's connections keep theirs): no statement or lock timeout
+	// (a writer waits its turn on the log head, Verify reads whole tables), and a bound on a
+	// transaction left idle (a process paused while its writer holds the log head would stall
+	// every writer of every process) long enough for any pause between two statements of the
+	// queue's own. A read-only store's transactions lock out no writer: no bound.
+	idle := idleInTransactionTimeout
+	if readOnly {
+		idle = "0"
+	}
+	for k, v := range map[string]string{"statement_timeout": "0", "lock_timeout": "0",
+		"idle_in_transaction_session_timeout": idle} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	if testConfigHook != nil {
 		testConfigHook(cfg)
 	}
@@ -190,9 +208,9 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 	if err != nil {
 		return nil, err
 	}
-	schema, err := schemaOf(ctx, pool)
+	schema, defaulted, err := schemaOf(ctx, pool)
 	if err == nil {
-		err = ensureSchema(ctx, pool, schema, readOnly)
+		err = ensureSchema(ctx, pool, schema, defaulted, readOnly)
 	}
 	if err != nil {
 		pool.Close()
