@@ -13,6 +13,21 @@
 // running every command waiting for it in one transaction (group commit, as the Pebble
 // store's writer does). docs/design.md §9 describes the schema, the log head and the
 // failures.
+//
+// Which schema: the queue's tables live in the schema named worklog (DefaultSchema, created
+// when missing) unless the DSN's search_path names another, which is resolved as PostgreSQL
+// resolves it for a CREATE TABLE: the first schema of the path that exists, $user meaning the
+// session user's; when none exists, the first is created. System schemas (pg_*,
+// information_schema) are refused. One database holds several queues, one per schema. A
+// queue an older version created in public (which Open without search_path used then) is
+// reached with search_path=public; Open without search_path refuses to start a new queue
+// beside it and says so.
+//
+// The queue's own connections set what they need whatever the database or role sets
+// (statement_timeout and lock_timeout off, idle_in_transaction_session_timeout 60 s; the
+// application's connections keep theirs), keep TCP keepalives on, and bound every wait on
+// the server: the writer's transactions by Options.WriteTimeout, Close by
+// Options.CloseTimeout, every other call by its context.
 package postgres
 
 import (
@@ -41,7 +56,8 @@ var (
 	// ErrNotAQueue: the schema holds some of worklog's tables but not a whole queue (or, for
 	// OpenReadOnly, none at all); nothing was changed.
 	ErrNotAQueue = errors.New("postgres: not a worklog queue")
-	// ErrInvalidDSN: the DSN does not say which schema to use, or cannot be parsed.
+	// ErrInvalidDSN: the DSN cannot be parsed, or its search_path is malformed or resolves to
+	// a system schema (a *DSNError naming search_path).
 	ErrInvalidDSN = errors.New("postgres: invalid DSN")
 	// ErrCorruptRow: a stored row does not decode, or the log has a gap. The error names
 	// the table and the row.
@@ -181,11 +197,14 @@ var (
 )
 
 // Open connects to the database dsn names (a postgres:// URL or key=value DSN, as pgx
-// parses it) and returns a queue whose tables live in the schema the DSN's search_path names
-// first (the server's current_schema() when it names none), so one database holds several
-// queues. It creates the schema and its tables when they are missing, and refuses a schema
-// of a newer format (ErrFormatTooNew) or one holding part of a queue (ErrNotAQueue), naming
-// the schema, without changing it. Errors are ErrBackend errors wrapping those; invalid
+// parses it) and returns a queue whose tables live in the schema worklog (DefaultSchema), or
+// the one the DSN's search_path chooses (the first existing schema of the path, as
+// PostgreSQL resolves it; the first of the path when none exists), so one database holds
+// several queues. It creates the schema and its tables when they are missing, and refuses a
+// schema of a newer format (ErrFormatTooNew) or one holding part of a queue (ErrNotAQueue),
+// naming the schema, without changing it; a system schema, a malformed search_path, or no
+// search_path while a queue of an older version is in public (name it: search_path=public)
+// are a *DSNError (ErrInvalidDSN). Errors are ErrBackend errors wrapping those; invalid
 // options are ErrInvalidRequest naming the field ("options.MaxConns").
 func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 	o := opts.withDefaults()
