@@ -13,6 +13,21 @@
 // running every command waiting for it in one transaction (group commit, as the Pebble
 // store's writer does). docs/design.md §9 describes the schema, the log head and the
 // failures.
+//
+// Which schema: the queue's tables live in the schema named worklog (DefaultSchema, created
+// when missing) unless the DSN's search_path names another, which is resolved as PostgreSQL
+// resolves it for a CREATE TABLE: the first schema of the path that exists, $user meaning the
+// session user's; when none exists, the first is created. System schemas (pg_*,
+// information_schema) are refused. One database holds several queues, one per schema. A
+// queue an older version created in public (which Open without search_path used then) is
+// reached with search_path=public; Open without search_path refuses to start a new queue
+// beside it and says so.
+//
+// The queue's own connections set what they need whatever the database or role sets
+// (statement_timeout and lock_timeout off, idle_in_transaction_session_timeout 60 s; the
+// application's connections keep theirs), keep TCP keepalives on, and bound every wait on
+// the server: the writer's transactions by Options.WriteTimeout, Close by
+// Options.CloseTimeout, every other call by its context.
 package postgres
 
 import (
@@ -21,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -40,7 +56,8 @@ var (
 	// ErrNotAQueue: the schema holds some of worklog's tables but not a whole queue (or, for
 	// OpenReadOnly, none at all); nothing was changed.
 	ErrNotAQueue = errors.New("postgres: not a worklog queue")
-	// ErrInvalidDSN: the DSN does not say which schema to use, or cannot be parsed.
+	// ErrInvalidDSN: the DSN cannot be parsed, or its search_path is malformed or resolves to
+	// a system schema (a *DSNError naming search_path).
 	ErrInvalidDSN = errors.New("postgres: invalid DSN")
 	// ErrCorruptRow: a stored row does not decode, or the log has a gap. The error names
 	// the table and the row.
@@ -66,6 +83,19 @@ type Options struct {
 	// CommitResolveTimeout bounds how long the writer asks the server whether a COMMIT whose
 	// connection failed committed, before its callers get ErrCommitUnknown (default 30 s).
 	CommitResolveTimeout time.Duration
+	// WriteTimeout bounds each transaction of the writer, from its BEGIN to its COMMIT's
+	// answer (default 30 s): past it, the connection's socket gets a deadline and is closed,
+	// and the group's callers get ErrBackend — or, when its COMMIT was on its way, what the
+	// server answers about it (ErrCommitUnknown when it cannot). A server that stops
+	// answering (frozen, or behind a network that drops every packet) holds the writer this
+	// long at most for each group.
+	WriteTimeout time.Duration
+	// CloseTimeout bounds how long Close waits for the writer's group in progress
+	// (default 10 s). Past it Close ends the writer's statements and closes the connections:
+	// a group whose COMMIT was on its way is reported to its callers as ErrCommitUnknown
+	// (never as a success, nor as rolled back), an earlier one as ErrBackend (it cannot have
+	// committed). Close itself returns within CloseTimeout plus a few seconds.
+	CloseTimeout time.Duration
 	// Retention and PruneInterval are work.Options' fields of the same names: with
 	// Retention set, the queue prunes in the background, every PruneInterval (default
 	// work.DefaultPruneInterval), what became prunable more than Retention ago. Several
@@ -92,6 +122,12 @@ func (o *Options) withDefaults() Options {
 	if r.PruneInterval == 0 {
 		r.PruneInterval = work.DefaultPruneInterval
 	}
+	if r.WriteTimeout == 0 {
+		r.WriteTimeout = 30 * time.Second
+	}
+	if r.CloseTimeout == 0 {
+		r.CloseTimeout = 10 * time.Second
+	}
 	return r
 }
 
@@ -108,6 +144,10 @@ func (o *Options) validate() error {
 		return bad("MaxConns", "must be at least 2 (the writer's connection and one for reads)")
 	case o.CommitResolveTimeout < 0:
 		return bad("CommitResolveTimeout", "must not be negative")
+	case o.WriteTimeout < 0:
+		return bad("WriteTimeout", "must not be negative (0 is the default, 30 s)")
+	case o.CloseTimeout < 0:
+		return bad("CloseTimeout", "must not be negative (0 is the default, 10 s)")
 	case o.Retention < 0:
 		return bad("Retention", "must not be negative (0 keeps all history)")
 	case o.PruneInterval < 0:
@@ -115,6 +155,10 @@ func (o *Options) validate() error {
 	}
 	return nil
 }
+
+// idleInTransactionTimeout is the server's bound, on the queue's read-write connections, on a
+// transaction left idle between two statements (idle_in_transaction_session_timeout).
+const idleInTransactionTimeout = "60s"
 
 // engine is internal/engine.Engine on PostgreSQL.
 type engine struct {
@@ -124,8 +168,9 @@ type engine struct {
 	st      *statements
 	opts    Options
 
-	ctx    context.Context // ends at Close: every statement in flight stops
-	cancel context.CancelFunc
+	ctx     context.Context // ends at Close: every statement in flight stops
+	cancel  context.CancelFunc
+	sockets *socketSet // every connection's, for Close to cut those a frozen server holds
 
 	mu         sync.RWMutex // closed, and sending to cmds
 	closed     bool
@@ -155,11 +200,14 @@ var (
 )
 
 // Open connects to the database dsn names (a postgres:// URL or key=value DSN, as pgx
-// parses it) and returns a queue whose tables live in the schema the DSN's search_path names
-// first (the server's current_schema() when it names none), so one database holds several
-// queues. It creates the schema and its tables when they are missing, and refuses a schema
-// of a newer format (ErrFormatTooNew) or one holding part of a queue (ErrNotAQueue), naming
-// the schema, without changing it. Errors are ErrBackend errors wrapping those; invalid
+// parses it) and returns a queue whose tables live in the schema worklog (DefaultSchema), or
+// the one the DSN's search_path chooses (the first existing schema of the path, as
+// PostgreSQL resolves it; the first of the path when none exists), so one database holds
+// several queues. It creates the schema and its tables when they are missing, and refuses a
+// schema of a newer format (ErrFormatTooNew) or one holding part of a queue (ErrNotAQueue),
+// naming the schema, without changing it; a system schema, a malformed search_path, or no
+// search_path while a queue of an older version is in public (name it: search_path=public)
+// are a *DSNError (ErrInvalidDSN). Errors are ErrBackend errors wrapping those; invalid
 // options are ErrInvalidRequest naming the field ("options.MaxConns").
 func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 	o := opts.withDefaults()
@@ -182,6 +230,41 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDSN, err)
 	}
 	cfg.MaxConns = o.MaxConns
+	// The session settings the queue's own connections need, whatever the database or the
+	// role sets (the application's connections keep theirs): no statement or lock timeout
+	// (a writer waits its turn on the log head, Verify reads whole tables), and a bound on a
+	// transaction left idle (a process paused while its writer holds the log head would stall
+	// every writer of every process) long enough for any pause between two statements of the
+	// queue's own. A read-only store's transactions lock out no writer: no bound.
+	idle := idleInTransactionTimeout
+	if readOnly {
+		idle = "0"
+	}
+	for k, v := range map[string]string{"statement_timeout": "0", "lock_timeout": "0",
+		"idle_in_transaction_session_timeout": idle} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	// TCP keepalives on every connection: a peer that vanished (a host down, a network that
+	// drops every packet) is noticed on an idle connection, the listener's above all, within
+	// about 30 s. A connection waiting for an answer is bounded by its context instead (the
+	// writer's by WriteTimeout): pgx sets a deadline on the socket when the context ends.
+	// Once Close has ended the statements in flight, nothing dials: pgx answers a failed
+	// connection with a cancel request on a new one, which a frozen server holds for 15 s,
+	// and the pool's Close waits for it.
+	ectx, cancel := context.WithCancel(context.Background())
+	dialer := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second,
+		Interval: 5 * time.Second, Count: 3}}
+	sockets := &socketSet{open: map[*socket]struct{}{}}
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ectx.Err() != nil {
+			return nil, errClosed()
+		}
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return sockets.add(c), nil
+	}
 	if testConfigHook != nil {
 		testConfigHook(cfg)
 	}
@@ -191,20 +274,21 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	schema, err := schemaOf(ctx, pool)
+	schema, defaulted, err := schemaOf(ctx, pool)
 	if err == nil {
-		err = ensureSchema(ctx, pool, schema, readOnly)
+		err = ensureSchema(ctx, pool, schema, defaulted, readOnly)
 	}
 	if err != nil {
+		cancel()
 		pool.Close()
 		return nil, err
 	}
-	ectx, cancel := context.WithCancel(context.Background())
 	e := &engine{
 		pool: pool, schema: schema, channel: channelName(schema), st: newStatements(schema), opts: o,
-		ctx: ectx, cancel: cancel, cmds: make(chan *command, 4096), closing: make(chan struct{}),
+		ctx: ectx, cancel: cancel, sockets: sockets, cmds: make(chan *command, 4096), closing: make(chan struct{}),
 		writerDone: make(chan struct{}), cache: newCache(), changed: make(chan struct{}, 1),
 		watcherDone: make(chan struct{}),
 	}
@@ -237,6 +321,8 @@ func (e *engine) View(ctx context.Context, fn func(projection.Reader) error) err
 	if e.isClosed() {
 		return errClosed()
 	}
+	ctx, stop := e.untilClose(ctx)
+	defer stop()
 	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return backendError(err)
@@ -246,6 +332,14 @@ func (e *engine) View(ctx context.Context, fn func(projection.Reader) error) err
 		return err
 	}
 	return nil
+}
+
+// untilClose is ctx, ended also by Close (after its CloseTimeout): a read in flight on a server
+// that stopped answering does not hold Close, which waits for the pool's connections.
+func (e *engine) untilClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func (e *engine) isClosed() bool {
@@ -263,6 +357,8 @@ func (e *engine) ReadLog(ctx context.Context, from uint64, fn func(events.Event)
 }
 
 func (e *engine) readRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error {
+	ctx, stop := e.untilClose(ctx)
+	defer stop()
 	var fnErr error
 	err := readLog(ctx, e.pool, e.st, from, to, func(seq uint64, body []byte) error {
 		ev, err := events.Decode(body, seq)
@@ -289,8 +385,16 @@ func (e *engine) signal() {
 	}
 }
 
+// closeGrace bounds what Close waits for once it has ended every statement: the writer's
+// last answers, the listener, the pool's connections.
+const closeGrace = 5 * time.Second
+
 // Close stops the writer (the commands already queued are answered first: a group in
 // progress commits or fails; the others get the closed error), the listener and the pool.
+// It waits for the group in progress at most Options.CloseTimeout: then it ends every
+// statement in flight (the writer's callers learn what became of their group, see
+// CloseTimeout), and returns after at most closeGrace more, with an error when the
+// connections were still busy (they close as their calls end).
 func (e *engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -300,11 +404,38 @@ func (e *engine) Close() error {
 	e.closed = true
 	close(e.closing)
 	e.mu.Unlock()
-	<-e.writerDone
+	wait := time.NewTimer(e.opts.CloseTimeout)
+	defer wait.Stop()
+	select {
+	case <-e.writerDone:
+	case <-wait.C:
+	}
 	e.cancel()
-	<-e.watcherDone
-	e.pool.Close()
-	return nil
+	poolClosed := make(chan struct{})
+	go func() {
+		<-e.writerDone
+		<-e.watcherDone
+		e.pool.Close() // waits for the connections' polite goodbyes
+		close(poolClosed)
+	}()
+	// A connection whose statement was ended says goodbye with a cancel request and waits
+	// for the server to close it (15 s in pgx): cut the sockets that still wait after a
+	// moment, as on a frozen server or a network that drops every packet.
+	select {
+	case <-poolClosed:
+		return nil
+	case <-time.After(time.Second):
+		e.sockets.closeAll()
+	}
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-poolClosed:
+		return nil
+	case <-grace.C:
+		return fmt.Errorf("postgres: closed, but the server did not answer within %v: connections still in use close as their calls end",
+			e.opts.CloseTimeout+closeGrace)
+	}
 }
 
 // watch listens for the commits of every process on the queue's channel and signals
@@ -343,4 +474,44 @@ var testConfigHook func(*pgxpool.Config)
 func isUndefinedTable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42P01"
+}
+
+// socketSet holds the open sockets of an engine's connections (the pool's, the listener's and
+// pgx's cancel requests), so that Close can cut those that still wait on a server that stopped
+// answering.
+type socketSet struct {
+	mu   sync.Mutex
+	open map[*socket]struct{}
+}
+
+type socket struct {
+	net.Conn
+	set *socketSet
+}
+
+func (s *socketSet) add(c net.Conn) net.Conn {
+	k := &socket{Conn: c, set: s}
+	s.mu.Lock()
+	s.open[k] = struct{}{}
+	s.mu.Unlock()
+	return k
+}
+
+func (k *socket) Close() error {
+	k.set.mu.Lock()
+	delete(k.set.open, k)
+	k.set.mu.Unlock()
+	return k.Conn.Close()
+}
+
+func (s *socketSet) closeAll() {
+	s.mu.Lock()
+	open := make([]*socket, 0, len(s.open))
+	for k := range s.open {
+		open = append(open, k)
+	}
+	s.mu.Unlock()
+	for _, k := range open {
+		k.Close()
+	}
 }

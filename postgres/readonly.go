@@ -18,9 +18,9 @@ type Store struct {
 	e *engine
 }
 
-// OpenReadOnly opens the queue in the schema dsn's search_path names, read-only. A schema
-// without worklog's tables is ErrNotAQueue; a newer format ErrFormatTooNew (both name the
-// schema).
+// OpenReadOnly opens the queue in the schema Open would use for dsn (worklog, or the one its
+// search_path chooses), read-only. A schema without worklog's tables is ErrNotAQueue; a newer
+// format ErrFormatTooNew (both name the schema).
 func OpenReadOnly(ctx context.Context, dsn string) (*Store, error) {
 	e, err := open(ctx, dsn, (&Options{MaxConns: 4}).withDefaults(), true)
 	if err != nil {

@@ -185,32 +185,144 @@ func channelName(schema string) string {
 	return fmt.Sprintf("worklog_%016x", h.Sum64())
 }
 
-// schemaOf is the schema the queue's tables live in: the first entry of the DSN's
-// search_path, or the server's current_schema() when the DSN names none.
-func schemaOf(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	if sp := pool.Config().ConnConfig.RuntimeParams["search_path"]; strings.TrimSpace(sp) != "" {
-		first := strings.TrimSpace(strings.Split(sp, ",")[0])
-		if len(first) >= 2 && first[0] == '"' && first[len(first)-1] == '"' {
-			return strings.ReplaceAll(first[1:len(first)-1], `""`, `"`), nil
+// DefaultSchema is the schema a queue lives in when the DSN names no search_path. A queue
+// that an older version created in another schema (public, the server's default) is found
+// only when the DSN names it: search_path=public.
+const DefaultSchema = "worklog"
+
+// DSNError is an invalid DSN: Field names the setting (search_path) and Value its value.
+// It is ErrInvalidDSN (errors.Is).
+type DSNError struct {
+	Field, Value, Reason string
+}
+
+func (e *DSNError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("%v: %s (not set): %s", ErrInvalidDSN, e.Field, e.Reason)
+	}
+	return fmt.Sprintf("%v: %s %q: %s", ErrInvalidDSN, e.Field, e.Value, e.Reason)
+}
+
+func (e *DSNError) Unwrap() error { return ErrInvalidDSN }
+
+// searchPath splits a search_path value as PostgreSQL does (SplitIdentifierString): entries
+// separated by commas, each a double-quoted identifier ("" is a quote inside) or an unquoted
+// one, which is folded to lower case. The entry $user (quoted or not) is reported as "$user":
+// it means the session user's schema.
+func searchPath(sp string) ([]string, error) {
+	var out []string
+	bad := func(why string) error { return &DSNError{Field: "search_path", Value: sp, Reason: why} }
+	rest := strings.TrimLeft(sp, " \t\r\n")
+	if rest == "" {
+		return nil, nil
+	}
+	for {
+		var name string
+		if strings.HasPrefix(rest, `"`) {
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(rest[i:], '"')
+				if j < 0 {
+					return nil, bad("an unterminated quoted name")
+				}
+				b.WriteString(rest[i : i+j])
+				i += j + 1
+				if i < len(rest) && rest[i] == '"' {
+					b.WriteByte('"')
+					i++
+					continue
+				}
+				break
+			}
+			name, rest = b.String(), rest[i:]
+			if name == "" {
+				return nil, bad("an empty quoted name")
+			}
+		} else {
+			j := strings.IndexAny(rest, ", \t\r\n")
+			if j < 0 {
+				j = len(rest)
+			}
+			name, rest = asciiLower(rest[:j]), rest[j:]
+			if name == "" {
+				return nil, bad("an empty name")
+			}
 		}
-		if first == "$user" {
-			return "", fmt.Errorf("%w: search_path %q: name the queue's schema first", ErrInvalidDSN, sp)
+		out = append(out, name)
+		rest = strings.TrimLeft(rest, " \t\r\n")
+		if rest == "" {
+			return out, nil
 		}
-		return strings.ToLower(first), nil
+		if rest[0] != ',' {
+			return nil, bad("names must be separated by commas")
+		}
+		rest = strings.TrimLeft(rest[1:], " \t\r\n")
 	}
-	var s *string
-	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&s); err != nil {
-		return "", err
+}
+
+// asciiLower folds A-Z only, as PostgreSQL folds an unquoted identifier in UTF-8.
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'A' && r <= 'Z' {
+			return r + ('a' - 'A')
+		}
+		return r
+	}, s)
+}
+
+// systemSchema reports the schemas a queue may never live in: PostgreSQL reserves the pg_
+// prefix (pg_catalog, pg_toast, pg_temp...), and information_schema is the standard's views.
+func systemSchema(name string) bool {
+	return strings.HasPrefix(name, "pg_") || name == "information_schema"
+}
+
+// schemaOf is the schema the queue's tables live in. With a search_path in the DSN it is the
+// schema PostgreSQL itself would create an unqualified table in (current_schema()): the first
+// entry of the path that exists and that the user may use, $user meaning the session user's
+// schema; when none exists, the first entry, which ensureSchema creates. Without one it is
+// DefaultSchema. A system schema (pg_*, information_schema) is a DSNError naming search_path.
+func schemaOf(ctx context.Context, pool *pgxpool.Pool) (schema string, defaulted bool, err error) {
+	sp := pool.Config().ConnConfig.RuntimeParams["search_path"]
+	if strings.TrimSpace(sp) == "" {
+		return DefaultSchema, true, nil
 	}
-	if s == nil {
-		return "", fmt.Errorf("%w: the server's search_path names no existing schema: set search_path in the DSN", ErrInvalidDSN)
+	path, err := searchPath(sp)
+	if err != nil {
+		return "", false, err
 	}
-	return *s, nil
+	var user string
+	if err := pool.QueryRow(ctx, "SELECT session_user::text").Scan(&user); err != nil {
+		return "", false, err
+	}
+	for i, n := range path {
+		if n == "$user" {
+			path[i] = user
+		}
+	}
+	var first *string
+	err = pool.QueryRow(ctx, `SELECT p.n FROM unnest($1::text[]) WITH ORDINALITY AS p(n, i)
+		JOIN pg_catalog.pg_namespace ns ON ns.nspname = p.n
+		WHERE has_schema_privilege(ns.oid, 'USAGE') ORDER BY p.i LIMIT 1`, path).Scan(&first)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		first = &path[0] // none exists: ensureSchema creates the first
+	case err != nil:
+		return "", false, err
+	}
+	if systemSchema(*first) {
+		return "", false, &DSNError{Field: "search_path", Value: sp, Reason: fmt.Sprintf(
+			"resolves to the system schema %q: name the queue's own schema first (default %q)", *first, DefaultSchema)}
+	}
+	return *first, false, nil
 }
 
 // ensureSchema creates the schema's tables when there are none, or checks their format.
 // Concurrent Opens of one schema take turns on an advisory lock, so exactly one creates.
-func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, readOnly bool) (err error) {
+// defaulted: the DSN named no schema; then a queue an older version made in a schema of the
+// server's search_path (public) is refused by name rather than left behind for a new, empty
+// one (legacyQueue).
+func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaulted, readOnly bool) (err error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -248,6 +360,11 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, readOn
 		hasMarks = hasMarks || n == "commit_marks"
 	}
 	if len(have) == 0 {
+		if defaulted {
+			if err := legacyQueue(ctx, tx, schema); err != nil {
+				return err
+			}
+		}
 		if readOnly {
 			return fmt.Errorf("%w: schema %q has no worklog tables", ErrNotAQueue, schema)
 		}
@@ -306,4 +423,26 @@ func ensureMarks(ctx context.Context, tx pgx.Tx, schema string, exists bool) err
 	}
 	_, err := tx.Exec(ctx, `DELETE FROM `+sid+`.commit_marks WHERE at < now() - make_interval(secs => $1)`, markMaxAge.Seconds())
 	return err
+}
+
+// legacyQueue refuses to start a new queue in the default schema while the server's own
+// search_path (public, usually) holds one an older version created there when the DSN named no
+// schema: its work would look lost. The error says how to keep using it.
+func legacyQueue(ctx context.Context, tx pgx.Tx, schema string) error {
+	var old *string
+	err := tx.QueryRow(ctx, `SELECT n.nspname::text FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname = 'worklog_meta' AND c.relkind IN ('r', 'p') AND n.nspname <> $1
+		AND n.nspname = ANY(current_schemas(false)) ORDER BY array_position(current_schemas(false), n.nspname) LIMIT 1`,
+		schema).Scan(&old)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	}
+	return &DSNError{Field: "search_path", Value: "", Reason: fmt.Sprintf(
+		"the DSN names no schema, so the queue's is %q, which holds no queue yet; schema %q holds one "+
+			"an older version created: name it to keep using it (search_path=%s), or name %q to start a new one "+
+			"beside it (search_path=%s)", schema, *old, *old, schema, schema)}
 }

@@ -20,7 +20,8 @@ import (
 // command is one Update waiting for, or run by, the writer.
 type command struct {
 	fn   func(engineapi.Txn) error
-	done chan error // buffered: the writer never waits for a caller that left
+	ctx  context.Context // the caller's: its end also ends the closure's reads (runWithin)
+	done chan error      // buffered: the writer never waits for a caller that left
 
 	mu        sync.Mutex
 	idle      sync.Cond // signalled when running turns false
@@ -28,8 +29,8 @@ type command struct {
 	abandoned bool // the caller left (its ctx ended): never run it again
 }
 
-func newCommand(fn func(engineapi.Txn) error) *command {
-	c := &command{fn: fn, done: make(chan error, 1)}
+func newCommand(ctx context.Context, fn func(engineapi.Txn) error) *command {
+	c := &command{fn: fn, ctx: ctx, done: make(chan error, 1)}
 	c.idle.L = &c.mu
 	return c
 }
@@ -52,6 +53,30 @@ func (c *command) run(tx engineapi.Txn) (err error, ok bool) {
 	return c.fn(tx), true
 }
 
+// runWithin runs the closure with the transaction's reads bounded by ctx (the group's) and by
+// the caller's context: a caller that leaves while its closure waits on the server (which may
+// have stopped answering) ends that read at once, instead of waiting in abandon for as long
+// as the group's WriteTimeout. The read's failure fails the closure, so the group is rolled
+// back and re-run without it, like any failed closure.
+func (c *command) runWithin(ctx context.Context, tx *txn) (error, bool) {
+	if c.ctx == nil || c.ctx.Done() == nil {
+		return c.run(tx)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	tx.ctx = cctx
+	defer func() {
+		stop()
+		cancel()
+		tx.ctx = ctx
+	}()
+	err, ok := c.run(tx)
+	if err != nil && c.ctx.Err() != nil {
+		err = c.ctx.Err() // what ended the read: the caller left
+	}
+	return err, ok
+}
+
 // abandon stops the closure from running again, after waiting for a run in progress (so
 // the caller may read what the closure set without a race).
 func (c *command) abandon() {
@@ -68,7 +93,7 @@ func (e *engine) Update(ctx context.Context, fn func(engineapi.Txn) error) error
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c := newCommand(fn)
+	c := newCommand(ctx, fn)
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
@@ -172,7 +197,8 @@ func (e *engine) runAlone(c *command) {
 // left); err is their answer when the outcome is committed (nil) or notCommitted, the
 // failing closure's error when fnFailed.
 func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, err error) {
-	ctx := e.ctx
+	ctx, cancel := context.WithTimeout(e.ctx, e.opts.WriteTimeout) // deadlines on the connection's I/O
+	defer cancel()
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		e.cache.valid = false
@@ -197,7 +223,7 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 				return notCommitted, ran, backendError(err)
 			}
 		}
-		ferr, ok := c.run(tx)
+		ferr, ok := c.runWithin(ctx, tx)
 		if !ok {
 			continue
 		}

@@ -70,8 +70,8 @@ func (a *app) writeWire(ctx context.Context, st store, dir string) error {
 
 const importLong = `Load a wire log (written by replay export --wire) into an empty store: a Pebble store
 directory (created when missing; it must be new or empty) or a PostgreSQL queue named by a
-postgres:// URL (its schema, the first of the URL's search_path, created when missing; it
-must hold no events). FILE - reads standard input.
+postgres:// URL (its schema, worklog or the one the URL's search_path names, created when
+missing; it must hold no events). FILE - reads standard input.
 
 Every event keeps its sequence number and bytes, and is folded into the new store's
 projection by the same code (projection.Apply) as when it was first written, through the

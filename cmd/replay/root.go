@@ -109,8 +109,8 @@ task and wake at any past point (time travel), one session's story, why a task i
 state, a consistency check, statistics and a JSON export.
 
 Wherever a command takes a store directory (DIR) it also takes a PostgreSQL queue, as a
-postgres:// or postgresql:// URL whose search_path names the queue's schema, read through
-read-only transactions: the same output for the same log.
+postgres:// or postgresql:// URL (the queue in schema worklog, or the one its search_path
+names), read through read-only transactions: the same output for the same log.
 
 Every command except demo and import is read-only: it opens the store with pebblelog's
 ReadOnly option and never writes into the store directory. import loads a log written by
