@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/internal/recordcodec"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -101,12 +101,12 @@ type recordTable[R any] struct {
 var (
 	taskTable = &recordTable[projection.Task]{
 		name: "tasks", cols: 1,
-		decode: pebblelog.DecodeTaskRecord,
+		decode: recordcodec.DecodeTask,
 		id:     func(r *projection.Task) string { return r.ID },
 		split: func(r *projection.Task) ([]byte, [][]byte) {
 			c := *r
 			c.Input = nil
-			return pebblelog.AppendTaskRecord(nil, &c), [][]byte{nonNil(r.Input)}
+			return recordcodec.AppendTask(nil, &c), [][]byte{nonNil(r.Input)}
 		},
 		join: func(r *projection.Task, cols [][]byte) {
 			if len(cols[0]) > 0 {
@@ -117,12 +117,12 @@ var (
 	}
 	wakeTable = &recordTable[projection.Wake]{
 		name: "wakes", cols: 2,
-		decode: pebblelog.DecodeWakeRecord,
+		decode: recordcodec.DecodeWake,
 		id:     func(r *projection.Wake) string { return r.ID },
 		split: func(r *projection.Wake) ([]byte, [][]byte) {
 			c := *r
 			c.Payload, c.Outcome.Output = nil, nil
-			return pebblelog.AppendWakeRecord(nil, &c), [][]byte{nonNil(r.Payload), nonNil(r.Outcome.Output)}
+			return recordcodec.AppendWake(nil, &c), [][]byte{nonNil(r.Payload), nonNil(r.Outcome.Output)}
 		},
 		join: func(r *projection.Wake, cols [][]byte) {
 			if len(cols[0]) > 0 {
