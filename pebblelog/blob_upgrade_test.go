@@ -2,6 +2,8 @@ package pebblelog_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -170,3 +172,30 @@ func TestFormat3StoreUpgradesToFormat4(t *testing.T) {
 		t.Fatalf("Verify after reopening: %v", err)
 	}
 }
+
+// format3Values is what testdata/format3-values.json records of the format-3 fixture: the
+// ids of its tasks and wakes, and the SHA-256 of each value they hold, keyed by id.
+type format3Values struct {
+	Tasks   map[string]format3Task `json:"tasks"`
+	Wakes   map[string]string      `json:"wakes"` // wake id -> sha256 of its payload or completion output
+	Session string                 `json:"session"`
+}
+
+type format3Task struct {
+	Input  string `json:"input"`
+	Output string `json:"output,omitempty"`
+	State  string `json:"state"`
+}
+
+// bigJSON is a JSON string of n bytes (n >= 2) drawn from rng: values the fixture stores
+// inline in format 3 that format 4 would put in blobs (n >= pebblelog.BlobMin).
+func bigJSON(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	b[0], b[n-1] = '"', '"'
+	for i := 1; i < n-1; i++ {
+		b[i] = 'a' + byte(rng.IntN(26))
+	}
+	return b
+}
+
+func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }

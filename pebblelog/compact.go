@@ -110,10 +110,18 @@ func (s *Store) CompactPruned(ctx context.Context) (err error) {
 	return nil
 }
 
+// Tools is the store's surface for benchmarks and tools, apart from the queue's API: what a
+// store reader or writer never needs (where the space goes, compacting a range now).
+type Tools struct{ s *Store }
+
+// Tools returns the store's tools surface.
+func (s *Store) Tools() Tools { return Tools{s} }
+
 // KeyspaceUsage estimates the bytes each keyspace (by its prefix byte, keys.go) takes in the
 // store's sstables, from Pebble's EstimateDiskUsage: what the memtables and the WAL hold is
 // not in it. For the retention benchmarks: where the space goes.
-func (s *Store) KeyspaceUsage() (_ map[byte]uint64, err error) {
+func (t Tools) KeyspaceUsage() (_ map[byte]uint64, err error) {
+	s := t.s
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -134,7 +142,8 @@ func (s *Store) KeyspaceUsage() (_ map[byte]uint64, err error) {
 
 // CompactRange compacts the keys of [start, end) now: for the benchmarks that compare ways of
 // reclaiming space.
-func (s *Store) CompactRange(ctx context.Context, start, end []byte) (err error) {
+func (t Tools) CompactRange(ctx context.Context, start, end []byte) (err error) {
+	s := t.s
 	if err := s.enter(); err != nil {
 		return err
 	}

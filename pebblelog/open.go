@@ -23,7 +23,7 @@ import (
 // layout, the projection record layout and the marker. Version 1 is the first; version 2
 // writes records without the values their creating event holds (input.go), reads version 1,
 // and upgrades it on a read-write open (upgrade.go). Version 3 adds the per-kind due index,
-// the session task lists and the counts by kind and state (state_part2.go), which the
+// the session task lists and the counts by kind and state (state_kinds_sessions.go), which the
 // upgrade from 1 or 2 builds from the records. Version 4 stores values of BlobMin bytes or
 // more in blob files (blob.go); the upgrade from 3 writes nothing but the version, since a
 // format-3 store holds no blob and its events and records read as they are.

@@ -214,7 +214,7 @@ type writer struct {
 	// The records put in this batch, in the order first put; finish writes each once.
 	taskOrder, wakeOrder []string
 
-	// Format 3's counts and per-kind low-water marks (state_part2.go).
+	// Format 3's counts and per-kind low-water marks (state_kinds_sessions.go).
 	counts      map[countID]int64 // committed counts, read-only here; nil: read the stored ones
 	countDelta  map[countID]int64 // this batch's changes; finish writes them
 	kindLows    map[string][]byte // committed marks of the per-kind due index, read-only here

@@ -244,7 +244,7 @@ type writerState struct {
 	maxIDs *maxIDs      // the ids known to have no record (see maxIDs)
 	syncq  chan<- pending
 
-	counts   map[countID]int64 // the committed counts (state_part2.go)
+	counts   map[countID]int64 // the committed counts (state_kinds_sessions.go)
 	kindLows map[string][]byte // the committed lows of the per-kind due index
 
 	// The record maps and order of the last published writer, emptied, for the next one:

@@ -54,7 +54,7 @@ func (t *txn) prune(before int64, limit int) (engineapi.PruneGroupResult, error)
 	var res engineapi.PruneGroupResult
 	var entries []projection.PruneEntry
 	// One page of limit+1 entries: the group's, and whether there are more.
-	if err := t.scanPrunable(before, limit+1, func(e projection.PruneEntry) bool {
+	if err := t.scanPrunable(pages{limit + 1, scanPageMax}, before, func(e projection.PruneEntry) bool {
 		if len(entries) == limit {
 			res.More = true
 			return false
@@ -196,38 +196,8 @@ func (t *txn) prefetch(entries []projection.PruneEntry) error {
 
 // queueRecords queues reads of the tasks and wakes by id into the cache.
 func (t *txn) queueRecords(b *pgx.Batch, taskIDs, wakeIDs [][]byte) {
-	if len(taskIDs) > 0 {
-		b.Queue(t.st.tasksByID, taskIDs).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id, rec, input []byte
-				if err := rows.Scan(&id, &rec, &input); err != nil {
-					return err
-				}
-				r, err := decodeTask(string(id), rec, input)
-				if err != nil {
-					return err
-				}
-				t.c.tasks[r.ID] = r
-			}
-			return rows.Err()
-		})
-	}
-	if len(wakeIDs) > 0 {
-		b.Queue(t.st.wakesByID, wakeIDs).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id, rec, payload, output []byte
-				if err := rows.Scan(&id, &rec, &payload, &output); err != nil {
-					return err
-				}
-				r, err := decodeWake(string(id), rec, payload, output)
-				if err != nil {
-					return err
-				}
-				t.c.wakes[r.ID] = r
-			}
-			return rows.Err()
-		})
-	}
+	taskTable.queueByIDs(b, t.c, t.st.tasksByID, taskIDs)
+	wakeTable.queueByIDs(b, t.c, t.st.wakesByID, wakeIDs)
 }
 
 // addPruned records the runs (sorted, coalesced, not pruned before) in the pruned table,
@@ -285,104 +255,72 @@ func (t *txn) DeletePrunable(e projection.PruneEntry) error {
 
 // ScanPrunable pages through the retention index after sending the group's pending writes.
 func (t *txn) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
-	return t.scanPrunable(before, scanPage, fn)
+	return t.scanPrunable(indexPages, before, fn)
 }
 
-func (t *txn) scanPrunable(before int64, page int, fn func(projection.PruneEntry) bool) error {
-	var last projection.PruneEntry
-	for started := false; ; started = true {
-		b := &pgx.Batch{}
-		t.flushIndexes(b)
-		sql, args := t.st.scanPrunable, []any{before, page}
-		if started {
-			sql, args = t.st.scanPrunableFrom, append(args, last.At, int64(last.Seq))
+// scanPrunable pages through the retention index (p: the page sizes) after sending the
+// group's pending writes.
+func (t *txn) scanPrunable(p pages, before int64, fn func(projection.PruneEntry) bool) error {
+	return keyset(p, func(last *projection.PruneEntry, n int) ([]projection.PruneEntry, error) {
+		if last == nil {
+			return txnPage(t, scanPruneRow, t.st.scanPrunable, before, n)
 		}
-		var entries []projection.PruneEntry
-		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			var err error
-			entries, err = collectPrunable(rows)
-			return err
-		})
-		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if len(entries) < page {
-			return nil
-		}
-		last = entries[len(entries)-1]
-		page = max(page, min(page*2, scanPageMax))
-	}
+		return txnPage(t, scanPruneRow, t.st.scanPrunableFrom, before, n, last.At, int64(last.Seq))
+	}, func(e projection.PruneEntry) (bool, error) { return fn(e), nil })
 }
 
-func collectPrunable(rows pgx.Rows) ([]projection.PruneEntry, error) {
-	var out []projection.PruneEntry
-	for rows.Next() {
-		var at, seq int64
-		var id []byte
-		var wake bool
-		if err := rows.Scan(&at, &seq, &id, &wake); err != nil {
-			return nil, err
-		}
-		out = append(out, projection.PruneEntry{At: at, Seq: uint64(seq), ID: string(id), Wake: wake})
-	}
-	return out, rows.Err()
+func scanPruneRow(rows pgx.Rows) (projection.PruneEntry, error) {
+	var at, seq int64
+	var id []byte
+	var wake bool
+	err := rows.Scan(&at, &seq, &id, &wake)
+	return projection.PruneEntry{At: at, Seq: uint64(seq), ID: string(id), Wake: wake}, err
 }
 
 // DeleteTask forgets the record: a task put by this group is not written at all; a stored
 // one is deleted at the commit. The cache records it as absent.
 func (t *txn) DeleteTask(id string) error {
-	t.c.tasks[id] = nil
-	delete(t.dirtyTasks, id)
-	if t.newTasks[id] {
-		delete(t.newTasks, id)
-		return nil
-	}
-	if t.delTasks == nil {
-		t.delTasks = map[string]bool{}
-	}
-	t.delTasks[id] = true
+	forgetRecord(t.c.tasks, t.newTasks, t.dirtyTasks, &t.delTasks, id)
 	return nil
 }
 
 func (t *txn) DeleteWake(id string) error {
-	t.c.wakes[id] = nil
-	delete(t.dirtyWakes, id)
-	if t.newWakes[id] {
-		delete(t.newWakes, id)
-		return nil
-	}
-	if t.delWakes == nil {
-		t.delWakes = map[string]bool{}
-	}
-	t.delWakes[id] = true
+	forgetRecord(t.c.wakes, t.newWakes, t.dirtyWakes, &t.delWakes, id)
 	return nil
 }
 
-func (t *txn) DeleteTaskKey(sessionID, key string) error {
-	k := skey{sessionID, key}
-	t.c.taskKeys[k] = ""
-	if i := slices.Index(t.newTaskKeys, k); i >= 0 {
-		t.newTaskKeys = slices.Delete(t.newTaskKeys, i, i+1)
-		return nil
+func forgetRecord[R any](cached map[string]*R, added, changed map[string]bool, deleted *map[string]bool, id string) {
+	cached[id] = nil
+	delete(changed, id)
+	if added[id] {
+		delete(added, id)
+		return
 	}
-	t.delTaskKeys = append(t.delTaskKeys, k)
+	if *deleted == nil {
+		*deleted = map[string]bool{}
+	}
+	(*deleted)[id] = true
+}
+
+// DeleteTaskKey forgets the key: one put by this group is not written; a stored one is
+// deleted at the commit.
+func (t *txn) DeleteTaskKey(sessionID, key string) error {
+	forgetKey(t.c.taskKeys, &t.newTaskKeys, &t.delTaskKeys, skey{sessionID, key})
 	return nil
 }
 
 func (t *txn) DeleteWakeKey(sessionID, key string) error {
-	k := skey{sessionID, key}
-	t.c.wakeKeys[k] = ""
-	if i := slices.Index(t.newWakeKeys, k); i >= 0 {
-		t.newWakeKeys = slices.Delete(t.newWakeKeys, i, i+1)
-		return nil
-	}
-	t.delWakeKeys = append(t.delWakeKeys, k)
+	forgetKey(t.c.wakeKeys, &t.newWakeKeys, &t.delWakeKeys, skey{sessionID, key})
 	return nil
+}
+
+func forgetKey(cached map[skey]string, added, deleted *[]skey, k skey) {
+	cached[k] = ""
+	if i := slices.Index(*added, k); i >= 0 {
+		*added = slices.Delete(*added, i, i+1)
+		return
+	}
+	*deleted = append(*deleted, k)
 }
 
 // DeleteSessionTask drops a list entry still waiting to be written, or deletes the stored

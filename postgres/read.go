@@ -17,30 +17,6 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func readTask(ctx context.Context, q querier, st *statements, id string) (*projection.Task, error) {
-	var rec, input []byte
-	err := q.QueryRow(ctx, st.task, []byte(id)).Scan(&rec, &input)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decodeTask(id, rec, input)
-}
-
-func readWake(ctx context.Context, q querier, st *statements, id string) (*projection.Wake, error) {
-	var rec, payload, output []byte
-	err := q.QueryRow(ctx, st.wake, []byte(id)).Scan(&rec, &payload, &output)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decodeWake(id, rec, payload, output)
-}
-
 func readKey(ctx context.Context, q querier, sql, session, key string) (string, error) {
 	var id []byte
 	err := q.QueryRow(ctx, sql, []byte(session), []byte(key)).Scan(&id)
@@ -50,41 +26,25 @@ func readKey(ctx context.Context, q querier, sql, session, key string) (string, 
 	return string(id), err
 }
 
+// sessionRow is an entry of a session's task list.
+type sessionRow struct {
+	seq uint64
+	id  string
+}
+
 func scanSession(ctx context.Context, q querier, st *statements, session string, after uint64, fn func(uint64, string) bool) error {
-	page := scanPage
-	for {
-		type entry struct {
-			seq uint64
-			id  string
-		}
-		var es []entry
-		rows, err := q.Query(ctx, st.scanSession, []byte(session), int64(after), page)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var seq int64
-			var id []byte
-			if err := rows.Scan(&seq, &id); err != nil {
-				rows.Close()
-				return err
-			}
-			es = append(es, entry{uint64(seq), string(id)})
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, e := range es {
-			if !fn(e.seq, e.id) {
-				return nil
-			}
-		}
-		if len(es) < page {
-			return nil
-		}
-		after = es[len(es)-1].seq
-		page = min(page*2, scanPageMax)
+	scan := func(rows pgx.Rows) (sessionRow, error) {
+		var seq int64
+		var id []byte
+		err := rows.Scan(&seq, &id)
+		return sessionRow{uint64(seq), string(id)}, err
 	}
+	return keyset(indexPages, func(last *sessionRow, n int) ([]sessionRow, error) {
+		if last != nil {
+			after = last.seq
+		}
+		return queryPage(ctx, q, scan, st.scanSession, []byte(session), int64(after), n)
+	}, func(e sessionRow) (bool, error) { return fn(e.seq, e.id), nil })
 }
 
 func readCounts(ctx context.Context, q querier, st *statements, fn func(string, events.TaskState, int64) bool) error {
@@ -107,47 +67,17 @@ func readCounts(ctx context.Context, q querier, st *statements, fn func(string, 
 	return rows.Err()
 }
 
-// scanIndex pages through an index (entries only), for views.
-func scanIndex(ctx context.Context, q querier, first, from string, pre []any, maxAt int64, withRecs int, fn func(projection.IndexEntry) bool) error {
-	var last projection.IndexEntry
-	page := scanPage
-	for started := false; ; started = true {
-		sql, args := first, append([]any{maxAt, page}, pre...)
-		if started {
-			sql, args = from, append(args, last.At, int64(last.Seq))
+// scanIndex pages through an index joined with tb's records, for views: fn gets the entries
+// (the records are read by id when asked for).
+func scanIndex[R any](ctx context.Context, q querier, tb *recordTable[R], first, from string, pre []any, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	return keyset(indexPages, func(last *indexRow, n int) ([]indexRow, error) {
+		var lastEntry *projection.IndexEntry
+		if last != nil {
+			lastEntry = &last.IndexEntry
 		}
-		rows, err := q.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		var entries []projection.IndexEntry
-		for rows.Next() {
-			var at, seq int64
-			var id []byte
-			dest := []any{&at, &seq, &id}
-			for range withRecs {
-				dest = append(dest, new([]byte))
-			}
-			if err := rows.Scan(dest...); err != nil {
-				rows.Close()
-				return err
-			}
-			entries = append(entries, projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if len(entries) < page {
-			return nil
-		}
-		last = entries[len(entries)-1]
-		page = min(page*2, scanPageMax)
-	}
+		sql, args := indexArgs(first, from, pre, maxAt, lastEntry, n)
+		return queryPage(ctx, q, func(rows pgx.Rows) (indexRow, error) { return scanIndexRow(tb, rows) }, sql, args...)
+	}, func(e indexRow) (bool, error) { return fn(e.IndexEntry), nil })
 }
 
 // viewReader is projection.Reader over a read-only, repeatable-read transaction: every read
@@ -160,8 +90,13 @@ type viewReader struct {
 
 var _ projection.Reader = viewReader{}
 
-func (v viewReader) Task(id string) (*projection.Task, error) { return readTask(v.ctx, v.tx, v.st, id) }
-func (v viewReader) Wake(id string) (*projection.Wake, error) { return readWake(v.ctx, v.tx, v.st, id) }
+func (v viewReader) Task(id string) (*projection.Task, error) {
+	return taskTable.read(v.ctx, v.tx, v.st.task, id)
+}
+
+func (v viewReader) Wake(id string) (*projection.Wake, error) {
+	return wakeTable.read(v.ctx, v.tx, v.st.wake, id)
+}
 
 func (v viewReader) TaskKey(sessionID, key string) (string, error) {
 	return readKey(v.ctx, v.tx, v.st.taskKey, sessionID, key)
@@ -172,15 +107,15 @@ func (v viewReader) WakeKey(sessionID, key string) (string, error) {
 }
 
 func (v viewReader) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(v.ctx, v.tx, v.st.scanDue, v.st.scanDueFrom, nil, maxAt, 2, fn)
+	return scanIndex(v.ctx, v.tx, taskTable, v.st.scanDue, v.st.scanDueFrom, nil, maxAt, fn)
 }
 
 func (v viewReader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(v.ctx, v.tx, v.st.scanWakes, v.st.scanWakesFrom, nil, maxAt, 3, fn)
+	return scanIndex(v.ctx, v.tx, wakeTable, v.st.scanWakes, v.st.scanWakesFrom, nil, maxAt, fn)
 }
 
 func (v viewReader) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(v.ctx, v.tx, v.st.scanKind, v.st.scanKindFrom, []any{[]byte(kind)}, maxAt, 2, fn)
+	return scanIndex(v.ctx, v.tx, taskTable, v.st.scanKind, v.st.scanKindFrom, []any{[]byte(kind)}, maxAt, fn)
 }
 
 func (v viewReader) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {
@@ -227,55 +162,48 @@ func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn
 		}
 		return gapPruned(pruned, from, to), nil
 	}
-	for from <= to {
-		rows, err := q.Query(ctx, st.readLog, int64(from), int64(to), readLogPage)
-		if err != nil {
-			return err
+	return keyset(tablePages, func(_ *logRow, n int) ([]logRow, error) {
+		if from > to {
+			return nil, nil
 		}
-		type row struct {
-			seq  int64
-			body []byte
+		return queryPage(ctx, q, scanLogRow, st.readLog, int64(from), int64(to), n)
+	}, func(r logRow) (bool, error) {
+		if err := ctx.Err(); err != nil {
+			return false, err
 		}
-		var page []row
-		for rows.Next() {
-			var r row
-			if err := rows.Scan(&r.seq, &r.body); err != nil {
-				rows.Close()
-				return err
+		if r.seq != from {
+			ok, err := explained(from, r.seq-1)
+			if err != nil {
+				return false, err
 			}
-			page = append(page, r)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, r := range page {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if uint64(r.seq) != from {
-				ok, err := explained(from, uint64(r.seq)-1)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					// Name the first sequence no pruned range explains.
-					for i := range pruned {
-						if pruned[i].From <= from && from <= pruned[i].To {
-							from = pruned[i].To + 1
-						}
+			if !ok {
+				// Name the first sequence no pruned range explains.
+				for i := range pruned {
+					if pruned[i].From <= from && from <= pruned[i].To {
+						from = pruned[i].To + 1
 					}
-					return fmt.Errorf("%w: events: sequence %d missing (next stored: %d)", ErrCorruptRow, from, r.seq)
 				}
-				from = uint64(r.seq)
+				return false, fmt.Errorf("%w: events: sequence %d missing (next stored: %d)", ErrCorruptRow, from, r.seq)
 			}
-			if err := fn(from, r.body); err != nil {
-				return err
-			}
-			from++
+			from = r.seq
 		}
-		if len(page) < readLogPage {
-			return nil
+		if err := fn(from, r.body); err != nil {
+			return false, err
 		}
-	}
-	return nil
+		from++
+		return true, nil
+	})
+}
+
+// logRow is an event as stored.
+type logRow struct {
+	seq  uint64
+	body []byte
+}
+
+func scanLogRow(rows pgx.Rows) (logRow, error) {
+	var seq int64
+	var body []byte
+	err := rows.Scan(&seq, &body)
+	return logRow{uint64(seq), body}, err
 }

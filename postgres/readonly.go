@@ -80,36 +80,24 @@ func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64,
 // SessionLog calls fn with the events of one session from seq from, in order (the events
 // table's session index: no scan of other sessions' events).
 func (s *Store) SessionLog(ctx context.Context, session string, from uint64, fn func(events.Event) error) error {
-	for {
-		type row struct {
-			seq  int64
-			body []byte
+	var fnErr error
+	err := keyset(tablePages, func(last *logRow, n int) ([]logRow, error) {
+		if last != nil {
+			from = last.seq + 1
 		}
-		var page []row
-		if err := eachRowArgs(ctx, s.e.pool, s.e.st.sessionLog, func(r pgx.Rows) error {
-			var x row
-			if err := r.Scan(&x.seq, &x.body); err != nil {
-				return err
-			}
-			page = append(page, x)
-			return nil
-		}, []byte(session), int64(from), readLogPage); err != nil {
-			return backendError(err)
+		return queryPage(ctx, s.e.pool, scanLogRow, s.e.st.sessionLog, []byte(session), int64(from), n)
+	}, func(x logRow) (bool, error) {
+		ev, err := events.Decode(x.body, x.seq)
+		if err != nil {
+			return false, errors.Join(ErrCorruptRow, err)
 		}
-		for _, x := range page {
-			ev, err := events.Decode(x.body, uint64(x.seq))
-			if err != nil {
-				return backendError(errors.Join(ErrCorruptRow, err))
-			}
-			if err := fn(ev); err != nil {
-				return err
-			}
-		}
-		if len(page) < readLogPage {
-			return nil
-		}
-		from = uint64(page[len(page)-1].seq) + 1
+		fnErr = fn(ev)
+		return true, fnErr
+	})
+	if err != nil && err == fnErr {
+		return err
 	}
+	return backendError(err)
 }
 
 // Sessions calls fn with every session that has events, in byte order.
@@ -135,28 +123,22 @@ func (s *Store) Sessions(ctx context.Context, fn func(session string) error) err
 
 // ScanTasks calls fn with every task record, in id order.
 func (s *Store) ScanTasks(ctx context.Context, fn func(*projection.Task) error) error {
-	var fnErr error
-	err := scanTaskRows(ctx, s.e.pool, s.e.st, func(t *projection.Task, err error) error {
-		if err != nil {
-			return err
-		}
-		fnErr = fn(t)
-		return fnErr
-	})
-	if err != nil && err == fnErr {
-		return err
-	}
-	return backendError(err)
+	return scanRecords(ctx, s, taskTable, s.e.st.scanTasks, fn)
 }
 
 // ScanWakes calls fn with every wake record, in id order.
 func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error {
+	return scanRecords(ctx, s, wakeTable, s.e.st.scanWakeRecs, fn)
+}
+
+// scanRecords calls fn with every record of tb's table; fn's error is returned as it is.
+func scanRecords[R any](ctx context.Context, s *Store, tb *recordTable[R], sql string, fn func(*R) error) error {
 	var fnErr error
-	err := scanWakeRows(ctx, s.e.pool, s.e.st, func(w *projection.Wake, err error) error {
+	err := tb.scanAll(ctx, s.e.pool, sql, func(r *R, err error) error {
 		if err != nil {
 			return err
 		}
-		fnErr = fn(w)
+		fnErr = fn(r)
 		return fnErr
 	})
 	if err != nil && err == fnErr {

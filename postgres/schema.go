@@ -20,7 +20,7 @@ const FormatVersion = 1
 // refuses only blank ones), which text would refuse when they hold NUL or invalid UTF-8, and
 // bytea compares bytewise, as Go strings do, so max(id) and the key orders are Go's.
 //
-// Records are pebblelog's record codec (AppendTaskRecord) with the values that never change
+// Records are internal/recordcodec's (AppendTask) with the values that never change
 // after creation (a task's input, a wake's payload and completion output) in columns of
 // their own, written once: a claim or a finish updates only rec, and PostgreSQL keeps an
 // unchanged TOASTed column as it is, so a large input is not rewritten at every transition.

@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -147,55 +145,32 @@ func (t *txn) Append(ev events.Event) error {
 
 // --- reads ---
 
-func (t *txn) Task(id string) (*projection.Task, error) {
-	r, err := t.EditTask(id)
-	if r == nil || err != nil {
-		return nil, err
-	}
-	c := *r
-	return &c, nil
-}
-
-func (t *txn) Wake(id string) (*projection.Wake, error) {
-	r, err := t.EditWake(id)
-	if r == nil || err != nil {
-		return nil, err
-	}
-	c := *r
-	return &c, nil
-}
+func (t *txn) Task(id string) (*projection.Task, error) { return t.EditTask(id) }
+func (t *txn) Wake(id string) (*projection.Wake, error) { return t.EditWake(id) }
 
 // EditTask returns a copy of the record: TaskEdited stores the copy back.
 func (t *txn) EditTask(id string) (*projection.Task, error) {
-	r, ok := t.c.tasks[id]
-	if !ok {
-		if id > t.maxTask {
-			return nil, nil // an id above every stored one has no record (ids are UUIDv7)
-		}
-		var err error
-		if r, err = readTask(t.ctx, t.conn, t.st, id); err != nil {
-			return nil, err
-		}
-		t.c.tasks[id] = r
-	}
-	if r == nil {
-		return nil, nil
-	}
-	c := *r
-	return &c, nil
+	return editRecord(t, taskTable, t.st.task, t.maxTask, id)
 }
 
 func (t *txn) EditWake(id string) (*projection.Wake, error) {
-	r, ok := t.c.wakes[id]
+	return editRecord(t, wakeTable, t.st.wake, t.maxWake, id)
+}
+
+// editRecord returns a copy of the record of id, from the cache or read (sql) into it; an
+// id above maxID, every stored one, has no record (ids are UUIDv7).
+func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, error) {
+	m := tb.cached(t.c)
+	r, ok := m[id]
 	if !ok {
-		if id > t.maxWake {
+		if id > maxID {
 			return nil, nil
 		}
 		var err error
-		if r, err = readWake(t.ctx, t.conn, t.st, id); err != nil {
+		if r, err = tb.read(t.ctx, t.conn, sql, id); err != nil {
 			return nil, err
 		}
-		t.c.wakes[id] = r
+		m[id] = r
 	}
 	if r == nil {
 		return nil, nil
@@ -205,25 +180,21 @@ func (t *txn) EditWake(id string) (*projection.Wake, error) {
 }
 
 func (t *txn) TaskKey(sessionID, key string) (string, error) {
-	k := skey{sessionID, key}
-	if id, ok := t.c.taskKeys[k]; ok {
-		return id, nil
-	}
-	id, err := readKey(t.ctx, t.conn, t.st.taskKey, sessionID, key)
-	if err == nil {
-		t.c.taskKeys[k] = id
-	}
-	return id, err
+	return t.cachedKey(t.c.taskKeys, t.st.taskKey, sessionID, key)
 }
 
 func (t *txn) WakeKey(sessionID, key string) (string, error) {
+	return t.cachedKey(t.c.wakeKeys, t.st.wakeKey, sessionID, key)
+}
+
+func (t *txn) cachedKey(m map[skey]string, sql, sessionID, key string) (string, error) {
 	k := skey{sessionID, key}
-	if id, ok := t.c.wakeKeys[k]; ok {
+	if id, ok := m[k]; ok {
 		return id, nil
 	}
-	id, err := readKey(t.ctx, t.conn, t.st.wakeKey, sessionID, key)
+	id, err := readKey(t.ctx, t.conn, sql, sessionID, key)
 	if err == nil {
-		t.c.wakeKeys[k] = id
+		m[k] = id
 	}
 	return id, err
 }
@@ -291,118 +262,55 @@ func queueDue(b *pgx.Batch, ins, del string, m map[dueKey]idxOp) {
 	}
 }
 
-// scanPage is the first scan page's size; each next page doubles, up to scanPageMax: a
-// claim of a few tasks reads a few rows, a long scan few round trips.
-const (
-	scanPage    = 16
-	scanPageMax = 1024
-)
+// txnPage runs one page's query in the round trip that first sends the group's pending
+// index writes, so that the page sees the group's own changes.
+func txnPage[R any](t *txn, scan func(pgx.Rows) (R, error), sql string, args ...any) ([]R, error) {
+	b := &pgx.Batch{}
+	t.flushIndexes(b)
+	var out []R
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = collect(rows, scan)
+		return err
+	})
+	return out, t.conn.SendBatch(t.ctx, b).Close()
+}
 
-// scanTasks runs a paged scan of the due or kind-due index (first and from: the statements
-// for the first page and the next ones; kind: $5 of the kind scan, or nil), keeping the
-// joined records in the cache, and calls fn with each entry.
-func (t *txn) scanTasks(first, from string, kind []byte, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	var last projection.IndexEntry
-	page := scanPage
-	for started := false; ; started = true {
-		b := &pgx.Batch{}
-		t.flushIndexes(b)
-		// due: $1 maxAt, $2 page, then $3 at, $4 seq; kind-due: $3 the kind, then $4, $5.
-		sql, args := first, []any{maxAt, page}
-		if kind != nil {
-			args = append(args, kind)
+// scanJoined runs a paged scan of an index whose rows join tb's records (first and from: the
+// statements for the first page and the next ones; pre: the kind scan's kind), keeping the
+// records read in the cache, and calls fn with each entry.
+func scanJoined[R any](t *txn, tb *recordTable[R], first, from string, pre []any, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	m := tb.cached(t.c)
+	scan := func(rows pgx.Rows) (projection.IndexEntry, error) {
+		x, err := scanIndexRow(tb, rows)
+		if err != nil {
+			return x.IndexEntry, err
 		}
-		if started {
-			sql, args = from, append(args, last.At, int64(last.Seq))
-		}
-		var entries []projection.IndexEntry
-		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var at, seq int64
-				var id, rec, input []byte
-				if err := rows.Scan(&at, &seq, &id, &rec, &input); err != nil {
-					return err
-				}
-				e := projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)}
-				entries = append(entries, e)
-				if _, ok := t.c.tasks[e.ID]; !ok && rec != nil {
-					r, err := decodeTask(e.ID, rec, input)
-					if err != nil {
-						return err
-					}
-					t.c.tasks[e.ID] = r
-				}
+		if _, ok := m[x.ID]; !ok && x.rec != nil {
+			r, err := tb.decodeRow(x.ID, x.storedRow)
+			if err != nil {
+				return x.IndexEntry, err
 			}
-			return rows.Err()
-		})
-		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-			return err
+			m[x.ID] = r
 		}
-		for _, e := range entries {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if len(entries) < page {
-			return nil
-		}
-		last = entries[len(entries)-1]
-		page = min(page*2, scanPageMax)
+		return x.IndexEntry, nil
 	}
+	return keyset(indexPages, func(last *projection.IndexEntry, n int) ([]projection.IndexEntry, error) {
+		sql, args := indexArgs(first, from, pre, maxAt, last, n)
+		return txnPage(t, scan, sql, args...)
+	}, func(e projection.IndexEntry) (bool, error) { return fn(e), nil })
 }
 
 func (t *txn) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return t.scanTasks(t.st.scanDue, t.st.scanDueFrom, nil, maxAt, fn)
+	return scanJoined(t, taskTable, t.st.scanDue, t.st.scanDueFrom, nil, maxAt, fn)
 }
 
 func (t *txn) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return t.scanTasks(t.st.scanKind, t.st.scanKindFrom, []byte(kind), maxAt, fn)
+	return scanJoined(t, taskTable, t.st.scanKind, t.st.scanKindFrom, []any{[]byte(kind)}, maxAt, fn)
 }
 
 func (t *txn) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	var last projection.IndexEntry
-	page := scanPage
-	for started := false; ; started = true {
-		b := &pgx.Batch{}
-		t.flushIndexes(b)
-		sql, args := t.st.scanWakes, []any{maxAt, page}
-		if started {
-			sql, args = t.st.scanWakesFrom, append(args, last.At, int64(last.Seq))
-		}
-		var entries []projection.IndexEntry
-		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var at, seq int64
-				var id, rec, payload, output []byte
-				if err := rows.Scan(&at, &seq, &id, &rec, &payload, &output); err != nil {
-					return err
-				}
-				e := projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)}
-				entries = append(entries, e)
-				if _, ok := t.c.wakes[e.ID]; !ok && rec != nil {
-					r, err := decodeWake(e.ID, rec, payload, output)
-					if err != nil {
-						return err
-					}
-					t.c.wakes[e.ID] = r
-				}
-			}
-			return rows.Err()
-		})
-		if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if len(entries) < page {
-			return nil
-		}
-		last = entries[len(entries)-1]
-		page = min(page*2, scanPageMax)
-	}
+	return scanJoined(t, wakeTable, t.st.scanWakes, t.st.scanWakesFrom, nil, maxAt, fn)
 }
 
 func (t *txn) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {
@@ -578,45 +486,8 @@ func (t *txn) queueCommit(b *pgx.Batch, channel string) {
 		b.Queue(t.st.setPrunes, int64(t.prunes))
 	}
 	t.queueDeletes(b)
-	if len(t.newTasks) > 0 {
-		var ids, recs, inputs [][]byte
-		for id := range t.newTasks {
-			r := t.c.tasks[id]
-			ids, recs, inputs = append(ids, []byte(id)), append(recs, taskRec(r)), append(inputs, nonNil(r.Input))
-		}
-		b.Queue(t.st.insTasks, ids, recs, inputs)
-	}
-	if len(t.dirtyTasks) > 0 {
-		var ids, recs [][]byte
-		for id := range t.dirtyTasks {
-			if !t.newTasks[id] {
-				ids, recs = append(ids, []byte(id)), append(recs, taskRec(t.c.tasks[id]))
-			}
-		}
-		if len(ids) > 0 {
-			b.Queue(t.st.updTasks, ids, recs)
-		}
-	}
-	if len(t.newWakes) > 0 {
-		var ids, recs, payloads, outputs [][]byte
-		for id := range t.newWakes {
-			r := t.c.wakes[id]
-			ids, recs = append(ids, []byte(id)), append(recs, wakeRec(r))
-			payloads, outputs = append(payloads, nonNil(r.Payload)), append(outputs, nonNil(r.Outcome.Output))
-		}
-		b.Queue(t.st.insWakes, ids, recs, payloads, outputs)
-	}
-	if len(t.dirtyWakes) > 0 {
-		var ids, recs [][]byte
-		for id := range t.dirtyWakes {
-			if !t.newWakes[id] {
-				ids, recs = append(ids, []byte(id)), append(recs, wakeRec(t.c.wakes[id]))
-			}
-		}
-		if len(ids) > 0 {
-			b.Queue(t.st.updWakes, ids, recs)
-		}
-	}
+	taskTable.queueWrites(b, t.c, t.st.insTasks, t.st.updTasks, t.newTasks, t.dirtyTasks)
+	wakeTable.queueWrites(b, t.c, t.st.insWakes, t.st.updWakes, t.newWakes, t.dirtyWakes)
 	queueKeys(b, t.st.insTaskKeys, t.newTaskKeys, t.c.taskKeys)
 	queueKeys(b, t.st.insWakeKeys, t.newWakeKeys, t.c.wakeKeys)
 	if len(t.counts) > 0 {
@@ -650,49 +521,4 @@ func nonNil(b []byte) []byte {
 		return []byte{}
 	}
 	return b
-}
-
-// taskRec is the stored record: the codec's bytes with the input left out (its own column).
-func taskRec(r *projection.Task) []byte {
-	c := *r
-	c.Input = nil
-	return pebblelog.AppendTaskRecord(nil, &c)
-}
-
-// wakeRec leaves out the payload and the completion output (their own columns).
-func wakeRec(r *projection.Wake) []byte {
-	c := *r
-	c.Payload, c.Outcome.Output = nil, nil
-	return pebblelog.AppendWakeRecord(nil, &c)
-}
-
-func decodeTask(id string, rec, input []byte) (*projection.Task, error) {
-	r, err := pebblelog.DecodeTaskRecord([]byte("tasks "+id), rec)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptRow, err)
-	}
-	if r.ID != id {
-		return nil, fmt.Errorf("%w: tasks row %q holds the record of %q", ErrCorruptRow, id, r.ID)
-	}
-	if len(input) > 0 {
-		r.Input = input
-	}
-	return r, nil
-}
-
-func decodeWake(id string, rec, payload, output []byte) (*projection.Wake, error) {
-	r, err := pebblelog.DecodeWakeRecord([]byte("wakes "+id), rec)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptRow, err)
-	}
-	if r.ID != id {
-		return nil, fmt.Errorf("%w: wakes row %q holds the record of %q", ErrCorruptRow, id, r.ID)
-	}
-	if len(payload) > 0 {
-		r.Payload = payload
-	}
-	if len(output) > 0 {
-		r.Outcome.Output = output
-	}
-	return r, nil
 }

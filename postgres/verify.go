@@ -114,7 +114,7 @@ func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error
 
 // loadRecords reads every task and wake into m; a row that does not decode is a problem.
 func loadRecords(ctx context.Context, q querier, st *statements, m *projection.Mem, problems *[]string) error {
-	if err := scanTaskRows(ctx, q, st, func(t *projection.Task, err error) error {
+	if err := taskTable.scanAll(ctx, q, st.scanTasks, func(t *projection.Task, err error) error {
 		if err != nil {
 			*problems = append(*problems, err.Error())
 			return nil
@@ -123,7 +123,7 @@ func loadRecords(ctx context.Context, q querier, st *statements, m *projection.M
 	}); err != nil {
 		return err
 	}
-	return scanWakeRows(ctx, q, st, func(w *projection.Wake, err error) error {
+	return wakeTable.scanAll(ctx, q, st.scanWakeRecs, func(w *projection.Wake, err error) error {
 		if err != nil {
 			*problems = append(*problems, err.Error())
 			return nil
@@ -191,13 +191,11 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 		return err
 	}
 	if err := eachRow(ctx, q, st.allPrunable, func(r pgx.Rows) error {
-		var at, seq int64
-		var id []byte
-		var wake bool
-		if err := r.Scan(&at, &seq, &id, &wake); err != nil {
+		e, err := scanPruneRow(r)
+		if err != nil {
 			return err
 		}
-		return m.PutPrunable(projection.PruneEntry{At: at, Seq: uint64(seq), ID: string(id), Wake: wake})
+		return m.PutPrunable(e)
 	}); err != nil {
 		return err
 	}
@@ -205,76 +203,6 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 		return err
 	}
 	return index(st.allWakeIdx, m.PutWakeIndex)
-}
-
-// scanTaskRows pages through the tasks table in id order; fn gets each decoded record, or
-// the error naming the row that does not decode.
-func scanTaskRows(ctx context.Context, q querier, st *statements, fn func(*projection.Task, error) error) error {
-	after := []byte{}
-	for {
-		type row struct{ id, rec, input []byte }
-		var page []row
-		if err := eachRowArgs(ctx, q, st.scanTasks, func(r pgx.Rows) error {
-			var x row
-			if err := r.Scan(&x.id, &x.rec, &x.input); err != nil {
-				return err
-			}
-			page = append(page, x)
-			return nil
-		}, after, readLogPage); err != nil {
-			return err
-		}
-		for _, x := range page {
-			if err := fn(decodeTask(string(x.id), x.rec, x.input)); err != nil {
-				return err
-			}
-		}
-		if len(page) < readLogPage {
-			return nil
-		}
-		after = page[len(page)-1].id
-	}
-}
-
-func scanWakeRows(ctx context.Context, q querier, st *statements, fn func(*projection.Wake, error) error) error {
-	after := []byte{}
-	for {
-		type row struct{ id, rec, payload, output []byte }
-		var page []row
-		if err := eachRowArgs(ctx, q, st.scanWakeRecs, func(r pgx.Rows) error {
-			var x row
-			if err := r.Scan(&x.id, &x.rec, &x.payload, &x.output); err != nil {
-				return err
-			}
-			page = append(page, x)
-			return nil
-		}, after, readLogPage); err != nil {
-			return err
-		}
-		for _, x := range page {
-			if err := fn(decodeWake(string(x.id), x.rec, x.payload, x.output)); err != nil {
-				return err
-			}
-		}
-		if len(page) < readLogPage {
-			return nil
-		}
-		after = page[len(page)-1].id
-	}
-}
-
-func eachRowArgs(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error, args ...any) error {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

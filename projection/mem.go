@@ -30,9 +30,10 @@ type Mem struct {
 	pruneKept bool
 	lastSeq   uint64
 
-	// The indexes of part 2 (mem_part2.go): per kind, its due index and counts; per session,
-	// its tasks in submission order. lastKind and lastSession are the last looked up: a
-	// session often submits several tasks in a row, and a move touches its kind twice.
+	// The per-kind and per-session indexes (mem_kinds_sessions.go): per kind, its due index
+	// and counts; per session, its tasks in submission order. lastKind and lastSession are
+	// the last looked up: a session often submits several tasks in a row, and a move touches
+	// its kind twice.
 	kinds       map[string]*kindIndex
 	lastKind    *kindIndex
 	sessions    map[string]*sessionList
@@ -124,7 +125,7 @@ func (m *Mem) BuildIndexes() {
 		}
 	}
 	m.due, m.avail = sortedTree(due), sortedTree(avail)
-	m.buildPart2()
+	m.buildKindsSessions()
 	m.buildPrune()
 }
 
@@ -249,7 +250,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffKeys("wake key", m.wakeKeys, o.wakeKeys)...)
 	out = append(out, diffIndex("due index", m.due, o.due)...)
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
-	out = append(out, m.diffPart2(o)...)
+	out = append(out, m.diffKindsSessions(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

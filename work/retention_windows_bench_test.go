@@ -203,7 +203,7 @@ func retentionChild(b *testing.B, memory, on bool, windows, perWindow int) {
 // adds a compaction of the whole keyspace after each prune, here in the foreground.
 func compactForBench(ctx context.Context, q *work.Queue) error {
 	if os.Getenv("WORKLOG_RETENTION_COMPACT") == "all" {
-		return work.StoreOf(q).CompactRange(ctx, []byte{0}, []byte{0xff})
+		return work.StoreOf(q).Tools().CompactRange(ctx, []byte{0}, []byte{0xff})
 	}
 	return nil
 }
@@ -232,7 +232,7 @@ func fillRow(b *testing.B, r *windowRow, q *work.Queue, dir string) {
 	r.GarbageMB = float64(m.Table.Garbage.PointDeletionsBytesEstimate+m.Table.Garbage.RangeDeletionsBytesEstimate) / 1e6
 	r.Compactions = m.Compact.Count
 	r.CompactDurS = m.Compact.Duration.Seconds()
-	ks, err := st.KeyspaceUsage()
+	ks, err := st.Tools().KeyspaceUsage()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/internal/recordcodec"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -255,7 +255,7 @@ func (c *segCache) checkSegment(end uint64) error {
 // hold newer versions) and returns how many records the segment has.
 //
 // A segment is: the header; the number of tasks, then for each its id and its record as
-// bytes, in the store's record format (pebblelog's record codec: the bytes a store keeps
+// bytes, in the store's record format (internal/recordcodec: the bytes a store keeps
 // under the task's key); the same for wakes; a CRC-32C of everything before it.
 func (c *segCache) readSegment(end uint64, tasks map[string]*projection.Task, wakes map[string]*projection.Wake) (int, error) {
 	b, err := os.ReadFile(c.segPath(end))
@@ -273,11 +273,11 @@ func (c *segCache) readSegment(end uint64, tasks map[string]*projection.Task, wa
 	if h.End != end {
 		return 0, errors.New("header does not match the file name")
 	}
-	nt, err := readRecords(d, tasks, pebblelog.DecodeTaskRecord, func(t *projection.Task) string { return t.ID })
+	nt, err := readRecords(d, tasks, recordcodec.DecodeTask, func(t *projection.Task) string { return t.ID })
 	if err != nil {
 		return 0, err
 	}
-	nw, err := readRecords(d, wakes, pebblelog.DecodeWakeRecord, func(w *projection.Wake) string { return w.ID })
+	nw, err := readRecords(d, wakes, recordcodec.DecodeWake, func(w *projection.Wake) string { return w.ID })
 	if err != nil {
 		return 0, err
 	}
@@ -287,7 +287,7 @@ func (c *segCache) readSegment(end uint64, tasks map[string]*projection.Task, wa
 	return nt + nw, nil
 }
 
-// readRecords reads one array of (id, record) pairs; decode is pebblelog's record decoder.
+// readRecords reads one array of (id, record) pairs; decode is recordcodec's decoder.
 func readRecords[T any](d *msgpack.Decoder, into map[string]*T,
 	decode func(key, v []byte) (*T, error), idOf func(*T) string) (int, error) {
 	n, err := d.DecodeArrayLen()
@@ -402,10 +402,10 @@ func (c *segCache) writeSegment(st store, m *projection.Mem, rec *recorder, end 
 	if err := e.Encode(&h); err != nil {
 		return err
 	}
-	if err := writeRecords(e, ts, pebblelog.AppendTaskRecord, func(t *projection.Task) string { return t.ID }); err != nil {
+	if err := writeRecords(e, ts, recordcodec.AppendTask, func(t *projection.Task) string { return t.ID }); err != nil {
 		return err
 	}
-	if err := writeRecords(e, ws, pebblelog.AppendWakeRecord, func(w *projection.Wake) string { return w.ID }); err != nil {
+	if err := writeRecords(e, ws, recordcodec.AppendWake, func(w *projection.Wake) string { return w.ID }); err != nil {
 		return err
 	}
 	buf.Write(binary.BigEndian.AppendUint32(nil, crc32.Checksum(buf.Bytes(), castagnoli)))
@@ -430,7 +430,7 @@ func (c *segCache) writeSegment(st store, m *projection.Mem, rec *recorder, end 
 	return err
 }
 
-// writeRecords writes one array of (id, record) pairs; appendRec is pebblelog's record encoder.
+// writeRecords writes one array of (id, record) pairs; appendRec is recordcodec's encoder.
 func writeRecords[T any](e *msgpack.Encoder, recs []*T, appendRec func([]byte, *T) []byte, idOf func(*T) string) error {
 	if err := e.EncodeArrayLen(len(recs)); err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/recordcodec"
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
@@ -59,13 +60,13 @@ func TestVerifyDamagedProjection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		task, err := pebblelog.DecodeTaskRecord(key, v)
+		task, err := recordcodec.DecodeTask(key, v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		closer.Close()
 		task.Attempts = 7 // the log says 2
-		if err := db.Set(key, pebblelog.AppendTaskRecord(nil, task), pebble.Sync); err != nil {
+		if err := db.Set(key, recordcodec.AppendTask(nil, task), pebble.Sync); err != nil {
 			t.Fatal(err)
 		}
 	})

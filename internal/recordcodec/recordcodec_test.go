@@ -1,4 +1,4 @@
-package pebblelog
+package recordcodec
 
 import (
 	"bytes"
@@ -106,11 +106,11 @@ func TestRecordCodecMatchesMsgpack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := appendTask(nil, task)
+		got := AppendTask(nil, task)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("task %d: hand encoding differs from msgpack:\n got %x\nwant %x", i, head(got), head(want))
 		}
-		back, err := decodeTask([]byte("k"), want)
+		back, err := DecodeTask([]byte("k"), want)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,10 +129,10 @@ func TestRecordCodecMatchesMsgpack(t *testing.T) {
 		if want, err = refMarshal(wake); err != nil {
 			t.Fatal(err)
 		}
-		if got = appendWake(nil, wake); !bytes.Equal(got, want) {
+		if got = AppendWake(nil, wake); !bytes.Equal(got, want) {
 			t.Fatalf("wake %d: hand encoding differs from msgpack:\n got %x\nwant %x", i, head(got), head(want))
 		}
-		wback, err := decodeWake([]byte("k"), want)
+		wback, err := DecodeWake([]byte("k"), want)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestRecordCodecCompactIntegers(t *testing.T) {
 	if err := enc.Encode(&taskRef{Task: *task}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeTask([]byte("k"), buf.Bytes())
+	got, err := DecodeTask([]byte("k"), buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +162,11 @@ func TestRecordCodecCompactIntegers(t *testing.T) {
 		t.Fatalf("compact ints: got %+v, want %+v", got, task)
 	}
 	// Attempts (uint32) given as a uint64 above 2^32.
-	b := appendTask(nil, task)
+	b := AppendTask(nil, task)
 	i := bytes.Index(b, []byte{0xce, 0, 0, 0, 3})
 	bad := append(append(append([]byte{}, b[:i]...), 0xcf, 0, 0, 0, 1, 0, 0, 0, 3), b[i+5:]...)
-	if _, err := decodeTask([]byte("k"), bad); !errors.Is(err, ErrCorruptRecord) {
-		t.Fatalf("attempts 2^32+3: err = %v, want ErrCorruptRecord", err)
+	if _, err := DecodeTask([]byte("k"), bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("attempts 2^32+3: err = %v, want ErrCorrupt", err)
 	}
 }
 
@@ -174,43 +174,43 @@ func TestRecordCodecCompactIntegers(t *testing.T) {
 // the missing fields zero; extra scalar fields of a later layout are skipped.
 func TestRecordCodecShortAndLongArrays(t *testing.T) {
 	short := msgp.AppendStr(msgp.AppendStr(msgp.AppendArrayLen(nil, 2), "t1"), "s1")
-	got, err := decodeTask([]byte("k"), short)
+	got, err := DecodeTask([]byte("k"), short)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (&projection.Task{ID: "t1", SessionID: "s1"}); !reflect.DeepEqual(got, want) {
 		t.Fatalf("short: got %+v, want %+v", got, want)
 	}
-	full := appendTask(nil, &projection.Task{ID: "t1"})
+	full := AppendTask(nil, &projection.Task{ID: "t1"})
 	long := append([]byte{0xdc, 0, taskFields + 2}, full[3:]...)
 	long = msgp.AppendStr(msgp.AppendUint64(long, 9), "later")
-	if got, err = decodeTask([]byte("k"), long); err != nil || got.ID != "t1" {
+	if got, err = DecodeTask([]byte("k"), long); err != nil || got.ID != "t1" {
 		t.Fatalf("long: got %+v, %v", got, err)
 	}
 }
 
 // TestRecordCodecCorrupt: every truncation and every single-byte change of a record either
-// decodes or gives ErrCorruptRecord naming the key; nothing panics.
+// decodes or gives ErrCorrupt naming the key; nothing panics.
 func TestRecordCodecCorrupt(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	task := &projection.Task{ID: "t1", SessionID: "s", Kind: "k", Input: []byte(`{"a":1}`), Outcome: events.Outcome{Output: []byte("{}")}, LeaseToken: "tok"}
 	wake := &projection.Wake{ID: "w1", SessionID: "s", Payload: []byte("{}"), TaskID: "t1"}
-	for _, b := range [][]byte{appendTask(nil, task), appendWake(nil, wake)} {
+	for _, b := range [][]byte{AppendTask(nil, task), AppendWake(nil, wake)} {
 		for n := range len(b) {
-			if _, err := decodeTask([]byte("t/x"), b[:n]); !errors.Is(err, ErrCorruptRecord) || !strings.Contains(err.Error(), "t/x") {
+			if _, err := DecodeTask([]byte("t/x"), b[:n]); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "t/x") {
 				t.Fatalf("task prefix %d: err = %v", n, err)
 			}
-			if _, err := decodeWake([]byte("w/x"), b[:n]); !errors.Is(err, ErrCorruptRecord) {
+			if _, err := DecodeWake([]byte("w/x"), b[:n]); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("wake prefix %d: err = %v", n, err)
 			}
 		}
 		for range 2000 {
 			c := bytes.Clone(b)
 			c[r.IntN(len(c))] = byte(r.IntN(256))
-			if _, err := decodeTask([]byte("k"), c); err != nil && !errors.Is(err, ErrCorruptRecord) {
+			if _, err := DecodeTask([]byte("k"), c); err != nil && !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("bit flip: err = %v", err)
 			}
-			if _, err := decodeWake([]byte("k"), c); err != nil && !errors.Is(err, ErrCorruptRecord) {
+			if _, err := DecodeWake([]byte("k"), c); err != nil && !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("bit flip: err = %v", err)
 			}
 		}
@@ -222,25 +222,25 @@ func TestRecordCodecCorrupt(t *testing.T) {
 // a record for every command that touches a task.
 func TestRecordDecodeAllocs(t *testing.T) {
 	task := &projection.Task{ID: "task-1", SessionID: "session-1", Kind: "thumbnail", Input: []byte("{}"), LeaseToken: "token-1"}
-	enc := appendTask(nil, task)
+	enc := AppendTask(nil, task)
 	const want = 1 + 4 + 1 // the Task, four strings, the input
 	if n := testing.AllocsPerRun(100, func() {
-		if _, err := decodeTask(nil, enc); err != nil {
+		if _, err := DecodeTask(nil, enc); err != nil {
 			t.Fatal(err)
 		}
 	}); n != want {
-		t.Fatalf("decodeTask allocates %v times, want %d", n, want)
+		t.Fatalf("DecodeTask allocates %v times, want %d", n, want)
 	}
 }
 
 func BenchmarkRecordCodec(b *testing.B) {
 	task := &projection.Task{ID: "01JDQ6Y8M2Q0000000000000000", SessionID: "session-001", Kind: "thumbnail",
 		Input: bytes.Repeat([]byte("x"), 200), CreatedAt: 1, ScheduledAt: 1, SubmitSeq: 9, LeaseToken: "0123456789abcdef0123456789abcdef"}
-	enc := appendTask(nil, task)
+	enc := AppendTask(nil, task)
 	b.Run("encode/hand", func(b *testing.B) {
 		buf := make([]byte, 0, 1024)
 		for b.Loop() {
-			buf = appendTask(buf[:0], task)
+			buf = AppendTask(buf[:0], task)
 		}
 	})
 	b.Run("encode/msgpack", func(b *testing.B) {
@@ -252,7 +252,7 @@ func BenchmarkRecordCodec(b *testing.B) {
 	})
 	b.Run("decode/hand", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := decodeTask(nil, enc); err != nil {
+			if _, err := DecodeTask(nil, enc); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -267,7 +267,7 @@ func BenchmarkRecordCodec(b *testing.B) {
 	})
 }
 
-// go test ./pebblelog -run RecordGolden -update writes testdata/records from the fixtures.
+// go test ./internal/recordcodec -run RecordGolden -update writes testdata/records from the fixtures.
 // Records are a wire format too (store format 1): the files were generated by the encoder of
 // format 1 and must never be rewritten for that format; a new layout is a new store format.
 var updateRecords = flag.Bool("update", false, "rewrite testdata/records from the fixtures")
@@ -340,9 +340,9 @@ var recordFixtures = []recordFixture{
 
 func (f recordFixture) encode() []byte {
 	if f.task != nil {
-		return appendTask(nil, f.task)
+		return AppendTask(nil, f.task)
 	}
-	return appendWake(nil, f.wake)
+	return AppendWake(nil, f.wake)
 }
 
 // TestRecordGolden: today's encoder writes the golden records byte for byte, and the decoder
@@ -385,13 +385,13 @@ func TestRecordGolden(t *testing.T) {
 			}
 			key := []byte(f.name)
 			if f.task != nil {
-				back, err := decodeTask(key, want)
+				back, err := DecodeTask(key, want)
 				if err != nil || !reflect.DeepEqual(back, f.task) {
 					t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, f.task)
 				}
 				return
 			}
-			back, err := decodeWake(key, want)
+			back, err := DecodeWake(key, want)
 			if err != nil || !reflect.DeepEqual(back, f.wake) {
 				t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, f.wake)
 			}

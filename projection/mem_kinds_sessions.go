@@ -159,9 +159,9 @@ func (m *Mem) AddCount(kind string, state events.TaskState, delta int64) error {
 	return nil
 }
 
-// buildPart2 rebuilds the per-kind due indexes and counts and the session lists from the
+// buildKindsSessions rebuilds the per-kind due indexes and counts and the session lists from the
 // records (BuildIndexes).
-func (m *Mem) buildPart2() {
+func (m *Mem) buildKindsSessions() {
 	m.kinds, m.lastKind = map[string]*kindIndex{}, nil
 	m.sessions, m.lastSession = map[string]*sessionList{}, nil
 	due := map[string][]IndexEntry{}
@@ -196,9 +196,9 @@ func cmpSeq(a, b uint64) int {
 	return 0
 }
 
-// diffPart2 is Diff for the per-kind due indexes, the counts and the session lists. A kind
+// diffKindsSessions is Diff for the per-kind due indexes, the counts and the session lists. A kind
 // with no due entry and no task equals a kind the other state never saw.
-func (m *Mem) diffPart2(o *Mem) []string {
+func (m *Mem) diffKindsSessions(o *Mem) []string {
 	var out []string
 	empty := &kindIndex{due: newIndex()}
 	for _, k := range unionKeys(m.kinds, o.kinds) {

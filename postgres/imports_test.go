@@ -1,0 +1,25 @@
+package postgres
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The record codec has one home both backends use (internal/recordcodec): no package this
+// one builds on imports pebblelog for it. The only importer allowed is package work, the
+// Pebble engine's home today; the engine itself is not this package's business.
+func TestPostgresDoesNotImportPebblelog(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/worklog/worklog/postgres").CombinedOutput()
+	if err != nil {
+		t.Skipf("go list: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if imp == "github.com/worklog/worklog/pebblelog" && f[0] != "github.com/worklog/worklog/work" {
+				t.Errorf("%s imports pebblelog", f[0])
+			}
+		}
+	}
+}
