@@ -68,8 +68,8 @@ func (q *Queue) pebble() (*pebbleEngine, bool) {
 	if q.log == nil {
 		return nil, false
 	}
-	pe, ok := baseEngine(q.log.eng).(*pebbleEngine)
-	return pe, ok
+	pe := q.log.caps.pebble
+	return pe, pe != nil
 }
 
 // pebbleEngine adapts a pebblelog.Store to the engine seam.

@@ -48,14 +48,19 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 	if q.log == nil {
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}
-	p, ok := baseEngine(q.log.eng).(engineapi.Pruner) // under the waiters' wrapper (wait.go)
-	if !ok {
+	return q.log.prune(ctx, at)
+}
+
+// prune is Queue.Prune on worklog's backend: the engine's PruneGroup until nothing is left.
+func (b *logBackend) prune(ctx context.Context, at int64) (PruneResult, error) {
+	p := b.caps.pruner
+	if p == nil {
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}
 	var res PruneResult
 	defer func() {
-		if a, ok := baseEngine(q.log.eng).(afterPruner); ok && res.Events > 0 {
-			a.afterPrune() // in the background (prune_pace.go)
+		if b.caps.after != nil && res.Events > 0 {
+			b.caps.after.afterPrune() // in the background (prune_pace.go)
 		}
 	}()
 	pace := newPrunePacer() // groups sized by time (prune_pace.go)
