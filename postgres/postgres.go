@@ -169,8 +169,8 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 	}
 	e.startWriter()
 	// The background pruner is work's (Queue.Close stops it before it closes this engine).
-	return engineapi.NewQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}).(*work.Queue), nil
+	return work.NewEngineQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }
 
 func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, error) {

@@ -27,11 +27,11 @@ type logBackend struct {
 	// eng is the engine. Commands commit through update (wait.go), never eng.Update
 	// directly, so that their events signal the waiters (hub).
 	eng      engine
-	caps     engineCaps // eng's optional interfaces, resolved once (newEngineQueue)
+	caps     engineCaps // eng's optional interfaces, resolved once (NewEngineQueue)
 	hub      *waitHub   // the waiters of this backend (wait.go)
 	ids      *idSource
 	maxValue int
-	clock    func() time.Time // only for the seed's clock-less AckWake; never used by decide
+	clock    func() time.Time // the queue's clock (Queue.now): the seed's clock-less AckWake, a waiter's timer; never decide
 	// ownedValueMin: the engine's reads hand out values longer than this that nothing else
 	// references (pebblelog.OwnedValueMin), so snapshots take them without a copy; 0: every
 	// value is copied (the in-memory engine's values live in its state).

@@ -4,12 +4,6 @@ import (
 	engineapi "github.com/worklog/worklog/internal/engine"
 )
 
-// init installs the constructor through which a backend package of this module (postgres)
-// turns its engine into a Queue, without an exported seam in this package's API.
-func init() {
-	engineapi.NewQueue = func(e engineapi.Engine, c engineapi.Config) any { return newEngineQueue(e, c) }
-}
-
 // engineCaps are the optional interfaces of an engine, asserted once, when its queue is built
 // (resolveCaps): nothing asserts on an engine after that, so a capability cannot be lost
 // behind a wrapper, and every use reads as a nil check on a field.
@@ -31,16 +25,24 @@ func resolveCaps(e engine) engineCaps {
 	return c
 }
 
-// newEngineQueue is a Queue over worklog's event-sourced backend on e.
-func newEngineQueue(e engine, c engineapi.Config) *Queue {
+// NewEngineQueue is a Queue over worklog's event-sourced backend on e, configured by c: the one
+// constructor of every engine's queue (NewInMemory, Open, and postgres.Open alike). It is for
+// this module's backend packages: e and c are of internal/engine's types, which no other
+// module can import, so only this module can call it (use NewInMemory, Open, postgres.Open or
+// New).
+func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	maxValue := c.MaxValueBytes
 	if maxValue <= 0 {
 		maxValue = DefaultMaxValueBytes
 	}
+	clock := c.Clock
+	if clock == nil {
+		clock = wallClock
+	}
 	caps := resolveCaps(e)
 	lb := &logBackend{eng: e, caps: caps, hub: newWaitHub(caps.watcher), ids: newIDSource(c.Entropy),
-		maxValue: maxValue, clock: wallClock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
-	q := &Queue{b: lb, log: lb, maxValue: maxValue}
+		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
+	q := &Queue{b: lb, log: lb, maxValue: maxValue, clock: clock}
 	if c.Retention > 0 {
 		q.stopPruner = q.startPruner(c.Retention, c.PruneInterval, c.Logger)
 	}

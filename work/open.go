@@ -45,7 +45,7 @@ func Open(dir string, opts *Options) (*Queue, error) {
 			return nil, backendErr(errors.Join(err, st.Close()))
 		}
 	}
-	return newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
 		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }

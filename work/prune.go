@@ -217,12 +217,8 @@ func gapPruned(pruned projection.SeqRanges, from, to uint64) bool {
 	return i < len(pruned) && pruned[i].From <= from && pruned[i].To >= to
 }
 
-// prunerClock is the background pruner's clock: the wall clock, or the crash test's logical
-// one (the load there runs at explicit times, and the prunes must too).
-var prunerClock = time.Now
-
 // startPruner runs Prune every interval on what became prunable more than retention ago, by
-// the wall clock, until the returned stop is called. It is the one background pruner of every
+// the queue's clock, until the returned stop is called. It is the one background pruner of every
 // backend: a backend package's queue gets it through engineapi.Config (postgres.Open), and
 // Queue.Close calls stop before it closes the backend. Each round is logged to logger (nil:
 // discarded): what it removed at Info, nothing found at Debug, an error at Error; errors are
@@ -248,7 +244,7 @@ func (q *Queue) startPruner(retention, interval time.Duration, logger *slog.Logg
 				return
 			case <-t.C:
 			}
-			before := prunerClock().Add(-retention)
+			before := q.now().Add(-retention)
 			res, err := q.Prune(ctx, before)
 			removed := res.Tasks+res.Wakes > 0
 			attrs := []any{"before", before, "tasks", res.Tasks, "wakes", res.Wakes, "events", res.Events}

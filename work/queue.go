@@ -19,6 +19,7 @@ type Queue struct {
 	b        Backend
 	log      *logBackend // nil for a custom Backend
 	maxValue int
+	clock    func() time.Time // the queue's clock (now); never nil
 	closed   atomic.Bool
 	onClose  func() error
 	// stopPruner stops background pruning (Options.Retention: prune.go); nil when off.
@@ -29,15 +30,15 @@ type Queue struct {
 // WorkQueue::in_memory). It is event-sourced like the durable store, with the same decide and
 // fold code, and keeps every event until the queue is dropped.
 func NewInMemory() *Queue {
-	return newEngineQueue(newMemEngine(), engineapi.Config{})
+	return NewEngineQueue(newMemEngine(), engineapi.Config{})
 }
 
 // New returns a queue over a custom backend (seed: WorkQueue::with_backend). Queue still
 // validates requests before calling it.
 func New(b Backend) *Queue {
-	q := &Queue{b: b, maxValue: DefaultMaxValueBytes}
+	q := &Queue{b: b, maxValue: DefaultMaxValueBytes, clock: wallClock}
 	if lb, ok := b.(*logBackend); ok {
-		q.log, q.maxValue = lb, lb.maxValue
+		q.log, q.maxValue, q.clock = lb, lb.maxValue, lb.clock
 	}
 	return q
 }
@@ -87,7 +88,7 @@ func (q *Queue) Session(id string) *Session { return &Session{q: q, id: id} }
 
 // ClaimDue claims due work at the wall-clock time.
 func (q *Queue) ClaimDue(ctx context.Context, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return q.ClaimDueAt(ctx, time.Now(), leaseFor, limit)
+	return q.ClaimDueAt(ctx, q.now(), leaseFor, limit)
 }
 
 // ClaimDueAt atomically claims up to limit tasks that are due at now: pending tasks with
@@ -109,7 +110,7 @@ func (q *Queue) ClaimDueAt(ctx context.Context, now time.Time, leaseFor time.Dur
 
 // Finish settles a claimed task at the wall-clock time.
 func (q *Queue) Finish(ctx context.Context, d TaskDelivery, o Outcome) (Task, error) {
-	return q.FinishAt(ctx, d, o, time.Now())
+	return q.FinishAt(ctx, d, o, q.now())
 }
 
 // FinishAt settles the task of delivery d with outcome o. The delivery must still own the
@@ -134,7 +135,7 @@ func (q *Queue) FinishAt(ctx context.Context, d TaskDelivery, o Outcome, now tim
 
 // ClaimWakes claims wakes at the wall-clock time.
 func (q *Queue) ClaimWakes(ctx context.Context, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
-	return q.ClaimWakesAt(ctx, time.Now(), leaseFor, limit)
+	return q.ClaimWakesAt(ctx, q.now(), leaseFor, limit)
 }
 
 // ClaimWakesAt atomically claims up to limit unacknowledged wakes that are unclaimed or whose
@@ -155,7 +156,7 @@ func (q *Queue) ClaimWakesAt(ctx context.Context, now time.Time, leaseFor time.D
 // delivery must own the claim (same attempt and token) or the result is ErrStaleDelivery;
 // repeating the same acknowledgment is fine. An acknowledged wake is never delivered again.
 func (q *Queue) AckWake(ctx context.Context, d WakeDelivery) error {
-	return q.AckWakeAt(ctx, d, time.Now())
+	return q.AckWakeAt(ctx, d, q.now())
 }
 
 // AckWakeAt is AckWake with the caller's time, which the event log records. A custom
@@ -245,7 +246,7 @@ func (s *Session) ID() string { return s.id }
 
 // Submit submits work at the wall-clock time.
 func (s *Session) Submit(ctx context.Context, r TaskRequest) (Task, error) {
-	return s.SubmitAt(ctx, r, time.Now())
+	return s.SubmitAt(ctx, r, s.q.now())
 }
 
 // SubmitAt stores a new pending task (attempts 0, scheduled at RunAt or now), or, when the
@@ -284,7 +285,7 @@ func (s *Session) Task(ctx context.Context, taskID string) (Task, bool, error) {
 
 // Cancel requests cancellation at the wall-clock time.
 func (s *Session) Cancel(ctx context.Context, taskID string) (Task, error) {
-	return s.CancelAt(ctx, taskID, time.Now())
+	return s.CancelAt(ctx, taskID, s.q.now())
 }
 
 // CancelAt requests cancellation of a task of this session. A pending task (even one
@@ -308,7 +309,7 @@ func (s *Session) CancelAt(ctx context.Context, taskID string, now time.Time) (T
 
 // Wake records a direct wake at the wall-clock time.
 func (s *Session) Wake(ctx context.Context, r WakeRequest) (Wake, error) {
-	return s.WakeAt(ctx, r, time.Now())
+	return s.WakeAt(ctx, r, s.q.now())
 }
 
 // WakeAt records a wake for this session, claimable at once. With an idempotency key used
@@ -332,5 +333,12 @@ func (s *Session) WakeAt(ctx context.Context, r WakeRequest, now time.Time) (Wak
 // state, as the seed's WorkQueue::with_backend over a retained backend.
 func (q *Queue) Backend() Backend { return q.b }
 
-// wallClock is the only clock the package reads: for the methods without an At twin's time.
+// wallClock is the clock of a queue built without one (NewInMemory, Open, New over a backend
+// that is no Clock): the host's. A variable only for the crash tests' children, which set it
+// before they open their queue (SetClock).
 var wallClock = time.Now
+
+// now is the queue's clock: the only clock the package reads, for every method without an At
+// twin's time, the background pruner and a waiter's timer. A queue has one, set when it is
+// built: the host's wall clock, or its backend's (postgres.Open: the database server's).
+func (q *Queue) now() time.Time { return q.clock() }

@@ -78,7 +78,7 @@ type QueueStats struct {
 
 // Extend extends a claim's lease at the wall-clock time (a heartbeat).
 func (q *Queue) Extend(ctx context.Context, d TaskDelivery, leaseFor time.Duration) (TaskDelivery, error) {
-	return q.ExtendAt(ctx, d, leaseFor, time.Now())
+	return q.ExtendAt(ctx, d, leaseFor, q.now())
 }
 
 // ExtendAt makes the lease of delivery d expire at exactly now+leaseFor (earlier or later
@@ -114,7 +114,7 @@ func (q *Queue) ExtendAt(ctx context.Context, d TaskDelivery, leaseFor time.Dura
 
 // Release gives a claimed task back at the wall-clock time.
 func (q *Queue) Release(ctx context.Context, d TaskDelivery, r ReleaseRequest) (Task, error) {
-	return q.ReleaseAt(ctx, d, r, time.Now())
+	return q.ReleaseAt(ctx, d, r, q.now())
 }
 
 // ReleaseAt makes the task of delivery d pending again, with no claim, scheduled at r.RunAt
@@ -146,7 +146,7 @@ func (q *Queue) ReleaseAt(ctx context.Context, d TaskDelivery, r ReleaseRequest,
 
 // ClaimKinds claims due work of the given kinds at the wall-clock time.
 func (q *Queue) ClaimKinds(ctx context.Context, kinds []string, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return q.ClaimKindsAt(ctx, kinds, time.Now(), leaseFor, limit)
+	return q.ClaimKindsAt(ctx, kinds, q.now(), leaseFor, limit)
 }
 
 // ClaimKindsAt is ClaimDueAt restricted to tasks whose Kind is one of kinds, in the same
@@ -177,7 +177,7 @@ func (q *Queue) ClaimKindsAt(ctx context.Context, kinds []string, now time.Time,
 
 // Stats reports the queue's counts at the wall-clock time.
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
-	return q.StatsAt(ctx, time.Now())
+	return q.StatsAt(ctx, q.now())
 }
 
 // StatsAt reports the number of tasks by state and kind, the number due at now and the age
@@ -246,7 +246,7 @@ type SettleResult struct {
 
 // SettleAndClaim settles and claims at the wall-clock time.
 func (q *Queue) SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
-	return q.SettleAndClaimAt(ctx, settles, kinds, time.Now(), leaseFor, limit)
+	return q.SettleAndClaimAt(ctx, settles, kinds, q.now(), leaseFor, limit)
 }
 
 // SettleAndClaimAt settles each of settles as FinishAt or ReleaseAt would, each on its own

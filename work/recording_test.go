@@ -16,7 +16,7 @@ type recordingEngine struct {
 
 // newRecordingQueue is NewInMemory over a recordingEngine.
 func newRecordingQueue(seen func(events.Type)) *Queue {
-	return newEngineQueue(&recordingEngine{memEngine: newMemEngine(), seen: seen}, engineapi.Config{})
+	return NewEngineQueue(&recordingEngine{memEngine: newMemEngine(), seen: seen}, engineapi.Config{})
 }
 
 func (e *recordingEngine) Update(ctx context.Context, fn func(tx txn) error) error {

@@ -46,7 +46,7 @@ func (c countingTxn) ScanDueKind(kind string, maxAt int64, fn func(projection.In
 }
 
 func queueOver(e engine) *Queue {
-	return newEngineQueue(e, engineapi.Config{})
+	return NewEngineQueue(e, engineapi.Config{})
 }
 
 func verify(t *testing.T, q *Queue) {
