@@ -85,7 +85,19 @@ func ownValue(v []byte, staged bool) []byte {
 
 func noRelease() {}
 
-var _ Backend = (*logBackend)(nil)
+// worklog's backend implements every optional interface of Backend, so New(q.Backend()) is a
+// full queue.
+var (
+	_ Backend        = (*logBackend)(nil)
+	_ RunningBackend = (*logBackend)(nil)
+	_ WakeAckerAt    = (*logBackend)(nil)
+	_ LogReader      = (*logBackend)(nil)
+	_ Verifier       = (*logBackend)(nil)
+	_ Pruner         = (*logBackend)(nil)
+	_ Waiter         = (*logBackend)(nil)
+	_ Checkpointer   = (*logBackend)(nil)
+	_ Clock          = (*logBackend)(nil)
+)
 
 // --- snapshots ---
 

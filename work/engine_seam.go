@@ -42,7 +42,7 @@ func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	caps := resolveCaps(e)
 	lb := &logBackend{eng: e, caps: caps, hub: newWaitHub(caps.watcher), ids: newIDSource(c.Entropy),
 		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
-	q := &Queue{b: lb, log: lb, maxValue: maxValue, clock: clock}
+	q := &Queue{b: lb, caps: resolveBackendCaps(lb), maxValue: maxValue, clock: clock}
 	if c.Retention > 0 {
 		q.stopPruner = q.startPruner(c.Retention, c.PruneInterval, c.Logger)
 	}

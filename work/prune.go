@@ -41,18 +41,23 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 	if err := q.begin(ctx); err != nil {
 		return PruneResult{}, err
 	}
+	if _, verr := nanos("before", before); verr != nil {
+		return PruneResult{}, verr
+	}
+	if q.caps.prune == nil {
+		return PruneResult{}, unsupported("Queue.Prune", "Pruner")
+	}
+	return q.caps.prune.Prune(ctx, before)
+}
+
+var _ Pruner = (*logBackend)(nil)
+
+// Prune is Queue.Prune on worklog's backend: the engine's PruneGroup until nothing is left.
+func (b *logBackend) Prune(ctx context.Context, before time.Time) (PruneResult, error) {
 	at, verr := nanos("before", before)
 	if verr != nil {
 		return PruneResult{}, verr
 	}
-	if q.log == nil {
-		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
-	}
-	return q.log.prune(ctx, at)
-}
-
-// prune is Queue.Prune on worklog's backend: the engine's PruneGroup until nothing is left.
-func (b *logBackend) prune(ctx context.Context, at int64) (PruneResult, error) {
 	p := b.caps.pruner
 	if p == nil {
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)

@@ -17,7 +17,7 @@ import (
 // request, then hands it to its Backend. A Queue is safe for concurrent use.
 type Queue struct {
 	b        Backend
-	log      *logBackend // nil for a custom Backend
+	caps     backendCaps // b's optional interfaces, resolved once (New)
 	maxValue int
 	clock    func() time.Time // the queue's clock (now); never nil
 	closed   atomic.Bool
@@ -34,11 +34,17 @@ func NewInMemory() *Queue {
 }
 
 // New returns a queue over a custom backend (seed: WorkQueue::with_backend). Queue still
-// validates requests before calling it.
+// validates requests before calling it. The queue gets every optional capability b
+// implements (see Backend: RunningBackend, LogReader, Verifier, Pruner, Waiter, ...); a
+// method whose capability b lacks returns an ErrBackend error naming the interface. The
+// queue's clock is b's when b is a Clock, else the host's wall clock.
 func New(b Backend) *Queue {
-	q := &Queue{b: b, maxValue: DefaultMaxValueBytes, clock: wallClock}
+	q := &Queue{b: b, caps: resolveBackendCaps(b), maxValue: DefaultMaxValueBytes, clock: wallClock}
 	if lb, ok := b.(*logBackend); ok {
-		q.log, q.maxValue, q.clock = lb, lb.maxValue, lb.clock
+		q.maxValue = lb.maxValue
+	}
+	if q.caps.clock != nil {
+		q.clock = q.caps.clock.Now
 	}
 	return q
 }
@@ -169,24 +175,24 @@ func (q *Queue) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Time) er
 	if err := validateNonBlank("wake_id", d.Wake.ID); err != nil {
 		return err
 	}
-	if a, ok := q.b.(ackerAt); ok {
-		return wrap(a.AckWakeAt(ctx, d, now))
+	if q.caps.ackAt != nil {
+		return wrap(q.caps.ackAt.AckWakeAt(ctx, d, now))
 	}
 	return wrap(q.b.AckWake(ctx, d))
 }
 
 // ReadLog calls fn for every event with sequence >= from (inclusive; 0 or 1 means the
-// start), in order, until fn returns an error, which ReadLog returns. Only queues made by
-// NewInMemory or Open have a log.
+// start), in order, until fn returns an error, which ReadLog returns. A queue over a custom
+// Backend has a log when the backend is a LogReader.
 func (q *Queue) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	if q.log == nil {
-		return backendErr(errors.New("this backend keeps no event log"))
+	if q.caps.log == nil {
+		return unsupported("Queue.ReadLog", "LogReader")
 	}
 	var fnErr error
-	err := q.log.eng.ReadLog(ctx, from, func(ev events.Event) error {
+	err := q.caps.log.ReadLog(ctx, from, func(ev events.Event) error {
 		if err := fn(ev); err != nil {
 			fnErr = err
 			return err
@@ -196,7 +202,12 @@ func (q *Queue) ReadLog(ctx context.Context, from uint64, fn func(events.Event) 
 	if fnErr != nil {
 		return fnErr
 	}
-	return backendErr(err)
+	return wrap(err)
+}
+
+// ReadLog is Queue.ReadLog on worklog's backend: the engine's log.
+func (b *logBackend) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	return backendErr(b.eng.ReadLog(ctx, from, fn))
 }
 
 // VerifyError lists every difference Verify found.
@@ -217,15 +228,21 @@ func (e *VerifyError) Error() string {
 
 // Verify rebuilds the projection from the event log and compares it with the live one; it
 // also checks that the log is gap-free and that every event decodes. It returns nil when all
-// holds, or an ErrBackend error wrapping a *VerifyError with every difference.
+// holds, or an ErrBackend error wrapping a *VerifyError with every difference. A queue over
+// a custom Backend verifies when the backend is a Verifier.
 func (q *Queue) Verify(ctx context.Context) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	if q.log == nil {
-		return backendErr(errors.New("this backend keeps no event log"))
+	if q.caps.verify == nil {
+		return unsupported("Queue.Verify", "Verifier")
 	}
-	problems, err := q.log.eng.Verify(ctx)
+	return wrap(q.caps.verify.Verify(ctx))
+}
+
+// Verify is Queue.Verify on worklog's backend: the engine's Verify.
+func (b *logBackend) Verify(ctx context.Context) error {
+	problems, err := b.eng.Verify(ctx)
 	if err != nil {
 		return backendErr(err)
 	}
@@ -330,7 +347,9 @@ func (s *Session) WakeAt(ctx context.Context, r WakeRequest, now time.Time) (Wak
 }
 
 // Backend returns the backend under q. work.New(q.Backend()) is a second queue over the same
-// state, as the seed's WorkQueue::with_backend over a retained backend.
+// state, as the seed's WorkQueue::with_backend over a retained backend, with every capability
+// of q (worklog's backend implements each optional interface of Backend). Closing either
+// queue closes the backend.
 func (q *Queue) Backend() Backend { return q.b }
 
 // wallClock is the clock of a queue built without one (NewInMemory, Open, New over a backend
@@ -342,3 +361,6 @@ var wallClock = time.Now
 // twin's time, the background pruner and a waiter's timer. A queue has one, set when it is
 // built: the host's wall clock, or its backend's (postgres.Open: the database server's).
 func (q *Queue) now() time.Time { return q.clock() }
+
+// Now is the queue's clock on worklog's backend (Clock), so that New(q.Backend()) keeps it.
+func (b *logBackend) Now() time.Time { return b.clock() }

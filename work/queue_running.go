@@ -2,7 +2,6 @@ package work
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/worklog/worklog/events"
@@ -21,16 +20,12 @@ type RunningBackend interface {
 	SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error)
 }
 
-// errNotRunning is the cause of the ErrBackend error of a part-2 method on a custom backend
-// that does not implement RunningBackend.
-var errNotRunning = errors.New("work: the backend does not implement RunningBackend")
-
+// running is the backend's RunningBackend, or the ErrBackend error naming it.
 func (q *Queue) running() (RunningBackend, error) {
-	rb, ok := q.b.(RunningBackend)
-	if !ok {
-		return nil, backendErr(errNotRunning)
+	if q.caps.running == nil {
+		return nil, unsupported("this method", "RunningBackend")
 	}
-	return rb, nil
+	return q.caps.running, nil
 }
 
 // ReleaseRequest gives a claimed task back (Queue.Release).

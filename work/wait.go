@@ -2,7 +2,6 @@ package work
 
 import (
 	"context"
-	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -23,10 +22,6 @@ import (
 // The signal comes from the backend's one update path (logBackend.update), not from each
 // command: it hands the decide code a transaction that looks at the type of each event
 // appended, so a new command (or a new engine) signals without being told to.
-
-// errNoWaiting is the cause of the ErrBackend error of WaitTasks/WaitWakes on a queue over a
-// custom Backend: only worklog's own backends signal their commits.
-var errNoWaiting = errors.New("work: this backend does not signal its commits (waiting needs NewInMemory, Open or postgres.Open)")
 
 // signal bits: which waiters an event may concern.
 const (
@@ -224,10 +219,10 @@ func (q *Queue) WaitTasks(ctx context.Context, kinds []string) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	if q.log == nil {
-		return backendErr(errNoWaiting)
+	if q.caps.wait == nil {
+		return unsupported("Queue.WaitTasks", "Waiter")
 	}
-	return q.log.WaitTasks(ctx, kinds)
+	return wrap(q.caps.wait.WaitTasks(ctx, kinds))
 }
 
 // WaitWakes is WaitTasks for wakes: it returns when an unacknowledged wake may be claimable
@@ -236,10 +231,10 @@ func (q *Queue) WaitWakes(ctx context.Context) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	if q.log == nil {
-		return backendErr(errNoWaiting)
+	if q.caps.wait == nil {
+		return unsupported("Queue.WaitWakes", "Waiter")
 	}
-	return q.log.WaitWakes(ctx)
+	return wrap(q.caps.wait.WaitWakes(ctx))
 }
 
 // WaitTasks is Queue.WaitTasks on worklog's backend (kinds validated by the queue).

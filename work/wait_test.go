@@ -3,6 +3,7 @@ package work
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,8 +252,8 @@ func TestWaitIgnoresClaimsAndSettles(t *testing.T) {
 func TestWaitCustomBackendRefused(t *testing.T) {
 	q := New(&recordingCustom{})
 	err := q.WaitTasks(context.Background(), nil)
-	if !errors.Is(err, ErrBackend) || !errors.Is(err, errNoWaiting) {
-		t.Fatalf("custom backend: %v, want ErrBackend wrapping errNoWaiting", err)
+	if !errors.Is(err, ErrBackend) || !errors.Is(err, errUnsupported) || !strings.Contains(err.Error(), "work.Waiter") {
+		t.Fatalf("custom backend: %v, want ErrBackend naming work.Waiter", err)
 	}
 	if err := q.WaitTasks(context.Background(), []string{" "}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("blank kind: %v, want ErrInvalidRequest", err)
