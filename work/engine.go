@@ -570,7 +570,7 @@ func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor tim
 		})
 }
 
-// AckWake acknowledges with the wall-clock time: the Backend interface, like the seed, passes
+// AckWake acknowledges at the queue's clock's time: the Backend interface, like the seed, passes
 // no time. Queue.AckWakeAt passes the caller's time to AckWakeAt instead.
 func (b *logBackend) AckWake(ctx context.Context, d WakeDelivery) error {
 	return b.AckWakeAt(ctx, d, b.clock())

@@ -92,7 +92,7 @@ func wrap(err error) error {
 // on each call, not here.
 func (q *Queue) Session(id string) *Session { return &Session{q: q, id: id} }
 
-// ClaimDue claims due work at the wall-clock time.
+// ClaimDue claims due work at the queue's clock's time.
 func (q *Queue) ClaimDue(ctx context.Context, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
 	return q.ClaimDueAt(ctx, q.now(), leaseFor, limit)
 }
@@ -114,7 +114,7 @@ func (q *Queue) ClaimDueAt(ctx context.Context, now time.Time, leaseFor time.Dur
 	return d, wrap(err)
 }
 
-// Finish settles a claimed task at the wall-clock time.
+// Finish settles a claimed task at the queue's clock's time.
 func (q *Queue) Finish(ctx context.Context, d TaskDelivery, o Outcome) (Task, error) {
 	return q.FinishAt(ctx, d, o, q.now())
 }
@@ -139,7 +139,7 @@ func (q *Queue) FinishAt(ctx context.Context, d TaskDelivery, o Outcome, now tim
 	return t, wrap(err)
 }
 
-// ClaimWakes claims wakes at the wall-clock time.
+// ClaimWakes claims wakes at the queue's clock's time.
 func (q *Queue) ClaimWakes(ctx context.Context, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
 	return q.ClaimWakesAt(ctx, q.now(), leaseFor, limit)
 }
@@ -158,7 +158,7 @@ func (q *Queue) ClaimWakesAt(ctx context.Context, now time.Time, leaseFor time.D
 	return d, wrap(err)
 }
 
-// AckWake acknowledges a wake delivery (seed: acknowledge_wake) at the wall-clock time. The
+// AckWake acknowledges a wake delivery (seed: acknowledge_wake) at the queue's clock's time. The
 // delivery must own the claim (same attempt and token) or the result is ErrStaleDelivery;
 // repeating the same acknowledgment is fine. An acknowledged wake is never delivered again.
 func (q *Queue) AckWake(ctx context.Context, d WakeDelivery) error {
@@ -261,7 +261,7 @@ type Session struct {
 // ID returns the session id every request through this handle carries.
 func (s *Session) ID() string { return s.id }
 
-// Submit submits work at the wall-clock time.
+// Submit submits work at the queue's clock's time.
 func (s *Session) Submit(ctx context.Context, r TaskRequest) (Task, error) {
 	return s.SubmitAt(ctx, r, s.q.now())
 }
@@ -300,7 +300,7 @@ func (s *Session) Task(ctx context.Context, taskID string) (Task, bool, error) {
 	return t, ok, wrap(err)
 }
 
-// Cancel requests cancellation at the wall-clock time.
+// Cancel requests cancellation at the queue's clock's time.
 func (s *Session) Cancel(ctx context.Context, taskID string) (Task, error) {
 	return s.CancelAt(ctx, taskID, s.q.now())
 }
@@ -324,7 +324,7 @@ func (s *Session) CancelAt(ctx context.Context, taskID string, now time.Time) (T
 	return t, wrap(err)
 }
 
-// Wake records a direct wake at the wall-clock time.
+// Wake records a direct wake at the queue's clock's time.
 func (s *Session) Wake(ctx context.Context, r WakeRequest) (Wake, error) {
 	return s.WakeAt(ctx, r, s.q.now())
 }

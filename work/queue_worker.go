@@ -71,7 +71,7 @@ type QueueStats struct {
 	OldestDueAge time.Duration
 }
 
-// Extend extends a claim's lease at the wall-clock time (a heartbeat).
+// Extend extends a claim's lease at the queue's clock's time (a heartbeat).
 func (q *Queue) Extend(ctx context.Context, d TaskDelivery, leaseFor time.Duration) (TaskDelivery, error) {
 	return q.ExtendAt(ctx, d, leaseFor, q.now())
 }
@@ -107,7 +107,7 @@ func (q *Queue) ExtendAt(ctx context.Context, d TaskDelivery, leaseFor time.Dura
 	return out, wrap(berr)
 }
 
-// Release gives a claimed task back at the wall-clock time.
+// Release gives a claimed task back at the queue's clock's time.
 func (q *Queue) Release(ctx context.Context, d TaskDelivery, r ReleaseRequest) (Task, error) {
 	return q.ReleaseAt(ctx, d, r, q.now())
 }
@@ -139,7 +139,7 @@ func (q *Queue) ReleaseAt(ctx context.Context, d TaskDelivery, r ReleaseRequest,
 	return t, wrap(err)
 }
 
-// ClaimKinds claims due work of the given kinds at the wall-clock time.
+// ClaimKinds claims due work of the given kinds at the queue's clock's time.
 func (q *Queue) ClaimKinds(ctx context.Context, kinds []string, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
 	return q.ClaimKindsAt(ctx, kinds, q.now(), leaseFor, limit)
 }
@@ -170,7 +170,7 @@ func (q *Queue) ClaimKindsAt(ctx context.Context, kinds []string, now time.Time,
 	return d, wrap(err)
 }
 
-// Stats reports the queue's counts at the wall-clock time.
+// Stats reports the queue's counts at the queue's clock's time.
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	return q.StatsAt(ctx, q.now())
 }
@@ -239,7 +239,7 @@ type SettleResult struct {
 	Err  error
 }
 
-// SettleAndClaim settles and claims at the wall-clock time.
+// SettleAndClaim settles and claims at the queue's clock's time.
 func (q *Queue) SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
 	return q.SettleAndClaimAt(ctx, settles, kinds, q.now(), leaseFor, limit)
 }

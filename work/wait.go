@@ -17,7 +17,7 @@ import (
 // A waiter blocks on a broadcast channel that a commit closes when it may have made work
 // claimable, and on a timer set to the earliest entry of the due index (or the
 // available-wake index): a scheduled time or a lease expiry. What is due is decided by the
-// projection, as the claims decide it; only the timer reads the wall clock.
+// projection, as the claims decide it; only the timer reads the queue's clock.
 //
 // The signal comes from the backend's one update path (logBackend.update), not from each
 // command: it hands the decide code a transaction that looks at the type of each event
@@ -208,7 +208,7 @@ func (b *logBackend) update(ctx context.Context, fn func(tx txn) error) error {
 // spurious: nil means "try to claim", and the claim may find nothing (another worker was
 // faster, the commit concerned another kind, a task was claimed before its timer fired).
 // Call it again then. What is due is read from the projection, as the claims read it; the
-// wall clock only sets the timer, so a clock that jumps makes a waiter return early (and
+// queue's clock only sets the timer, so a clock that jumps makes a waiter return early (and
 // wait again) or late, never miss a signal.
 func (q *Queue) WaitTasks(ctx context.Context, kinds []string) error {
 	for _, k := range kinds {
