@@ -29,7 +29,7 @@ func openEngine(t testing.TB, dsn string, opts *Options) (*engine, *work.Queue) 
 		t.Fatal(err)
 	}
 	e.startWriter()
-	q := engineapi.NewQueue(e, engineapi.Config{}).(*work.Queue)
+	q := work.NewEngineQueue(e, engineapi.Config{})
 	t.Cleanup(func() { q.Close() })
 	return e, q
 }

@@ -219,9 +219,14 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 		return nil, work.NewBackendError(err)
 	}
 	e.startWriter()
+	// The server's clock decides: the queue's plain methods read it (clock.go).
+	clock, err := newServerClock(ctx, e.ctx, e.serverTime)
+	if err != nil {
+		return nil, work.NewBackendError(errors.Join(err, e.Close()))
+	}
 	// The background pruner is work's (Queue.Close stops it before it closes this engine).
-	return engineapi.NewQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}).(*work.Queue), nil
+	return work.NewEngineQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger, Clock: clock.Now}), nil
 }
 
 func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, error) {

@@ -2,7 +2,11 @@ package work
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/worklog/worklog/events"
 )
 
 // Backend is the storage and leasing provider under a Queue (seed: WorkBackend). Queue and
@@ -16,6 +20,14 @@ import (
 //
 // NewInMemory and Open return queues over worklog's own event-sourced backend; New takes any
 // other implementation.
+//
+// A Backend may implement more: New resolves, once, which of the optional interfaces below b
+// implements (RunningBackend, WakeAckerAt, LogReader, Verifier, Pruner, Waiter,
+// Checkpointer, Clock), and the queue's methods that need one call it. A method whose
+// capability the backend lacks returns an ErrBackend error naming the interface, never a
+// silent no-op. worklog's own backend (Queue.Backend of a queue from NewInMemory, Open or
+// postgres.Open) implements them all, so New(q.Backend()) is a full second queue over q's
+// state.
 type Backend interface {
 	Submit(ctx context.Context, sessionID string, r TaskRequest, now time.Time) (Task, error)
 	Task(ctx context.Context, sessionID, taskID string) (Task, bool, error)
@@ -28,8 +40,83 @@ type Backend interface {
 	Close() error
 }
 
-// ackerAt is implemented by backends that record the time of an acknowledgment. The seed's
-// acknowledge_wake takes no time; Queue.AckWakeAt passes the caller's when it can.
-type ackerAt interface {
+// WakeAckerAt is implemented by a backend that records the time of an acknowledgment. The
+// seed's acknowledge_wake takes no time: Queue.AckWakeAt passes the caller's time to a
+// backend that implements it, and calls AckWake on one that does not.
+type WakeAckerAt interface {
 	AckWakeAt(ctx context.Context, d WakeDelivery, now time.Time) error
+}
+
+// LogReader is implemented by a backend that keeps an event log (Queue.ReadLog): fn is called
+// for each event with sequence >= from, in order, until it returns an error.
+type LogReader interface {
+	ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error
+}
+
+// Verifier is implemented by a backend that can check its own state (Queue.Verify): nil when
+// all holds, else an error (worklog's: an ErrBackend error wrapping a *VerifyError).
+type Verifier interface {
+	Verify(ctx context.Context) error
+}
+
+// Pruner is implemented by a backend that can prune history (Queue.Prune, which validates
+// before and then calls it).
+type Pruner interface {
+	Prune(ctx context.Context, before time.Time) (PruneResult, error)
+}
+
+// Waiter is implemented by a backend that signals its commits (Queue.WaitTasks and
+// Queue.WaitWakes, which validate the kinds and then call it, with their contract).
+type Waiter interface {
+	WaitTasks(ctx context.Context, kinds []string) error
+	WaitWakes(ctx context.Context) error
+}
+
+// Checkpointer is implemented by a backend that can copy its store while it runs
+// (Queue.Checkpoint).
+type Checkpointer interface {
+	Checkpoint(dir string) error
+}
+
+// Clock is implemented by a backend whose time decides (postgres.Open's: the database
+// server's clock): a queue over it takes the time of its methods without an At twin, and of
+// its background pruner, from Now instead of the host's wall clock.
+type Clock interface {
+	Now() time.Time
+}
+
+// backendCaps are the optional interfaces of a queue's Backend, asserted once, when the queue
+// is built (New, NewEngineQueue); nil where the backend lacks one.
+type backendCaps struct {
+	running    RunningBackend
+	ackAt      WakeAckerAt
+	log        LogReader
+	verify     Verifier
+	prune      Pruner
+	wait       Waiter
+	checkpoint Checkpointer
+	clock      Clock
+}
+
+func resolveBackendCaps(b Backend) backendCaps {
+	var c backendCaps
+	c.running, _ = b.(RunningBackend)
+	c.ackAt, _ = b.(WakeAckerAt)
+	c.log, _ = b.(LogReader)
+	c.verify, _ = b.(Verifier)
+	c.prune, _ = b.(Pruner)
+	c.wait, _ = b.(Waiter)
+	c.checkpoint, _ = b.(Checkpointer)
+	c.clock, _ = b.(Clock)
+	return c
+}
+
+// errUnsupported is the cause of a call whose capability the queue's Backend lacks; the
+// error names the interface (unsupported).
+var errUnsupported = errors.New("work: the backend does not support this call")
+
+// unsupported is the ErrBackend error of a call (Queue.Prune) that needs capability (an
+// optional interface of this package, "Pruner") which the backend does not implement.
+func unsupported(call, capability string) error {
+	return backendErr(fmt.Errorf("%w: %s needs a Backend that implements work.%s", errUnsupported, call, capability))
 }

@@ -165,7 +165,7 @@ func (p *pruneLoad) start(l *load, q *work.Queue, emit func(string), spawn func(
 // log reported to the parent (an error record fails the round).
 func pruneChildOptions(say func(string)) *work.Options {
 	work.SetPruneGroup(crashPruneGroup)
-	work.SetPrunerClock(func() time.Time {
+	work.SetClock(func() time.Time {
 		if c := crashPrune.clock.Load(); c != nil {
 			return (*c)()
 		}

@@ -20,7 +20,10 @@
 // # Time and randomness
 //
 // Every method that records a transition has an ...At twin that takes the caller's time;
-// the plain one uses the wall clock. The core never reads the clock itself. Ids are
+// the plain one uses the queue's clock: the host's wall clock for NewInMemory and Open, the
+// database server's for postgres.Open (one clock for every host sharing the queue), a
+// Backend's own for New over a Backend that is a Clock. The core never reads the clock
+// itself. Ids are
 // "task_"/"wake_" plus a UUIDv7 built from the caller's time and crypto-strength random
 // bits; lease tokens are 128 random bits.
 //

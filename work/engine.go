@@ -24,13 +24,14 @@ type txn = engineapi.Txn
 // logBackend is worklog's event-sourced Backend: each command validates (in Queue), decides
 // the events it causes from the current projection, appends them and applies them.
 type logBackend struct {
-	// eng is the engine under the waiters' wrapper. Its type is the wrapper's, not engine,
-	// so that asserting an optional interface on it (which the wrapper hides) does not
-	// compile: look under it, at baseEngine(eng) (wait.go).
-	eng      *watchedEngine
+	// eng is the engine. Commands commit through update (wait.go), never eng.Update
+	// directly, so that their events signal the waiters (hub).
+	eng      engine
+	caps     engineCaps // eng's optional interfaces, resolved once (NewEngineQueue)
+	hub      *waitHub   // the waiters of this backend (wait.go)
 	ids      *idSource
 	maxValue int
-	clock    func() time.Time // only for the seed's clock-less AckWake; never used by decide
+	clock    func() time.Time // the queue's clock (Queue.now): the seed's clock-less AckWake, a waiter's timer; never decide
 	// ownedValueMin: the engine's reads hand out values longer than this that nothing else
 	// references (pebblelog.OwnedValueMin), so snapshots take them without a copy; 0: every
 	// value is copied (the in-memory engine's values live in its state).
@@ -63,11 +64,11 @@ func (b *logBackend) stage(values ...[]byte) (release func(), staged bool, err e
 	if !big {
 		return noRelease, false, nil
 	}
-	if s, ok := baseEngine(b.eng).(valueStager); ok {
-		release, err = s.StageValues(values...)
-		return release, err == nil, backendErr(err)
+	if b.caps.stager == nil {
+		return noRelease, false, nil
 	}
-	return noRelease, false, nil
+	release, err = b.caps.stager.StageValues(values...)
+	return release, err == nil, backendErr(err)
 }
 
 // ownValue is the request's value v as its command appends it: v itself when it was staged
@@ -84,7 +85,19 @@ func ownValue(v []byte, staged bool) []byte {
 
 func noRelease() {}
 
-var _ Backend = (*logBackend)(nil)
+// worklog's backend implements every optional interface of Backend, so New(q.Backend()) is a
+// full queue.
+var (
+	_ Backend        = (*logBackend)(nil)
+	_ RunningBackend = (*logBackend)(nil)
+	_ WakeAckerAt    = (*logBackend)(nil)
+	_ LogReader      = (*logBackend)(nil)
+	_ Verifier       = (*logBackend)(nil)
+	_ Pruner         = (*logBackend)(nil)
+	_ Waiter         = (*logBackend)(nil)
+	_ Checkpointer   = (*logBackend)(nil)
+	_ Clock          = (*logBackend)(nil)
+)
 
 // --- snapshots ---
 
@@ -225,7 +238,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	input := ownValue(r.Input, staged)
 	var out Task
 	var derr error
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
 		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
 		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
@@ -280,7 +293,7 @@ func (b *logBackend) Cancel(ctx context.Context, sessionID, taskID string, now t
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
 		t, err := tx.Task(taskID)
 		if err != nil {
@@ -360,7 +373,7 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 		return nil, verr
 	}
 	var out []D
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		var err error
 		out, err = claimIn(tx, b, at, expires, limit, scan, purpose, claimOne, out[:0]) // fn may run twice (engine.update)
 		return err
@@ -437,7 +450,7 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 	eo := outcomeToOwned(o, staged)
 	var out Task
 	var derr error
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		var err error
 		out, derr, err = b.finishIn(tx, d, eo, wakeID, at) // fn may run twice: all three set afresh
 		return err
@@ -515,7 +528,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	}
 	defer release()
 	payload := ownValue(r.Payload, staged)
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
 		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
 		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
@@ -557,7 +570,7 @@ func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor tim
 		})
 }
 
-// AckWake acknowledges with the wall-clock time: the Backend interface, like the seed, passes
+// AckWake acknowledges at the queue's clock's time: the Backend interface, like the seed, passes
 // no time. Queue.AckWakeAt passes the caller's time to AckWakeAt instead.
 func (b *logBackend) AckWake(ctx context.Context, d WakeDelivery) error {
 	return b.AckWakeAt(ctx, d, b.clock())
@@ -570,7 +583,7 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 	}
 	token := d.LeaseToken()
 	var derr error
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		derr = nil // fn may run twice (engine.update)
 		w, err := tx.Wake(d.Wake.ID)
 		if err != nil {
@@ -604,7 +617,10 @@ func (b *logBackend) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Tim
 	return derr
 }
 
-func (b *logBackend) Close() error { return backendErr(b.eng.Close()) }
+func (b *logBackend) Close() error {
+	b.hub.close()
+	return backendErr(b.eng.Close())
+}
 
 // --- helpers ---
 

@@ -45,7 +45,7 @@ func Open(dir string, opts *Options) (*Queue, error) {
 			return nil, backendErr(errors.Join(err, st.Close()))
 		}
 	}
-	return newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
 		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }
@@ -57,19 +57,27 @@ func (q *Queue) Checkpoint(dir string) error {
 	if q.closed.Load() {
 		return backendErr(ErrClosed)
 	}
-	pe, ok := q.pebble()
-	if !ok {
-		return backendErr(errors.New("checkpoint needs a durable queue (Open)"))
+	if q.caps.checkpoint == nil {
+		return unsupported("Queue.Checkpoint", "Checkpointer")
 	}
-	return backendErr(pe.st.Checkpoint(dir))
+	return wrap(q.caps.checkpoint.Checkpoint(dir))
 }
 
+// Checkpoint is Queue.Checkpoint on worklog's backend: only the Pebble engine has one.
+func (b *logBackend) Checkpoint(dir string) error {
+	if b.caps.pebble == nil {
+		return backendErr(errors.New("checkpoint needs a durable queue (Open)"))
+	}
+	return backendErr(b.caps.pebble.st.Checkpoint(dir))
+}
+
+// pebble is the Pebble engine under q, for the tests and benchmarks.
 func (q *Queue) pebble() (*pebbleEngine, bool) {
-	if q.log == nil {
+	lb, ok := q.b.(*logBackend)
+	if !ok || lb.caps.pebble == nil {
 		return nil, false
 	}
-	pe, ok := baseEngine(q.log.eng).(*pebbleEngine)
-	return pe, ok
+	return lb.caps.pebble, true
 }
 
 // pebbleEngine adapts a pebblelog.Store to the engine seam.

@@ -91,7 +91,7 @@ type Options struct {
 
 	// Retention is how long history is kept: 0 (the default) keeps all of it, as the seed
 	// does; otherwise the queue prunes, in the background, what became prunable longer than
-	// Retention ago (Queue.Prune, by the wall clock). See docs/design.md, "Retention".
+	// Retention ago (Queue.Prune, by the queue's clock). See docs/design.md, "Retention".
 	Retention time.Duration
 
 	// PruneInterval is how often background pruning runs when Retention is set. Default

@@ -41,21 +41,31 @@ func (q *Queue) Prune(ctx context.Context, before time.Time) (PruneResult, error
 	if err := q.begin(ctx); err != nil {
 		return PruneResult{}, err
 	}
+	if _, verr := nanos("before", before); verr != nil {
+		return PruneResult{}, verr
+	}
+	if q.caps.prune == nil {
+		return PruneResult{}, unsupported("Queue.Prune", "Pruner")
+	}
+	return q.caps.prune.Prune(ctx, before)
+}
+
+var _ Pruner = (*logBackend)(nil)
+
+// Prune is Queue.Prune on worklog's backend: the engine's PruneGroup until nothing is left.
+func (b *logBackend) Prune(ctx context.Context, before time.Time) (PruneResult, error) {
 	at, verr := nanos("before", before)
 	if verr != nil {
 		return PruneResult{}, verr
 	}
-	if q.log == nil {
-		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
-	}
-	p, ok := baseEngine(q.log.eng).(engineapi.Pruner) // under the waiters' wrapper (wait.go)
-	if !ok {
+	p := b.caps.pruner
+	if p == nil {
 		return PruneResult{}, backendErr(engineapi.ErrPruneNotSupported)
 	}
 	var res PruneResult
 	defer func() {
-		if a, ok := baseEngine(q.log.eng).(afterPruner); ok && res.Events > 0 {
-			a.afterPrune() // in the background (prune_pace.go)
+		if b.caps.after != nil && res.Events > 0 {
+			b.caps.after.afterPrune() // in the background (prune_pace.go)
 		}
 	}()
 	pace := newPrunePacer() // groups sized by time (prune_pace.go)
@@ -212,12 +222,8 @@ func gapPruned(pruned projection.SeqRanges, from, to uint64) bool {
 	return i < len(pruned) && pruned[i].From <= from && pruned[i].To >= to
 }
 
-// prunerClock is the background pruner's clock: the wall clock, or the crash test's logical
-// one (the load there runs at explicit times, and the prunes must too).
-var prunerClock = time.Now
-
 // startPruner runs Prune every interval on what became prunable more than retention ago, by
-// the wall clock, until the returned stop is called. It is the one background pruner of every
+// the queue's clock, until the returned stop is called. It is the one background pruner of every
 // backend: a backend package's queue gets it through engineapi.Config (postgres.Open), and
 // Queue.Close calls stop before it closes the backend. Each round is logged to logger (nil:
 // discarded): what it removed at Info, nothing found at Debug, an error at Error; errors are
@@ -243,7 +249,7 @@ func (q *Queue) startPruner(retention, interval time.Duration, logger *slog.Logg
 				return
 			case <-t.C:
 			}
-			before := prunerClock().Add(-retention)
+			before := q.now().Add(-retention)
 			res, err := q.Prune(ctx, before)
 			removed := res.Tasks+res.Wakes > 0
 			attrs := []any{"before", before, "tasks", res.Tasks, "wakes", res.Wakes, "events", res.Events}

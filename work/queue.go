@@ -17,8 +17,9 @@ import (
 // request, then hands it to its Backend. A Queue is safe for concurrent use.
 type Queue struct {
 	b        Backend
-	log      *logBackend // nil for a custom Backend
+	caps     backendCaps // b's optional interfaces, resolved once (New)
 	maxValue int
+	clock    func() time.Time // the queue's clock (now); never nil
 	closed   atomic.Bool
 	onClose  func() error
 	// stopPruner stops background pruning (Options.Retention: prune.go); nil when off.
@@ -29,15 +30,21 @@ type Queue struct {
 // WorkQueue::in_memory). It is event-sourced like the durable store, with the same decide and
 // fold code, and keeps every event until the queue is dropped.
 func NewInMemory() *Queue {
-	return newEngineQueue(newMemEngine(), engineapi.Config{})
+	return NewEngineQueue(newMemEngine(), engineapi.Config{})
 }
 
 // New returns a queue over a custom backend (seed: WorkQueue::with_backend). Queue still
-// validates requests before calling it.
+// validates requests before calling it. The queue gets every optional capability b
+// implements (see Backend: RunningBackend, LogReader, Verifier, Pruner, Waiter, ...); a
+// method whose capability b lacks returns an ErrBackend error naming the interface. The
+// queue's clock is b's when b is a Clock, else the host's wall clock.
 func New(b Backend) *Queue {
-	q := &Queue{b: b, maxValue: DefaultMaxValueBytes}
+	q := &Queue{b: b, caps: resolveBackendCaps(b), maxValue: DefaultMaxValueBytes, clock: wallClock}
 	if lb, ok := b.(*logBackend); ok {
-		q.log, q.maxValue = lb, lb.maxValue
+		q.maxValue = lb.maxValue
+	}
+	if q.caps.clock != nil {
+		q.clock = q.caps.clock.Now
 	}
 	return q
 }
@@ -85,9 +92,9 @@ func wrap(err error) error {
 // on each call, not here.
 func (q *Queue) Session(id string) *Session { return &Session{q: q, id: id} }
 
-// ClaimDue claims due work at the wall-clock time.
+// ClaimDue claims due work at the queue's clock's time.
 func (q *Queue) ClaimDue(ctx context.Context, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return q.ClaimDueAt(ctx, time.Now(), leaseFor, limit)
+	return q.ClaimDueAt(ctx, q.now(), leaseFor, limit)
 }
 
 // ClaimDueAt atomically claims up to limit tasks that are due at now: pending tasks with
@@ -107,9 +114,9 @@ func (q *Queue) ClaimDueAt(ctx context.Context, now time.Time, leaseFor time.Dur
 	return d, wrap(err)
 }
 
-// Finish settles a claimed task at the wall-clock time.
+// Finish settles a claimed task at the queue's clock's time.
 func (q *Queue) Finish(ctx context.Context, d TaskDelivery, o Outcome) (Task, error) {
-	return q.FinishAt(ctx, d, o, time.Now())
+	return q.FinishAt(ctx, d, o, q.now())
 }
 
 // FinishAt settles the task of delivery d with outcome o. The delivery must still own the
@@ -132,9 +139,9 @@ func (q *Queue) FinishAt(ctx context.Context, d TaskDelivery, o Outcome, now tim
 	return t, wrap(err)
 }
 
-// ClaimWakes claims wakes at the wall-clock time.
+// ClaimWakes claims wakes at the queue's clock's time.
 func (q *Queue) ClaimWakes(ctx context.Context, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
-	return q.ClaimWakesAt(ctx, time.Now(), leaseFor, limit)
+	return q.ClaimWakesAt(ctx, q.now(), leaseFor, limit)
 }
 
 // ClaimWakesAt atomically claims up to limit unacknowledged wakes that are unclaimed or whose
@@ -151,11 +158,11 @@ func (q *Queue) ClaimWakesAt(ctx context.Context, now time.Time, leaseFor time.D
 	return d, wrap(err)
 }
 
-// AckWake acknowledges a wake delivery (seed: acknowledge_wake) at the wall-clock time. The
+// AckWake acknowledges a wake delivery (seed: acknowledge_wake) at the queue's clock's time. The
 // delivery must own the claim (same attempt and token) or the result is ErrStaleDelivery;
 // repeating the same acknowledgment is fine. An acknowledged wake is never delivered again.
 func (q *Queue) AckWake(ctx context.Context, d WakeDelivery) error {
-	return q.AckWakeAt(ctx, d, time.Now())
+	return q.AckWakeAt(ctx, d, q.now())
 }
 
 // AckWakeAt is AckWake with the caller's time, which the event log records. A custom
@@ -168,24 +175,24 @@ func (q *Queue) AckWakeAt(ctx context.Context, d WakeDelivery, now time.Time) er
 	if err := validateNonBlank("wake_id", d.Wake.ID); err != nil {
 		return err
 	}
-	if a, ok := q.b.(ackerAt); ok {
-		return wrap(a.AckWakeAt(ctx, d, now))
+	if q.caps.ackAt != nil {
+		return wrap(q.caps.ackAt.AckWakeAt(ctx, d, now))
 	}
 	return wrap(q.b.AckWake(ctx, d))
 }
 
 // ReadLog calls fn for every event with sequence >= from (inclusive; 0 or 1 means the
-// start), in order, until fn returns an error, which ReadLog returns. Only queues made by
-// NewInMemory or Open have a log.
+// start), in order, until fn returns an error, which ReadLog returns. A queue over a custom
+// Backend has a log when the backend is a LogReader.
 func (q *Queue) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	if q.log == nil {
-		return backendErr(errors.New("this backend keeps no event log"))
+	if q.caps.log == nil {
+		return unsupported("Queue.ReadLog", "LogReader")
 	}
 	var fnErr error
-	err := q.log.eng.ReadLog(ctx, from, func(ev events.Event) error {
+	err := q.caps.log.ReadLog(ctx, from, func(ev events.Event) error {
 		if err := fn(ev); err != nil {
 			fnErr = err
 			return err
@@ -195,7 +202,12 @@ func (q *Queue) ReadLog(ctx context.Context, from uint64, fn func(events.Event) 
 	if fnErr != nil {
 		return fnErr
 	}
-	return backendErr(err)
+	return wrap(err)
+}
+
+// ReadLog is Queue.ReadLog on worklog's backend: the engine's log.
+func (b *logBackend) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	return backendErr(b.eng.ReadLog(ctx, from, fn))
 }
 
 // VerifyError lists every difference Verify found.
@@ -216,15 +228,21 @@ func (e *VerifyError) Error() string {
 
 // Verify rebuilds the projection from the event log and compares it with the live one; it
 // also checks that the log is gap-free and that every event decodes. It returns nil when all
-// holds, or an ErrBackend error wrapping a *VerifyError with every difference.
+// holds, or an ErrBackend error wrapping a *VerifyError with every difference. A queue over
+// a custom Backend verifies when the backend is a Verifier.
 func (q *Queue) Verify(ctx context.Context) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	if q.log == nil {
-		return backendErr(errors.New("this backend keeps no event log"))
+	if q.caps.verify == nil {
+		return unsupported("Queue.Verify", "Verifier")
 	}
-	problems, err := q.log.eng.Verify(ctx)
+	return wrap(q.caps.verify.Verify(ctx))
+}
+
+// Verify is Queue.Verify on worklog's backend: the engine's Verify.
+func (b *logBackend) Verify(ctx context.Context) error {
+	problems, err := b.eng.Verify(ctx)
 	if err != nil {
 		return backendErr(err)
 	}
@@ -243,9 +261,9 @@ type Session struct {
 // ID returns the session id every request through this handle carries.
 func (s *Session) ID() string { return s.id }
 
-// Submit submits work at the wall-clock time.
+// Submit submits work at the queue's clock's time.
 func (s *Session) Submit(ctx context.Context, r TaskRequest) (Task, error) {
-	return s.SubmitAt(ctx, r, time.Now())
+	return s.SubmitAt(ctx, r, s.q.now())
 }
 
 // SubmitAt stores a new pending task (attempts 0, scheduled at RunAt or now), or, when the
@@ -282,9 +300,9 @@ func (s *Session) Task(ctx context.Context, taskID string) (Task, bool, error) {
 	return t, ok, wrap(err)
 }
 
-// Cancel requests cancellation at the wall-clock time.
+// Cancel requests cancellation at the queue's clock's time.
 func (s *Session) Cancel(ctx context.Context, taskID string) (Task, error) {
-	return s.CancelAt(ctx, taskID, time.Now())
+	return s.CancelAt(ctx, taskID, s.q.now())
 }
 
 // CancelAt requests cancellation of a task of this session. A pending task (even one
@@ -306,9 +324,9 @@ func (s *Session) CancelAt(ctx context.Context, taskID string, now time.Time) (T
 	return t, wrap(err)
 }
 
-// Wake records a direct wake at the wall-clock time.
+// Wake records a direct wake at the queue's clock's time.
 func (s *Session) Wake(ctx context.Context, r WakeRequest) (Wake, error) {
-	return s.WakeAt(ctx, r, time.Now())
+	return s.WakeAt(ctx, r, s.q.now())
 }
 
 // WakeAt records a wake for this session, claimable at once. With an idempotency key used
@@ -329,8 +347,20 @@ func (s *Session) WakeAt(ctx context.Context, r WakeRequest, now time.Time) (Wak
 }
 
 // Backend returns the backend under q. work.New(q.Backend()) is a second queue over the same
-// state, as the seed's WorkQueue::with_backend over a retained backend.
+// state, as the seed's WorkQueue::with_backend over a retained backend, with every capability
+// of q (worklog's backend implements each optional interface of Backend). Closing either
+// queue closes the backend.
 func (q *Queue) Backend() Backend { return q.b }
 
-// wallClock is the only clock the package reads: for the methods without an At twin's time.
+// wallClock is the clock of a queue built without one (NewInMemory, Open, New over a backend
+// that is no Clock): the host's. A variable only for the crash tests' children, which set it
+// before they open their queue (SetClock).
 var wallClock = time.Now
+
+// now is the queue's clock: the only clock the package reads, for every method without an At
+// twin's time, the background pruner and a waiter's timer. A queue has one, set when it is
+// built: the host's wall clock, or its backend's (postgres.Open: the database server's).
+func (q *Queue) now() time.Time { return q.clock() }
+
+// Now is the queue's clock on worklog's backend (Clock), so that New(q.Backend()) keeps it.
+func (b *logBackend) Now() time.Time { return b.clock() }

@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	engineapi "github.com/worklog/worklog/internal/engine"
 
 	"github.com/worklog/worklog/events"
 )
@@ -15,9 +16,7 @@ type recordingEngine struct {
 
 // newRecordingQueue is NewInMemory over a recordingEngine.
 func newRecordingQueue(seen func(events.Type)) *Queue {
-	lb := &logBackend{eng: watched(&recordingEngine{memEngine: newMemEngine(), seen: seen}), ids: newIDSource(nil),
-		maxValue: DefaultMaxValueBytes, clock: wallClock}
-	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
+	return NewEngineQueue(&recordingEngine{memEngine: newMemEngine(), seen: seen}, engineapi.Config{})
 }
 
 func (e *recordingEngine) Update(ctx context.Context, fn func(tx txn) error) error {

@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"slices"
 )
 
@@ -18,9 +19,7 @@ type rerunEngine struct {
 
 // newRerunQueue is NewInMemory over a rerunEngine.
 func newRerunQueue() *Queue {
-	lb := &logBackend{eng: watched(&rerunEngine{memEngine: newMemEngine()}), ids: newIDSource(nil),
-		maxValue: DefaultMaxValueBytes, clock: wallClock}
-	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
+	return NewEngineQueue(&rerunEngine{memEngine: newMemEngine()}, engineapi.Config{})
 }
 
 func (e *rerunEngine) Update(ctx context.Context, fn func(tx txn) error) error {

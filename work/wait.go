@@ -2,7 +2,6 @@ package work
 
 import (
 	"context"
-	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -18,15 +17,11 @@ import (
 // A waiter blocks on a broadcast channel that a commit closes when it may have made work
 // claimable, and on a timer set to the earliest entry of the due index (or the
 // available-wake index): a scheduled time or a lease expiry. What is due is decided by the
-// projection, as the claims decide it; only the timer reads the wall clock.
+// projection, as the claims decide it; only the timer reads the queue's clock.
 //
-// The signal comes from the engine seam, not from each command: every engine is wrapped in
-// a watchedEngine, whose transactions look at the type of each event appended, so a new
-// command (or a new backend) signals without being told to.
-
-// errNoWaiting is the cause of the ErrBackend error of WaitTasks/WaitWakes on a queue over a
-// custom Backend: only worklog's own backends signal their commits.
-var errNoWaiting = errors.New("work: this backend does not signal its commits (waiting needs NewInMemory, Open or postgres.Open)")
+// The signal comes from the backend's one update path (logBackend.update), not from each
+// command: it hands the decide code a transaction that looks at the type of each event
+// appended, so a new command (or a new engine) signals without being told to.
 
 // signal bits: which waiters an event may concern.
 const (
@@ -70,12 +65,10 @@ type waitHub struct {
 	watchOnce sync.Once
 }
 
-func newWaitHub(w *watchedEngine) *waitHub {
-	h := &waitHub{done: make(chan struct{})}
-	if x, ok := w.engine.(engineapi.Watcher); ok {
-		h.watcher = x
-	}
-	return h
+// newWaitHub is the hub of an engine whose Watcher (nil: none) reports other processes'
+// commits.
+func newWaitHub(watcher engineapi.Watcher) *waitHub {
+	return &waitHub{done: make(chan struct{}), watcher: watcher}
 }
 
 func (h *waitHub) slot(which uint8) *atomic.Pointer[chan struct{}] {
@@ -142,35 +135,7 @@ func (h *waitHub) watch() {
 	})
 }
 
-// watchedEngine is an engine whose commits signal its waitHub.
-//
-// It hides the optional interfaces of the engine it wraps (engineapi.Pruner, Watcher) and
-// its concrete type (*pebbleEngine for Checkpoint): code that asks for one must look under
-// it, at baseEngine(e) or w.engine. logBackend.eng has this type, not engine, so asserting
-// on it directly does not compile, and TestEngineAssertionsLookUnderTheWrapper fails on any
-// assertion for an engine's optional interface whose operand is not baseEngine(...) or
-// .engine, and on an optional interface it does not know is reachable on every backend.
-type watchedEngine struct {
-	engine
-	hub *waitHub
-}
-
-// watched wraps e so that its commits wake the queue's waiters.
-func watched(e engine) *watchedEngine {
-	w := &watchedEngine{engine: e}
-	w.hub = newWaitHub(w)
-	return w
-}
-
-// baseEngine is the engine under the waiters' wrapper (the Pebble engine for Checkpoint).
-func baseEngine(e engine) engine {
-	if w, ok := e.(*watchedEngine); ok {
-		return w.engine
-	}
-	return e
-}
-
-// watchCall is one Update of a watchedEngine: the transaction handed to the decide code
+// watchCall is one logBackend.update: the transaction handed to the decide code
 // (the engine's, whose Append it wraps) and what its events signaled. Calls are pooled, and
 // run is made once per pooled call, so that watching costs a command no allocation (a
 // closure and a wrapper per Update cost three, measured on BenchmarkInMemory).
@@ -212,32 +177,22 @@ func (w *watchCall) Append(ev events.Event) error {
 	return nil
 }
 
-func (e *watchedEngine) Update(ctx context.Context, fn func(tx txn) error) error {
+// update is the one way the decide code commits: the engine's Update, with the events its
+// transaction appends signaled to the waiters (watchCall.Append) and signaled again once the
+// commit returned.
+func (b *logBackend) update(ctx context.Context, fn func(tx txn) error) error {
 	w := watchCalls.Get().(*watchCall)
-	w.hub, w.fn, w.mask = e.hub, fn, 0
+	w.hub, w.fn, w.mask = b.hub, fn, 0
 	// The engine runs w.run only until Update returns (a caller whose ctx ends first waits
 	// for a running closure and stops it from running again), so w is free after it.
-	err := e.engine.Update(ctx, w.run)
+	err := b.eng.Update(ctx, w.run)
 	mask := w.mask
 	w.txn, w.hub, w.fn = nil, nil, nil
 	watchCalls.Put(w)
 	if err == nil && mask != 0 {
-		e.hub.signal(mask)
+		b.hub.signal(mask)
 	}
 	return err
-}
-
-func (e *watchedEngine) Close() error {
-	e.hub.close()
-	return e.engine.Close()
-}
-
-// hub is the queue's waitHub, or nil for a backend that does not signal.
-func (q *Queue) hub() *waitHub {
-	if q.log == nil {
-		return nil
-	}
-	return q.log.eng.hub
 }
 
 // WaitTasks blocks until a task of one of kinds (of any kind when kinds is empty) may be
@@ -253,7 +208,7 @@ func (q *Queue) hub() *waitHub {
 // spurious: nil means "try to claim", and the claim may find nothing (another worker was
 // faster, the commit concerned another kind, a task was claimed before its timer fired).
 // Call it again then. What is due is read from the projection, as the claims read it; the
-// wall clock only sets the timer, so a clock that jumps makes a waiter return early (and
+// queue's clock only sets the timer, so a clock that jumps makes a waiter return early (and
 // wait again) or late, never miss a signal.
 func (q *Queue) WaitTasks(ctx context.Context, kinds []string) error {
 	for _, k := range kinds {
@@ -261,7 +216,30 @@ func (q *Queue) WaitTasks(ctx context.Context, kinds []string) error {
 			return err
 		}
 	}
-	return q.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	if q.caps.wait == nil {
+		return unsupported("Queue.WaitTasks", "Waiter")
+	}
+	return wrap(q.caps.wait.WaitTasks(ctx, kinds))
+}
+
+// WaitWakes is WaitTasks for wakes: it returns when an unacknowledged wake may be claimable
+// (one is available now, a wake was recorded, a wake's lease expired), with the same rules.
+func (q *Queue) WaitWakes(ctx context.Context) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	if q.caps.wait == nil {
+		return unsupported("Queue.WaitWakes", "Waiter")
+	}
+	return wrap(q.caps.wait.WaitWakes(ctx))
+}
+
+// WaitTasks is Queue.WaitTasks on worklog's backend (kinds validated by the queue).
+func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
+	return b.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
 		if len(kinds) == 0 {
 			return r.ScanDue(math.MaxInt64, first)
 		}
@@ -274,31 +252,24 @@ func (q *Queue) WaitTasks(ctx context.Context, kinds []string) error {
 	})
 }
 
-// WaitWakes is WaitTasks for wakes: it returns when an unacknowledged wake may be claimable
-// (one is available now, a wake was recorded, a wake's lease expired), with the same rules.
-func (q *Queue) WaitWakes(ctx context.Context) error {
-	return q.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
+// WaitWakes is Queue.WaitWakes on worklog's backend.
+func (b *logBackend) WaitWakes(ctx context.Context) error {
+	return b.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
 		return r.ScanWakes(math.MaxInt64, first)
 	})
 }
 
 // wait is WaitTasks and WaitWakes: scan calls first with the first entry of each index the
 // waiter cares about (first returns false to stop each scan at its first entry).
-func (q *Queue) wait(ctx context.Context, which uint8, scan func(projection.Reader, func(projection.IndexEntry) bool) error) error {
-	if err := q.begin(ctx); err != nil {
-		return err
-	}
-	h := q.hub()
-	if h == nil {
-		return backendErr(errNoWaiting)
-	}
+func (b *logBackend) wait(ctx context.Context, which uint8, scan func(projection.Reader, func(projection.IndexEntry) bool) error) error {
+	h := b.hub
 	h.watch()
 	// The channel is taken before the state is read: a commit after the read closes it, so
 	// no signal falls between the read and the wait.
 	signaled := h.channel(which)
 	var earliest int64
 	found := false
-	err := q.log.eng.View(ctx, func(r projection.Reader) error {
+	err := b.eng.View(ctx, func(r projection.Reader) error {
 		found = false
 		return scan(r, func(e projection.IndexEntry) bool {
 			if !found || e.At < earliest {
@@ -312,7 +283,7 @@ func (q *Queue) wait(ctx context.Context, which uint8, scan func(projection.Read
 	}
 	var timer <-chan time.Time
 	if found {
-		now := wallClock().UnixNano()
+		now := b.clock().UnixNano()
 		if earliest <= now {
 			return nil
 		}

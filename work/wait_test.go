@@ -3,6 +3,7 @@ package work
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,8 +252,8 @@ func TestWaitIgnoresClaimsAndSettles(t *testing.T) {
 func TestWaitCustomBackendRefused(t *testing.T) {
 	q := New(&recordingCustom{})
 	err := q.WaitTasks(context.Background(), nil)
-	if !errors.Is(err, ErrBackend) || !errors.Is(err, errNoWaiting) {
-		t.Fatalf("custom backend: %v, want ErrBackend wrapping errNoWaiting", err)
+	if !errors.Is(err, ErrBackend) || !errors.Is(err, errUnsupported) || !strings.Contains(err.Error(), "work.Waiter") {
+		t.Fatalf("custom backend: %v, want ErrBackend naming work.Waiter", err)
 	}
 	if err := q.WaitTasks(context.Background(), []string{" "}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("blank kind: %v, want ErrInvalidRequest", err)
@@ -275,7 +276,7 @@ var _ engineapi.Watcher = (*watcherEngine)(nil)
 
 func TestWaitWatcherWakesWaiters(t *testing.T) {
 	e := &watcherEngine{memEngine: newMemEngine(), changed: make(chan struct{}, 1)}
-	q := newEngineQueue(e, engineapi.Config{})
+	q := NewEngineQueue(e, engineapi.Config{})
 	defer q.Close()
 	ctx := context.Background()
 	// Two waiters, one signal: both wake (the forwarder broadcasts).

@@ -2,9 +2,10 @@
 // the projection folded from it. Package work's decide code runs on any Engine, so the
 // in-memory queue, the Pebble store and the PostgreSQL backend behave alike by construction.
 //
-// It is internal: the seam may change with the decide code. A backend package of this module
-// (postgres) implements Engine and turns it into a *work.Queue through NewQueue, which package
-// work installs when it is initialised.
+// It is internal: the seam may change with the decide code. An engine becomes a *work.Queue
+// through one constructor, work.NewEngineQueue(engine, Config), which work's own engines (the
+// in-memory one, Pebble: work.Open) and a backend package of this module (postgres.Open) call
+// alike. Its parameters' types are this package's, so no other module can call it.
 package engine
 
 import (
@@ -63,11 +64,11 @@ type Config struct {
 	// runs), with PruneInterval and Logger: work.Options' fields of the same names.
 	Retention, PruneInterval time.Duration
 	Logger                   *slog.Logger
+	// Clock is the queue's clock: every method without an At twin's time, the background
+	// pruner and a waiter's timer read it (nil: the host's wall clock). A backend shared by
+	// several hosts supplies one clock for all of them (postgres: the server's).
+	Clock func() time.Time
 }
-
-// NewQueue returns a *work.Queue (as any, to keep this package below work) over e. Package
-// work sets it in its init; a backend package imports work, so it is set before use.
-var NewQueue func(e Engine, c Config) any
 
 // Watcher is implemented by an engine whose state other processes also change (PostgreSQL):
 // Changed returns a channel that receives a value after a commit of another process may have

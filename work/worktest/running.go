@@ -12,7 +12,7 @@ import (
 
 // runningScenarios cover part 2 of the API (shared/spec/work-api-2.md): lease extension,
 // release, claims by kind, a session's task list, and the Stats and SettleAndClaim additions
-// documented in work/queue_running.go. Every rule and every error of each method has a case.
+// documented in work/queue_worker.go. Every rule and every error of each method has a case.
 func runningScenarios() []scenario {
 	return []scenario{
 		{"extend/sets_the_exact_expiry_earlier_or_later", extendExactExpiry},

@@ -13,7 +13,7 @@
 // one for each rule of the seed and of the spec (shared/spec/work-api.md) that those leave
 // untested, and one for each rule and error of part 2 (shared/spec/work-api-2.md: Extend,
 // Release, ClaimKinds, Session.Tasks; and Stats and SettleAndClaim, documented in
-// work/queue_running.go), in running*.go. It uses only the public API plus Queue.Verify, Queue.ReadLog and Queue.Backend,
+// work/queue_worker.go), in running*.go. It uses only the public API plus Queue.Verify, Queue.ReadLog and Queue.Backend,
 // passes explicit times everywhere (the ...At methods) and never sleeps. After every subtest
 // it runs Queue.Verify on the live queue, the bbolt habit: a consistency check after every
 // test.

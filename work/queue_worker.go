@@ -2,7 +2,6 @@ package work
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/worklog/worklog/events"
@@ -21,16 +20,12 @@ type RunningBackend interface {
 	SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error)
 }
 
-// errNotRunning is the cause of the ErrBackend error of a part-2 method on a custom backend
-// that does not implement RunningBackend.
-var errNotRunning = errors.New("work: the backend does not implement RunningBackend")
-
+// running is the backend's RunningBackend, or the ErrBackend error naming it.
 func (q *Queue) running() (RunningBackend, error) {
-	rb, ok := q.b.(RunningBackend)
-	if !ok {
-		return nil, backendErr(errNotRunning)
+	if q.caps.running == nil {
+		return nil, unsupported("this method", "RunningBackend")
 	}
-	return rb, nil
+	return q.caps.running, nil
 }
 
 // ReleaseRequest gives a claimed task back (Queue.Release).
@@ -76,9 +71,9 @@ type QueueStats struct {
 	OldestDueAge time.Duration
 }
 
-// Extend extends a claim's lease at the wall-clock time (a heartbeat).
+// Extend extends a claim's lease at the queue's clock's time (a heartbeat).
 func (q *Queue) Extend(ctx context.Context, d TaskDelivery, leaseFor time.Duration) (TaskDelivery, error) {
-	return q.ExtendAt(ctx, d, leaseFor, time.Now())
+	return q.ExtendAt(ctx, d, leaseFor, q.now())
 }
 
 // ExtendAt makes the lease of delivery d expire at exactly now+leaseFor (earlier or later
@@ -112,9 +107,9 @@ func (q *Queue) ExtendAt(ctx context.Context, d TaskDelivery, leaseFor time.Dura
 	return out, wrap(berr)
 }
 
-// Release gives a claimed task back at the wall-clock time.
+// Release gives a claimed task back at the queue's clock's time.
 func (q *Queue) Release(ctx context.Context, d TaskDelivery, r ReleaseRequest) (Task, error) {
-	return q.ReleaseAt(ctx, d, r, time.Now())
+	return q.ReleaseAt(ctx, d, r, q.now())
 }
 
 // ReleaseAt makes the task of delivery d pending again, with no claim, scheduled at r.RunAt
@@ -144,9 +139,9 @@ func (q *Queue) ReleaseAt(ctx context.Context, d TaskDelivery, r ReleaseRequest,
 	return t, wrap(err)
 }
 
-// ClaimKinds claims due work of the given kinds at the wall-clock time.
+// ClaimKinds claims due work of the given kinds at the queue's clock's time.
 func (q *Queue) ClaimKinds(ctx context.Context, kinds []string, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return q.ClaimKindsAt(ctx, kinds, time.Now(), leaseFor, limit)
+	return q.ClaimKindsAt(ctx, kinds, q.now(), leaseFor, limit)
 }
 
 // ClaimKindsAt is ClaimDueAt restricted to tasks whose Kind is one of kinds, in the same
@@ -175,9 +170,9 @@ func (q *Queue) ClaimKindsAt(ctx context.Context, kinds []string, now time.Time,
 	return d, wrap(err)
 }
 
-// Stats reports the queue's counts at the wall-clock time.
+// Stats reports the queue's counts at the queue's clock's time.
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
-	return q.StatsAt(ctx, time.Now())
+	return q.StatsAt(ctx, q.now())
 }
 
 // StatsAt reports the number of tasks by state and kind, the number due at now and the age
@@ -244,9 +239,9 @@ type SettleResult struct {
 	Err  error
 }
 
-// SettleAndClaim settles and claims at the wall-clock time.
+// SettleAndClaim settles and claims at the queue's clock's time.
 func (q *Queue) SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
-	return q.SettleAndClaimAt(ctx, settles, kinds, time.Now(), leaseFor, limit)
+	return q.SettleAndClaimAt(ctx, settles, kinds, q.now(), leaseFor, limit)
 }
 
 // SettleAndClaimAt settles each of settles as FinishAt or ReleaseAt would, each on its own

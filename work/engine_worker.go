@@ -50,7 +50,7 @@ func (b *logBackend) Extend(ctx context.Context, d TaskDelivery, leaseFor time.D
 	}
 	var out TaskDelivery
 	var derr error
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		out, derr = TaskDelivery{}, nil // fn may run twice (engine.update)
 		t, de, err := ownedTask(tx, d)
 		if err != nil || de != nil {
@@ -109,7 +109,7 @@ func (b *logBackend) Release(ctx context.Context, d TaskDelivery, r ReleaseReque
 	}
 	var out Task
 	var derr error
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		var err error
 		out, derr, err = b.releaseIn(tx, d, &r, wakeID, at) // fn may run twice: all three set afresh
 		return err
@@ -459,7 +459,7 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 	}
 	results := make([]SettleResult, len(settles))
 	var claimed []TaskDelivery
-	err := b.eng.Update(ctx, func(tx txn) error {
+	err := b.update(ctx, func(tx txn) error {
 		// fn may run twice (engine.update): every result and the claims are set afresh.
 		claimed = claimed[:0]
 		for i := range plans {

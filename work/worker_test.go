@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"testing"
 	"time"
 
@@ -45,8 +46,7 @@ func (c countingTxn) ScanDueKind(kind string, maxAt int64, fn func(projection.In
 }
 
 func queueOver(e engine) *Queue {
-	lb := &logBackend{eng: watched(e), ids: newIDSource(nil), maxValue: DefaultMaxValueBytes, clock: wallClock}
-	return &Queue{b: lb, log: lb, maxValue: DefaultMaxValueBytes}
+	return NewEngineQueue(e, engineapi.Config{})
 }
 
 func verify(t *testing.T, q *Queue) {
