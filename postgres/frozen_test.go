@@ -223,7 +223,7 @@ func TestFrozenServerWriteTimeout(t *testing.T) {
 	var once sync.Once
 	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(fr.freeze) }
 	// resolve asks once more, 5 s at most per question, after CommitResolveTimeout.
-	_, err := within(t, "a Submit whose COMMIT is in flight on the frozen server", 1*time.Second+1*time.Second+5*time.Second+5*time.Second, func() error {
+	_, err := within(t, "a Submit whose COMMIT is in flight on the frozen server", 20*time.Second, func() error {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "in-flight", IdempotencyKey: "in-flight"})
 		return err
 	})
