@@ -186,14 +186,23 @@ func (b *logBackend) wakeSnapshot(w *projection.Wake) Wake {
 	return out
 }
 
-// sameTaskRequest is the seed's request equality: kind, input (as a JSON value), schedule,
-// key and wake policy.
-func sameTaskRequest(t *projection.Task, r *TaskRequest, runAt int64) bool {
-	return t.Kind == r.Kind &&
-		t.HasRunAt == !r.RunAt.IsZero() && (!t.HasRunAt || t.RunAt == runAt) &&
-		t.IdempotencyKey == r.IdempotencyKey &&
-		t.WakeOnCompletion == (r.Wake == WakeOnCompletion) &&
-		sameJSON(t.Input, jsonOrNull(r.Input))
+// taskRequestDiffers is the seed's request equality (kind, input as a JSON value, schedule,
+// key and wake policy), answered with the first field of the intent in which r differs from
+// the task the key names, by its request field name; "" when r is the same request. The
+// idempotency conflict names that field, so a caller sees what changed (a recomputed RunAt
+// is the usual trap).
+func taskRequestDiffers(t *projection.Task, r *TaskRequest, runAt int64) string {
+	switch {
+	case t.Kind != r.Kind:
+		return "kind"
+	case t.HasRunAt != !r.RunAt.IsZero() || (t.HasRunAt && t.RunAt != runAt):
+		return "run_at"
+	case t.WakeOnCompletion != (r.Wake == WakeOnCompletion):
+		return "wake"
+	case !sameJSON(t.Input, jsonOrNull(r.Input)):
+		return "input"
+	}
+	return "" // the key is the same: it is how the task was found
 }
 
 // --- commands ---
@@ -227,8 +236,8 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	var derr error
 	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
-		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
+		differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, &r, runAt), t.ID }
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, differs, b.taskSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -517,8 +526,13 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	payload := ownValue(r.Payload, staged)
 	err := b.eng.Update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
-		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
+		differs := func(w *projection.Wake) (string, string) {
+			if sameJSON(w.Payload, payload) {
+				return "", w.ID
+			}
+			return "payload", w.ID
+		}
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -628,13 +642,14 @@ func mustWake(r projection.Reader, id string) (*projection.Wake, error) {
 }
 
 // repeat answers a request whose idempotency key the session has used before: with the
-// snapshot of the record the key names (read by read) when same says the request equals it,
-// and with a conflict otherwise, storing nothing either way. It reports whether the key
+// snapshot of the record the key names (read by read) when differs finds no differing field,
+// and otherwise with a conflict naming that field and the record's id, storing nothing
+// either way. It reports whether the key
 // named a record; an empty key names none. lookup is the key index (txn.TaskKey,
 // txn.WakeKey). Submit and RequestWake share it.
 func repeat[R, S any](tx txn, sessionID, key string,
 	lookup func(txn, string, string) (string, error), read func(projection.Reader, string) (*R, error),
-	same func(*R) bool, snapshot func(*R) S, out *S, derr *error,
+	differs func(*R) (field, id string), snapshot func(*R) S, out *S, derr *error,
 ) (bool, error) {
 	if key == "" {
 		return false, nil
@@ -647,10 +662,10 @@ func repeat[R, S any](tx txn, sessionID, key string,
 	if err != nil {
 		return false, err
 	}
-	if same(rec) {
+	if field, id := differs(rec); field == "" {
 		*out = snapshot(rec)
 	} else {
-		*derr = conflict(key)
+		*derr = conflict(key, field, id)
 	}
 	return true, nil
 }

@@ -251,7 +251,9 @@ func (s *Session) Submit(ctx context.Context, r TaskRequest) (Task, error) {
 // SubmitAt stores a new pending task (attempts 0, scheduled at RunAt or now), or, when the
 // idempotency key was used before in this session, returns that task's current snapshot if
 // the request is equal (kind, input as a JSON value, schedule, key, wake policy) and
-// ErrIdempotencyConflict otherwise, storing nothing. Keys never expire.
+// ErrIdempotencyConflict otherwise (naming the first differing field and the existing task:
+// see TaskRequest.IdempotencyKey), storing nothing. A key names its task until the task is
+// pruned (Options.Retention, Queue.Prune); then it is free for a new one.
 func (s *Session) SubmitAt(ctx context.Context, r TaskRequest, now time.Time) (Task, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return Task{}, err

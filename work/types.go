@@ -14,10 +14,24 @@ import (
 // of a large value): keep them unchanged while you use that Task. The same holds for a
 // WakeRequest's Payload and an Outcome's Output.
 type TaskRequest struct {
-	Kind           string          // routing name; must not be blank
-	Input          json.RawMessage // any JSON value, stored unchanged; nil means JSON null
-	RunAt          time.Time       // zero: immediate (seed Immediate); else no earlier than RunAt (seed At)
-	IdempotencyKey string          // "" means none; all-whitespace is invalid
+	Kind  string          // routing name; must not be blank
+	Input json.RawMessage // any JSON value, stored unchanged; nil means JSON null
+	RunAt time.Time       // zero: immediate (seed Immediate); else no earlier than RunAt (seed At)
+	// IdempotencyKey makes a retried submit return the task the key already names in this
+	// session instead of a new one. "" means none; all-whitespace is invalid.
+	//
+	// The key stands for an intent: Kind, Input (compared as a JSON value), RunAt (as an
+	// instant; zero and non-zero differ) and Wake. A resubmit equal in all of them returns
+	// the existing task, in whatever state it is now; one that differs in any is
+	// ErrIdempotencyConflict, whose Error.Field names the first differing field ("kind",
+	// "run_at", "wake", "input") and Error.ID the existing task. The trap: a producer that
+	// computes RunAt = now + 5s and resubmits after a crash asks for another instant, a
+	// conflict on run_at; compute RunAt once and keep it with the key, or keep RunAt out of
+	// the intent by submitting immediately.
+	//
+	// A key is free again once its task was pruned (Options.Retention, Queue.Prune): from
+	// then on it names nothing and a submit makes a new task.
+	IdempotencyKey string
 	Wake           WakePolicy
 }
 
