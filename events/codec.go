@@ -20,11 +20,11 @@ const EnvelopeV1 = 1
 // but not here reads as version 0, which Decode refuses, instead of an index panic.
 var schemaVersion = [256]uint8{
 	TypeTaskSubmitted:       1,
-	TypeTaskClaimed:         1,
+	TypeTaskClaimed:         2, // 2: Worker
 	TypeTaskSettled:         1,
 	TypeTaskCancelRequested: 1,
 	TypeWakeRecorded:        1,
-	TypeWakeClaimed:         1,
+	TypeWakeClaimed:         2, // 2: Worker
 	TypeWakeAcked:           1,
 	TypeTaskSettleRejected:  1,
 	TypeWakeAckRejected:     1,
@@ -99,11 +99,12 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.IdempotencyKey)
 		b = msgp.AppendBool(b, e.WakeOnCompletion)
 	case *TaskClaimed:
-		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 8), h)
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendStr(b, e.LeaseToken)
 		b = msgp.AppendInt(b, e.LeaseExpiresAt)
+		b = msgp.AppendStr(b, e.Worker)
 	case *TaskSettled:
 		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
 		b = msgp.AppendStr(b, e.TaskID)
@@ -122,11 +123,12 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.TaskID)
 		b = appendOutcome(b, &e.Outcome)
 	case *WakeClaimed:
-		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 8), h)
 		b = msgp.AppendStr(b, e.WakeID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendStr(b, e.LeaseToken)
 		b = msgp.AppendInt(b, e.LeaseExpiresAt)
+		b = msgp.AppendStr(b, e.Worker)
 	case *WakeAcked:
 		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
 		b = msgp.AppendStr(b, e.WakeID)
@@ -274,7 +276,8 @@ type decoder struct {
 	err  *DecodeError
 	seq  uint64
 	typ  Type
-	left int // fields left in the current body array
+	ver  uint8 // the body's schema version
+	left int   // fields left in the current body array
 
 	evSeq uint64 // the sequence the event itself names, once read
 
@@ -571,7 +574,7 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		return nil, envErr
 	}
 
-	r := decoder{Reader: msgp.NewReader(body), b: body, seq: seq, typ: t}
+	r := decoder{Reader: msgp.NewReader(body), b: body, seq: seq, typ: t, ver: b[2]}
 	n, derr := r.ArrayLen() // nil is -1: too few fields
 	if derr != nil {
 		return nil, &DecodeError{Seq: seq, Type: t, Field: "body", Kind: ErrCorrupt, Detail: derr.Error()}
@@ -597,6 +600,9 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		r.str("lease_token", &e.LeaseToken)
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		if r.ver >= 2 {
+			r.str("worker", &e.Worker)
+		}
 		ev = e
 	case TypeTaskSettled:
 		e := fresh(d, func(d *Decoder) *TaskSettled { return &d.taskSettled })
@@ -628,6 +634,9 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		r.str("lease_token", &e.LeaseToken)
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		if r.ver >= 2 {
+			r.str("worker", &e.Worker)
+		}
 		ev = e
 	case TypeWakeAcked:
 		e := fresh(d, func(d *Decoder) *WakeAcked { return &d.wakeAcked })
@@ -706,6 +715,9 @@ func check(ev Event, seq uint64) *DecodeError {
 		if e.Attempt == 0 {
 			return bad("attempt", "must be positive")
 		}
+		if len(e.Worker) > MaxWorker {
+			return bad("worker", fmt.Sprintf("%d bytes is longer than %d", len(e.Worker), MaxWorker))
+		}
 	case *TaskSettled:
 		if !e.Outcome.State.Terminal() {
 			return bad("outcome.state", "must be terminal")
@@ -717,6 +729,9 @@ func check(ev Event, seq uint64) *DecodeError {
 	case *WakeClaimed:
 		if e.Attempt == 0 {
 			return bad("attempt", "must be positive")
+		}
+		if len(e.Worker) > MaxWorker {
+			return bad("worker", fmt.Sprintf("%d bytes is longer than %d", len(e.Worker), MaxWorker))
 		}
 	case *TaskExtended:
 		// Only the delivery holding a claim extends it, so there is an attempt; a lease is

@@ -330,14 +330,14 @@ func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.
 
 // claimTask claims the task id, which a scan found eligible at at, as ClaimDue,
 // ClaimKinds and SettleAndClaim do: the next attempt, with token until expires.
-func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token string) (TaskDelivery, error) {
+func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token, worker string) (TaskDelivery, error) {
 	t, err := mustTask(tx, id)
 	if err != nil {
 		return TaskDelivery{}, err
 	}
 	ev := &events.TaskClaimed{
 		Header: events.Header{SessionID: t.SessionID, At: at},
-		TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
+		TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires, Worker: worker,
 	}
 	if err := tx.Append(ev); err != nil {
 		return TaskDelivery{}, err
@@ -345,7 +345,9 @@ func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token strin
 	if t, err = mustTask(tx, id); err != nil {
 		return TaskDelivery{}, err
 	}
-	return NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
+	d := NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token)
+	d.Worker = worker
+	return d, nil
 }
 
 // scanFunc is a scan of an eligibility index for a claim: txn.ScanDue, txn.ScanWakes, or
@@ -353,7 +355,7 @@ func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token strin
 type scanFunc = func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error
 
 // claimFunc claims one id that a scan found (claimTask, or the wake's in ClaimWakes).
-type claimFunc[D any] = func(tx txn, id string, at, expires int64, token string) (D, error)
+type claimFunc[D any] = func(tx txn, id string, at, expires int64, token, worker string) (D, error)
 
 // claim is ClaimDue, ClaimWakes and ClaimKinds: in one command it claims up to limit ids
 // that scan finds eligible at now (claimIn), with a lease until now+leaseFor.
@@ -368,10 +370,11 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 	if verr != nil {
 		return nil, verr
 	}
+	worker := workerOf(ctx)
 	var out []D
 	err := b.eng.Update(ctx, func(tx txn) error {
 		var err error
-		out, err = claimIn(tx, b, at, expires, limit, scan, purpose, claimOne, out[:0]) // fn may run twice (engine.update)
+		out, err = claimIn(tx, b, at, expires, worker, limit, scan, purpose, claimOne, out[:0]) // fn may run twice (engine.update)
 		return err
 	})
 	if err != nil {
@@ -381,9 +384,9 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 }
 
 // claimIn is the claim loop inside a command: it collects up to limit ids that scan finds
-// eligible at at, then claims each (claimOne appends the claim event and returns the
-// delivery) with a fresh token drawn for purpose, appending the deliveries to out.
-func claimIn[D any](tx txn, b *logBackend, at, expires int64, limit int, scan scanFunc, purpose string,
+// eligible at at, then claims each for worker (claimOne appends the claim event and returns
+// the delivery) with a fresh token drawn for purpose, appending the deliveries to out.
+func claimIn[D any](tx txn, b *logBackend, at, expires int64, worker string, limit int, scan scanFunc, purpose string,
 	claimOne claimFunc[D], out []D,
 ) ([]D, error) {
 	// Collect first: each claim moves its entry, which would disturb the scan.
@@ -400,7 +403,7 @@ func claimIn[D any](tx txn, b *logBackend, at, expires int64, limit int, scan sc
 		if err != nil {
 			return out, err
 		}
-		d, err := claimOne(tx, id, at, expires, token)
+		d, err := claimOne(tx, id, at, expires, token, worker)
 		if err != nil {
 			return out, err
 		}
@@ -555,19 +558,21 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 
 func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
 	return claim(ctx, b, now, leaseFor, limit, txn.ScanWakes, "wakelease",
-		func(tx txn, id string, at, expires int64, token string) (WakeDelivery, error) {
+		func(tx txn, id string, at, expires int64, token, worker string) (WakeDelivery, error) {
 			w, err := mustWake(tx, id)
 			if err != nil {
 				return WakeDelivery{}, err
 			}
 			ev := &events.WakeClaimed{
 				Header: events.Header{SessionID: w.SessionID, At: at},
-				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
+				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires, Worker: worker,
 			}
 			if err := tx.Append(ev); err != nil {
 				return WakeDelivery{}, err
 			}
-			return NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token), nil
+			d := NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token)
+			d.Worker = worker
+			return d, nil
 		})
 }
 

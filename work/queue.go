@@ -103,6 +103,9 @@ func (q *Queue) ClaimDueAt(ctx context.Context, now time.Time, leaseFor time.Dur
 	if err := validateClaim(leaseFor, limit); err != nil {
 		return nil, err
 	}
+	if err := validateWorker(ctx); err != nil {
+		return nil, err
+	}
 	d, err := q.b.ClaimDue(ctx, now, leaseFor, limit)
 	return d, wrap(err)
 }
@@ -145,6 +148,9 @@ func (q *Queue) ClaimWakesAt(ctx context.Context, now time.Time, leaseFor time.D
 		return nil, err
 	}
 	if err := validateClaim(leaseFor, limit); err != nil {
+		return nil, err
+	}
+	if err := validateWorker(ctx); err != nil {
 		return nil, err
 	}
 	d, err := q.b.ClaimWakes(ctx, now, leaseFor, limit)

@@ -122,6 +122,7 @@ type TaskDelivery struct {
 	Task           Task
 	Attempt        uint32    // one-based
 	LeaseExpiresAt time.Time // after this, an unfinished delivery may be claimed again
+	Worker         string    // who claimed it, as its claim event records (WithWorker)
 	leaseToken     string
 }
 
@@ -174,6 +175,7 @@ type WakeDelivery struct {
 	Wake           Wake
 	Attempt        uint32
 	LeaseExpiresAt time.Time
+	Worker         string // who claimed it, as its claim event records (WithWorker)
 	leaseToken     string
 }
 
@@ -185,6 +187,7 @@ type redactedTaskDelivery struct {
 	Task           Task
 	Attempt        uint32
 	LeaseExpiresAt time.Time
+	Worker         string
 	LeaseToken     string
 }
 
@@ -192,6 +195,7 @@ type redactedWakeDelivery struct {
 	Wake           Wake
 	Attempt        uint32
 	LeaseExpiresAt time.Time
+	Worker         string
 	LeaseToken     string
 }
 
@@ -199,13 +203,13 @@ const redacted = "[redacted]"
 
 // Format prints the delivery with its lease token redacted, for every verb.
 func (d TaskDelivery) Format(f fmt.State, verb rune) {
-	v := redactedTaskDelivery{d.Task, d.Attempt, d.LeaseExpiresAt, redacted}
+	v := redactedTaskDelivery{d.Task, d.Attempt, d.LeaseExpiresAt, d.Worker, redacted}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }
 
 // Format prints the delivery with its lease token redacted, for every verb.
 func (d WakeDelivery) Format(f fmt.State, verb rune) {
-	v := redactedWakeDelivery{d.Wake, d.Attempt, d.LeaseExpiresAt, redacted}
+	v := redactedWakeDelivery{d.Wake, d.Attempt, d.LeaseExpiresAt, d.Worker, redacted}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }
 
