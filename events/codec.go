@@ -15,7 +15,8 @@ import (
 // EnvelopeV1 is the only envelope version so far.
 const EnvelopeV1 = 1
 
-// schemaVersion is the body version written for each type today. Reading accepts every
+// schemaVersion is the newest body version of each type, which Append writes (but see
+// bodyVersion). Reading accepts every
 // version from 1 to this one. Indexed by any type byte ([256]): a type added to the catalogue
 // but not here reads as version 0, which Decode refuses, instead of an index panic.
 var schemaVersion = [256]uint8{
@@ -30,6 +31,28 @@ var schemaVersion = [256]uint8{
 	TypeWakeAckRejected:     1,
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
+}
+
+// bodyVersion is the schema version Append writes for e: today's, except that a claim
+// without a worker is written as version 1, the bytes older builds wrote for it. So a log
+// written before claims carried a worker is exported, imported and exported again byte for
+// byte (replay's import re-encodes what it reads).
+func bodyVersion(e Event) uint8 {
+	switch e := e.(type) {
+	case *TaskClaimed:
+		return 1 + uint8(claimV2Fields(e.Worker))
+	case *WakeClaimed:
+		return 1 + uint8(claimV2Fields(e.Worker))
+	}
+	return schemaVersion[e.Type()]
+}
+
+// claimV2Fields is how many fields version 2 of a claim adds to its body for worker.
+func claimV2Fields(worker string) int {
+	if worker == "" {
+		return 0
+	}
+	return 1
 }
 
 const (
@@ -85,7 +108,7 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		return dst, fmt.Errorf("events: cannot encode %s", t)
 	}
 	start := len(dst)
-	b := append(dst, EnvelopeV1, byte(t), schemaVersion[t])
+	b := append(dst, EnvelopeV1, byte(t), bodyVersion(e))
 	h := e.Head()
 	// Per-field codec boilerplate: one line a field, in the order of the catalogue (doc.go).
 	switch e := e.(type) {
@@ -99,12 +122,14 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.IdempotencyKey)
 		b = msgp.AppendBool(b, e.WakeOnCompletion)
 	case *TaskClaimed:
-		b = appendHeader(msgp.AppendArrayLen(b, 8), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 7+claimV2Fields(e.Worker)), h)
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendStr(b, e.LeaseToken)
 		b = msgp.AppendInt(b, e.LeaseExpiresAt)
-		b = msgp.AppendStr(b, e.Worker)
+		if e.Worker != "" {
+			b = msgp.AppendStr(b, e.Worker)
+		}
 	case *TaskSettled:
 		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
 		b = msgp.AppendStr(b, e.TaskID)
@@ -123,12 +148,14 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.TaskID)
 		b = appendOutcome(b, &e.Outcome)
 	case *WakeClaimed:
-		b = appendHeader(msgp.AppendArrayLen(b, 8), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 7+claimV2Fields(e.Worker)), h)
 		b = msgp.AppendStr(b, e.WakeID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendStr(b, e.LeaseToken)
 		b = msgp.AppendInt(b, e.LeaseExpiresAt)
-		b = msgp.AppendStr(b, e.Worker)
+		if e.Worker != "" {
+			b = msgp.AppendStr(b, e.Worker)
+		}
 	case *WakeAcked:
 		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
 		b = msgp.AppendStr(b, e.WakeID)
