@@ -15,21 +15,44 @@ import (
 // EnvelopeV1 is the only envelope version so far.
 const EnvelopeV1 = 1
 
-// schemaVersion is the body version written for each type today. Reading accepts every
+// schemaVersion is the newest body version of each type, which Append writes (but see
+// bodyVersion). Reading accepts every
 // version from 1 to this one. Indexed by any type byte ([256]): a type added to the catalogue
 // but not here reads as version 0, which Decode refuses, instead of an index panic.
 var schemaVersion = [256]uint8{
 	TypeTaskSubmitted:       1,
-	TypeTaskClaimed:         1,
+	TypeTaskClaimed:         2, // 2: Worker
 	TypeTaskSettled:         1,
 	TypeTaskCancelRequested: 1,
 	TypeWakeRecorded:        1,
-	TypeWakeClaimed:         1,
+	TypeWakeClaimed:         2, // 2: Worker
 	TypeWakeAcked:           1,
 	TypeTaskSettleRejected:  1,
 	TypeWakeAckRejected:     1,
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
+}
+
+// bodyVersion is the schema version Append writes for e: today's, except that a claim
+// without a worker is written as version 1, the bytes older builds wrote for it. So a log
+// written before claims carried a worker is exported, imported and exported again byte for
+// byte (replay's import re-encodes what it reads).
+func bodyVersion(e Event) uint8 {
+	switch e := e.(type) {
+	case *TaskClaimed:
+		return 1 + uint8(claimV2Fields(e.Worker))
+	case *WakeClaimed:
+		return 1 + uint8(claimV2Fields(e.Worker))
+	}
+	return schemaVersion[e.Type()]
+}
+
+// claimV2Fields is how many fields version 2 of a claim adds to its body for worker.
+func claimV2Fields(worker string) int {
+	if worker == "" {
+		return 0
+	}
+	return 1
 }
 
 const (
@@ -85,7 +108,7 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		return dst, fmt.Errorf("events: cannot encode %s", t)
 	}
 	start := len(dst)
-	b := append(dst, EnvelopeV1, byte(t), schemaVersion[t])
+	b := append(dst, EnvelopeV1, byte(t), bodyVersion(e))
 	h := e.Head()
 	// Per-field codec boilerplate: one line a field, in the order of the catalogue (doc.go).
 	switch e := e.(type) {
@@ -99,11 +122,14 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.IdempotencyKey)
 		b = msgp.AppendBool(b, e.WakeOnCompletion)
 	case *TaskClaimed:
-		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 7+claimV2Fields(e.Worker)), h)
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendStr(b, e.LeaseToken)
 		b = msgp.AppendInt(b, e.LeaseExpiresAt)
+		if e.Worker != "" {
+			b = msgp.AppendStr(b, e.Worker)
+		}
 	case *TaskSettled:
 		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
 		b = msgp.AppendStr(b, e.TaskID)
@@ -122,11 +148,14 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.TaskID)
 		b = appendOutcome(b, &e.Outcome)
 	case *WakeClaimed:
-		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 7+claimV2Fields(e.Worker)), h)
 		b = msgp.AppendStr(b, e.WakeID)
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendStr(b, e.LeaseToken)
 		b = msgp.AppendInt(b, e.LeaseExpiresAt)
+		if e.Worker != "" {
+			b = msgp.AppendStr(b, e.Worker)
+		}
 	case *WakeAcked:
 		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
 		b = msgp.AppendStr(b, e.WakeID)
@@ -274,7 +303,8 @@ type decoder struct {
 	err  *DecodeError
 	seq  uint64
 	typ  Type
-	left int // fields left in the current body array
+	ver  uint8 // the body's schema version
+	left int   // fields left in the current body array
 
 	evSeq uint64 // the sequence the event itself names, once read
 
@@ -571,7 +601,7 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		return nil, envErr
 	}
 
-	r := decoder{Reader: msgp.NewReader(body), b: body, seq: seq, typ: t}
+	r := decoder{Reader: msgp.NewReader(body), b: body, seq: seq, typ: t, ver: b[2]}
 	n, derr := r.ArrayLen() // nil is -1: too few fields
 	if derr != nil {
 		return nil, &DecodeError{Seq: seq, Type: t, Field: "body", Kind: ErrCorrupt, Detail: derr.Error()}
@@ -597,6 +627,9 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		r.str("lease_token", &e.LeaseToken)
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		if r.ver >= 2 {
+			r.str("worker", &e.Worker)
+		}
 		ev = e
 	case TypeTaskSettled:
 		e := fresh(d, func(d *Decoder) *TaskSettled { return &d.taskSettled })
@@ -628,6 +661,9 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		r.str("lease_token", &e.LeaseToken)
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		if r.ver >= 2 {
+			r.str("worker", &e.Worker)
+		}
 		ev = e
 	case TypeWakeAcked:
 		e := fresh(d, func(d *Decoder) *WakeAcked { return &d.wakeAcked })
@@ -706,6 +742,9 @@ func check(ev Event, seq uint64) *DecodeError {
 		if e.Attempt == 0 {
 			return bad("attempt", "must be positive")
 		}
+		if len(e.Worker) > MaxWorker {
+			return bad("worker", fmt.Sprintf("%d bytes is longer than %d", len(e.Worker), MaxWorker))
+		}
 	case *TaskSettled:
 		if !e.Outcome.State.Terminal() {
 			return bad("outcome.state", "must be terminal")
@@ -717,6 +756,9 @@ func check(ev Event, seq uint64) *DecodeError {
 	case *WakeClaimed:
 		if e.Attempt == 0 {
 			return bad("attempt", "must be positive")
+		}
+		if len(e.Worker) > MaxWorker {
+			return bad("worker", fmt.Sprintf("%d bytes is longer than %d", len(e.Worker), MaxWorker))
 		}
 	case *TaskExtended:
 		// Only the delivery holding a claim extends it, so there is an attempt; a lease is

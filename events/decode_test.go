@@ -252,7 +252,7 @@ func TestDecodeTooFewFields(t *testing.T) {
 		names := fieldNames(typ)
 		seq := f.ev.Head().Seq
 		for k := 0; k < len(elems); k++ {
-			b := envelope(typ, 1, join(arrayHead(k), elems[:k]))
+			b := envelope(typ, schemaVersion[typ], join(arrayHead(k), elems[:k]))
 			de := decodeErr(t, b, seq, ErrCorrupt, names[k])
 			if de.Type != typ {
 				t.Errorf("%s with %d fields: error names type %s", typ, k, de.Type)
@@ -262,10 +262,10 @@ func TestDecodeTooFewFields(t *testing.T) {
 			}
 		}
 		// A nil body reads as an array with no fields.
-		decodeErr(t, envelope(typ, 1, []byte{0xc0}), seq, ErrCorrupt, "seq")
+		decodeErr(t, envelope(typ, schemaVersion[typ], []byte{0xc0}), seq, ErrCorrupt, "seq")
 		// A body that is not an array.
-		decodeErr(t, envelope(typ, 1, mp(t, map[string]int{"seq": 1})), seq, ErrCorrupt, "body")
-		decodeErr(t, envelope(typ, 1, mp(t, "x")), seq, ErrCorrupt, "body")
+		decodeErr(t, envelope(typ, schemaVersion[typ], mp(t, map[string]int{"seq": 1})), seq, ErrCorrupt, "body")
+		decodeErr(t, envelope(typ, schemaVersion[typ], mp(t, "x")), seq, ErrCorrupt, "body")
 
 		// An outcome with fewer than four fields.
 		i := slices.Index(names, "outcome")
@@ -279,11 +279,11 @@ func TestDecodeTooFewFields(t *testing.T) {
 		for k := 0; k < 4; k++ {
 			out := slices.Clone(elems)
 			out[i] = join(arrayHead(k), oe[:k])
-			decodeErr(t, envelope(typ, 1, join(arrayHead(len(out)), out)), seq, ErrCorrupt, "outcome")
+			decodeErr(t, envelope(typ, schemaVersion[typ], join(arrayHead(len(out)), out)), seq, ErrCorrupt, "outcome")
 		}
 		out := slices.Clone(elems)
 		out[i] = []byte{0xc0}
-		decodeErr(t, envelope(typ, 1, join(arrayHead(len(out)), out)), seq, ErrCorrupt, "outcome")
+		decodeErr(t, envelope(typ, schemaVersion[typ], join(arrayHead(len(out)), out)), seq, ErrCorrupt, "outcome")
 	}
 }
 
@@ -292,7 +292,7 @@ func TestDecodeTrailingBytes(t *testing.T) {
 		b := readGolden(t, f.name)
 		body := b[headerLen : len(b)-trailerLen]
 		for _, extra := range [][]byte{{0xc0}, {0x00}, body} {
-			de := decodeErr(t, envelope(typ, 1, join(body, nil, extra)), f.ev.Head().Seq, ErrCorrupt, "body")
+			de := decodeErr(t, envelope(typ, schemaVersion[typ], join(body, nil, extra)), f.ev.Head().Seq, ErrCorrupt, "body")
 			if !strings.Contains(de.Detail, "trailing") {
 				t.Errorf("%s: detail %q", typ, de.Detail)
 			}
@@ -316,7 +316,7 @@ func TestDecodeExtraFields(t *testing.T) {
 		seq := f.ev.Head().Seq
 		check := func(what string, body []byte) {
 			t.Helper()
-			got, err := Decode(envelope(typ, 1, body), seq)
+			got, err := Decode(envelope(typ, schemaVersion[typ], body), seq)
 			if err != nil {
 				t.Fatalf("%s %s: %v", typ, what, err)
 			}
@@ -458,6 +458,10 @@ func TestDecodeChecks(t *testing.T) {
 		{"no task id in a rejection", &TaskSettleRejected{Header: h, Attempt: 1}, 3, "subject"},
 		{"task claim attempt 0", &TaskClaimed{Header: h, TaskID: "t", LeaseToken: "x", LeaseExpiresAt: 20}, 3, "attempt"},
 		{"wake claim attempt 0", &WakeClaimed{Header: h, WakeID: "w", LeaseToken: "x", LeaseExpiresAt: 20}, 3, "attempt"},
+		{"task claim worker over 256 bytes", &TaskClaimed{Header: h, TaskID: "t", Attempt: 1, LeaseToken: "x", LeaseExpiresAt: 20,
+			Worker: strings.Repeat("w", MaxWorker+1)}, 3, "worker"},
+		{"wake claim worker over 256 bytes", &WakeClaimed{Header: h, WakeID: "w", Attempt: 1, LeaseToken: "x", LeaseExpiresAt: 20,
+			Worker: strings.Repeat("w", MaxWorker+1)}, 3, "worker"},
 		{"settled pending", &TaskSettled{Header: h, TaskID: "t", Attempt: 1, LeaseToken: "x"}, 3, "outcome.state"},
 		{"settled running", &TaskSettled{Header: h, TaskID: "t", Attempt: 1, LeaseToken: "x",
 			Outcome: Outcome{State: StateRunning}}, 3, "outcome.state"},
@@ -696,8 +700,8 @@ func TestAppendErrors(t *testing.T) {
 		}
 	}
 	// After a failed Append the pooled encoder still encodes correctly.
-	f := fixture(t, "task_claimed.v1")
-	if b := mustEncode(t, f); !bytes.Equal(b, readGolden(t, "task_claimed.v1")) {
+	f := fixture(t, "task_claimed.v2")
+	if b := mustEncode(t, f); !bytes.Equal(b, readGolden(t, "task_claimed.v2")) {
 		t.Error("encoding after a failed Append differs from the golden file")
 	}
 }
@@ -705,7 +709,8 @@ func TestAppendErrors(t *testing.T) {
 func TestAppendKeepsPrefix(t *testing.T) {
 	var buf []byte
 	var offsets []int
-	for _, f := range goldenFixtures {
+	fixtures := goldenFixtures // every version: a claim without a worker is still written as v1
+	for _, f := range fixtures {
 		offsets = append(offsets, len(buf))
 		var err error
 		if buf, err = Append(buf, f.ev); err != nil {
@@ -713,7 +718,7 @@ func TestAppendKeepsPrefix(t *testing.T) {
 		}
 	}
 	offsets = append(offsets, len(buf))
-	for i, f := range goldenFixtures {
+	for i, f := range fixtures {
 		if got := buf[offsets[i]:offsets[i+1]]; !bytes.Equal(got, readGolden(t, f.name)) {
 			t.Errorf("Append of %s after %d bytes wrote %x", f.name, offsets[i], got)
 		}

@@ -235,7 +235,12 @@ type TaskClaimed struct {
 	Attempt        uint32 // one-based; equals the task's attempts after the claim
 	LeaseToken     string
 	LeaseExpiresAt int64
+	Worker         string // who claimed it (schema version 2; "" in version 1): at most MaxWorker bytes
 }
+
+// MaxWorker is the longest worker identity of a claim event, in bytes: the limit the API
+// enforces (work.WithWorker).
+const MaxWorker = 256
 
 // TaskSettled records a worker's terminal outcome for the delivery it owned.
 type TaskSettled struct {
@@ -272,6 +277,7 @@ type WakeClaimed struct {
 	Attempt        uint32
 	LeaseToken     string
 	LeaseExpiresAt int64
+	Worker         string // who claimed it (schema version 2; "" in version 1): at most MaxWorker bytes
 }
 
 // WakeAcked records the acknowledgment of the delivery that owned the wake.

@@ -62,6 +62,14 @@ var goldenFixtures = []goldenFixture{
 		LeaseToken:     goldenToken,
 		LeaseExpiresAt: goldenAt + 121e9,
 	}},
+	{"task_claimed.v2", &TaskClaimed{
+		Header:         Header{Seq: 201, SessionID: goldenSession, At: goldenAt + 91e9},
+		TaskID:         goldenTask,
+		Attempt:        3,
+		LeaseToken:     goldenToken,
+		LeaseExpiresAt: goldenAt + 121e9,
+		Worker:         "worker-7.example.net:48213",
+	}},
 	{"task_settled.v1", &TaskSettled{
 		Header:     Header{Seq: 65000, SessionID: goldenSession, At: goldenAt + 95e9},
 		TaskID:     goldenTask,
@@ -98,6 +106,15 @@ var goldenFixtures = []goldenFixture{
 		Attempt:        1<<32 - 1,
 		LeaseToken:     goldenToken,
 		LeaseExpiresAt: goldenAt + 127e9,
+	}},
+	{"wake_claimed.v2", &WakeClaimed{
+		// A worker identity of more than 31 bytes (str8), not ASCII.
+		Header:         Header{Seq: 1<<64 - 2, SessionID: goldenSession, At: goldenAt + 97e9},
+		WakeID:         goldenWake,
+		Attempt:        1<<32 - 1,
+		LeaseToken:     goldenToken,
+		LeaseExpiresAt: goldenAt + 127e9,
+		Worker:         "agent-runtime/eu-west-1 — pod 3",
 	}},
 	{"wake_acked.v1", &WakeAcked{
 		Header:     Header{Seq: 127, SessionID: goldenSession, At: goldenAt + 98e9},
@@ -138,11 +155,11 @@ var goldenFixtures = []goldenFixture{
 // order; the golden .hex files and the decode error tests use them.
 var bodyFieldNames = map[Type][]string{
 	TypeTaskSubmitted:       {"task_id", "kind", "input", "has_run_at", "run_at", "idempotency_key", "wake_on_completion"},
-	TypeTaskClaimed:         {"task_id", "attempt", "lease_token", "lease_expires_at"},
+	TypeTaskClaimed:         {"task_id", "attempt", "lease_token", "lease_expires_at", "worker"},
 	TypeTaskSettled:         {"task_id", "attempt", "lease_token", "outcome"},
 	TypeTaskCancelRequested: {"task_id"},
 	TypeWakeRecorded:        {"wake_id", "reason", "payload", "idempotency_key", "task_id", "outcome"},
-	TypeWakeClaimed:         {"wake_id", "attempt", "lease_token", "lease_expires_at"},
+	TypeWakeClaimed:         {"wake_id", "attempt", "lease_token", "lease_expires_at", "worker"},
 	TypeWakeAcked:           {"wake_id", "attempt", "lease_token"},
 	TypeTaskSettleRejected:  {"task_id", "attempt", "reason"},
 	TypeWakeAckRejected:     {"wake_id", "attempt", "reason"},

@@ -180,6 +180,7 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 	r.rd.Reset(body)
 	r.dec.Reset(r.rd)
 	r.err, r.seq, r.typ = nil, seq, t
+	ver := b[2] // openEnvelope checked it
 	n, derr := r.dec.DecodeArrayLen()
 	if derr != nil {
 		return nil, &DecodeError{Seq: seq, Type: t, Field: "body", Kind: ErrCorrupt, Detail: derr.Error()}
@@ -205,6 +206,9 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.LeaseToken = r.str("lease_token")
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		if ver >= 2 {
+			e.Worker = r.str("worker")
+		}
 		ev = e
 	case TypeTaskSettled:
 		e := &TaskSettled{}
@@ -236,6 +240,9 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.Attempt = uint32(r.u64("attempt", 1<<32-1))
 		e.LeaseToken = r.str("lease_token")
 		e.LeaseExpiresAt = r.i64("lease_expires_at")
+		if ver >= 2 {
+			e.Worker = r.str("worker")
+		}
 		ev = e
 	case TypeWakeAcked:
 		e := &WakeAcked{}

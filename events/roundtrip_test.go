@@ -81,6 +81,12 @@ func (g *gen) u64() uint64 {
 	return 1 + g.r.Uint64N(1<<uint(1+g.r.IntN(63)))
 }
 
+// worker draws a worker identity within MaxWorker bytes (Decode refuses a longer one).
+func (g *gen) worker() string {
+	w := g.str(false)
+	return w[:min(len(w), MaxWorker)]
+}
+
 func (g *gen) attempt() uint32 {
 	switch g.r.IntN(4) {
 	case 0:
@@ -134,7 +140,7 @@ func (g *gen) event(t Type, seq uint64) Event {
 		return &TaskSubmitted{Header: h, TaskID: g.str(true), Kind: g.str(false), Input: g.bin(),
 			HasRunAt: g.r.IntN(2) == 0, RunAt: g.i64(), IdempotencyKey: g.str(false), WakeOnCompletion: g.r.IntN(2) == 0}
 	case TypeTaskClaimed:
-		return &TaskClaimed{Header: h, TaskID: g.str(true), Attempt: g.attempt(), LeaseToken: g.str(false), LeaseExpiresAt: g.i64()}
+		return &TaskClaimed{Header: h, TaskID: g.str(true), Attempt: g.attempt(), LeaseToken: g.str(false), LeaseExpiresAt: g.i64(), Worker: g.worker()}
 	case TypeTaskSettled:
 		return &TaskSettled{Header: h, TaskID: g.str(true), Attempt: uint32(g.u64()), LeaseToken: g.str(false), Outcome: g.outcome()}
 	case TypeTaskCancelRequested:
@@ -151,7 +157,7 @@ func (g *gen) event(t Type, seq uint64) Event {
 		}
 		return e
 	case TypeWakeClaimed:
-		return &WakeClaimed{Header: h, WakeID: g.str(true), Attempt: g.attempt(), LeaseToken: g.str(false), LeaseExpiresAt: g.i64()}
+		return &WakeClaimed{Header: h, WakeID: g.str(true), Attempt: g.attempt(), LeaseToken: g.str(false), LeaseExpiresAt: g.i64(), Worker: g.worker()}
 	case TypeWakeAcked:
 		return &WakeAcked{Header: h, WakeID: g.str(true), Attempt: uint32(g.u64()), LeaseToken: g.str(false)}
 	case TypeTaskSettleRejected:

@@ -230,7 +230,7 @@ type claimed struct {
 // from the next state.
 type expect struct {
 	err    errKind
-	field  string // errInvalid
+	field  string // errInvalid; errConflict: the first differing field of the intent
 	key    string // errConflict
 	task   int    // handle the call returns or names; -1 unknown id
 	wake   int
@@ -321,12 +321,23 @@ func (m *model) complete(h int) {
 func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, wake bool) {
 	if h := m.taskByKey(sess, key); h >= 0 {
 		t := m.tasks[h]
-		if t.kind == kind && sameJSONClass(t.input, input) && t.hasRunAt == hasRunAt &&
-			(!hasRunAt || t.runAt == runAt) && t.wake == wake {
+		// The conflict names the first differing field of the intent, in this order.
+		field := ""
+		switch {
+		case t.kind != kind:
+			field = "kind"
+		case t.hasRunAt != hasRunAt || (hasRunAt && t.runAt != runAt):
+			field = "run_at"
+		case t.wake != wake:
+			field = "wake"
+		case !sameJSONClass(t.input, input):
+			field = "input"
+		}
+		if field == "" {
 			m.exp.task = h
 			return
 		}
-		m.exp.err, m.exp.key, m.exp.task = errConflict, keyNames[key], h
+		m.exp.err, m.exp.key, m.exp.field, m.exp.task = errConflict, keyNames[key], field, h
 		return
 	}
 	sched := m.now
@@ -594,7 +605,7 @@ func (m *model) wake(sess, key, payload int) {
 	if w := m.wakeByKey(sess, key); w >= 0 {
 		m.exp.wake = w
 		if !sameJSONClass(m.wakes[w].payload, payload) {
-			m.exp.err, m.exp.key = errConflict, keyNames[key]
+			m.exp.err, m.exp.key, m.exp.field = errConflict, keyNames[key], "payload"
 		}
 		return
 	}

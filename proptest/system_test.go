@@ -826,8 +826,14 @@ func checkErr(r *result, want errKind, label string, e expect) []string {
 			fails = append(fails, fmt.Sprintf("[errors] stale delivery names %q (%q), want the id of the delivery", we.ID, msg))
 		}
 	case errConflict:
-		if we.Key != e.key || msg != "idempotency key was reused for different work: "+e.key {
-			fails = append(fails, fmt.Sprintf("[errors] conflict names key %q (%q), want %q", we.Key, msg, e.key))
+		// The conflict names the key, the first differing field and the existing record.
+		id := r.sys.taskID(e.task)
+		if e.field == "payload" {
+			id = r.sys.wakeID(e.wake)
+		}
+		want := "idempotency key was reused for different work: " + e.key + " (" + e.field + " differs from " + id + ")"
+		if we.Key != e.key || we.Field != e.field || we.ID != id || msg != want {
+			fails = append(fails, fmt.Sprintf("[errors] conflict names key %q, field %q, id %q (%q), want %q", we.Key, we.Field, we.ID, msg, want))
 		}
 	case errTransition:
 		if !strings.HasPrefix(msg, "invalid work transition: ") {

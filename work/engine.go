@@ -199,14 +199,23 @@ func (b *logBackend) wakeSnapshot(w *projection.Wake) Wake {
 	return out
 }
 
-// sameTaskRequest is the seed's request equality: kind, input (as a JSON value), schedule,
-// key and wake policy.
-func sameTaskRequest(t *projection.Task, r *TaskRequest, runAt int64) bool {
-	return t.Kind == r.Kind &&
-		t.HasRunAt == !r.RunAt.IsZero() && (!t.HasRunAt || t.RunAt == runAt) &&
-		t.IdempotencyKey == r.IdempotencyKey &&
-		t.WakeOnCompletion == (r.Wake == WakeOnCompletion) &&
-		sameJSON(t.Input, jsonOrNull(r.Input))
+// taskRequestDiffers is the seed's request equality (kind, input as a JSON value, schedule,
+// key and wake policy), answered with the first field of the intent in which r differs from
+// the task the key names, by its request field name; "" when r is the same request. The
+// idempotency conflict names that field, so a caller sees what changed (a recomputed RunAt
+// is the usual trap).
+func taskRequestDiffers(t *projection.Task, r *TaskRequest, runAt int64) string {
+	switch {
+	case t.Kind != r.Kind:
+		return "kind"
+	case t.HasRunAt != !r.RunAt.IsZero() || (t.HasRunAt && t.RunAt != runAt):
+		return "run_at"
+	case t.WakeOnCompletion != (r.Wake == WakeOnCompletion):
+		return "wake"
+	case !sameJSON(t.Input, jsonOrNull(r.Input)):
+		return "input"
+	}
+	return "" // the key is the same: it is how the task was found
 }
 
 // --- commands ---
@@ -240,8 +249,8 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	var derr error
 	err := b.update(ctx, func(tx txn) error {
 		out, derr = Task{}, nil // fn may run twice (engine.update)
-		same := func(t *projection.Task) bool { return sameTaskRequest(t, &r, runAt) }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, same, b.taskSnapshot, &out, &derr); found || err != nil {
+		differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, &r, runAt), t.ID }
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, differs, b.taskSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -334,14 +343,14 @@ func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.
 
 // claimTask claims the task id, which a scan found eligible at at, as ClaimDue,
 // ClaimKinds and SettleAndClaim do: the next attempt, with token until expires.
-func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token string) (TaskDelivery, error) {
+func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token, worker string) (TaskDelivery, error) {
 	t, err := mustTask(tx, id)
 	if err != nil {
 		return TaskDelivery{}, err
 	}
 	ev := &events.TaskClaimed{
 		Header: events.Header{SessionID: t.SessionID, At: at},
-		TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
+		TaskID: id, Attempt: t.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires, Worker: worker,
 	}
 	if err := tx.Append(ev); err != nil {
 		return TaskDelivery{}, err
@@ -349,7 +358,9 @@ func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token strin
 	if t, err = mustTask(tx, id); err != nil {
 		return TaskDelivery{}, err
 	}
-	return NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token), nil
+	d := NewTaskDelivery(b.taskSnapshot(t), ev.Attempt, fromNanos(expires), token)
+	d.Worker = worker
+	return d, nil
 }
 
 // scanFunc is a scan of an eligibility index for a claim: txn.ScanDue, txn.ScanWakes, or
@@ -357,7 +368,7 @@ func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token strin
 type scanFunc = func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error
 
 // claimFunc claims one id that a scan found (claimTask, or the wake's in ClaimWakes).
-type claimFunc[D any] = func(tx txn, id string, at, expires int64, token string) (D, error)
+type claimFunc[D any] = func(tx txn, id string, at, expires int64, token, worker string) (D, error)
 
 // claim is ClaimDue, ClaimWakes and ClaimKinds: in one command it claims up to limit ids
 // that scan finds eligible at now (claimIn), with a lease until now+leaseFor.
@@ -372,10 +383,11 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 	if verr != nil {
 		return nil, verr
 	}
+	worker := workerOf(ctx)
 	var out []D
 	err := b.update(ctx, func(tx txn) error {
 		var err error
-		out, err = claimIn(tx, b, at, expires, limit, scan, purpose, claimOne, out[:0]) // fn may run twice (engine.update)
+		out, err = claimIn(tx, b, at, expires, worker, limit, scan, purpose, claimOne, out[:0]) // fn may run twice (engine.update)
 		return err
 	})
 	if err != nil {
@@ -385,9 +397,9 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 }
 
 // claimIn is the claim loop inside a command: it collects up to limit ids that scan finds
-// eligible at at, then claims each (claimOne appends the claim event and returns the
-// delivery) with a fresh token drawn for purpose, appending the deliveries to out.
-func claimIn[D any](tx txn, b *logBackend, at, expires int64, limit int, scan scanFunc, purpose string,
+// eligible at at, then claims each for worker (claimOne appends the claim event and returns
+// the delivery) with a fresh token drawn for purpose, appending the deliveries to out.
+func claimIn[D any](tx txn, b *logBackend, at, expires int64, worker string, limit int, scan scanFunc, purpose string,
 	claimOne claimFunc[D], out []D,
 ) ([]D, error) {
 	// Collect first: each claim moves its entry, which would disturb the scan.
@@ -404,7 +416,7 @@ func claimIn[D any](tx txn, b *logBackend, at, expires int64, limit int, scan sc
 		if err != nil {
 			return out, err
 		}
-		d, err := claimOne(tx, id, at, expires, token)
+		d, err := claimOne(tx, id, at, expires, token, worker)
 		if err != nil {
 			return out, err
 		}
@@ -530,8 +542,13 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	payload := ownValue(r.Payload, staged)
 	err := b.update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
-		same := func(w *projection.Wake) bool { return sameJSON(w.Payload, payload) }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, same, b.wakeSnapshot, &out, &derr); found || err != nil {
+		differs := func(w *projection.Wake) (string, string) {
+			if sameJSON(w.Payload, payload) {
+				return "", w.ID
+			}
+			return "payload", w.ID
+		}
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -554,19 +571,21 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 
 func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
 	return claim(ctx, b, now, leaseFor, limit, txn.ScanWakes, "wakelease",
-		func(tx txn, id string, at, expires int64, token string) (WakeDelivery, error) {
+		func(tx txn, id string, at, expires int64, token, worker string) (WakeDelivery, error) {
 			w, err := mustWake(tx, id)
 			if err != nil {
 				return WakeDelivery{}, err
 			}
 			ev := &events.WakeClaimed{
 				Header: events.Header{SessionID: w.SessionID, At: at},
-				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires,
+				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires, Worker: worker,
 			}
 			if err := tx.Append(ev); err != nil {
 				return WakeDelivery{}, err
 			}
-			return NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token), nil
+			d := NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token)
+			d.Worker = worker
+			return d, nil
 		})
 }
 
@@ -644,13 +663,14 @@ func mustWake(r projection.Reader, id string) (*projection.Wake, error) {
 }
 
 // repeat answers a request whose idempotency key the session has used before: with the
-// snapshot of the record the key names (read by read) when same says the request equals it,
-// and with a conflict otherwise, storing nothing either way. It reports whether the key
+// snapshot of the record the key names (read by read) when differs finds no differing field,
+// and otherwise with a conflict naming that field and the record's id, storing nothing
+// either way. It reports whether the key
 // named a record; an empty key names none. lookup is the key index (txn.TaskKey,
 // txn.WakeKey). Submit and RequestWake share it.
 func repeat[R, S any](tx txn, sessionID, key string,
 	lookup func(txn, string, string) (string, error), read func(projection.Reader, string) (*R, error),
-	same func(*R) bool, snapshot func(*R) S, out *S, derr *error,
+	differs func(*R) (field, id string), snapshot func(*R) S, out *S, derr *error,
 ) (bool, error) {
 	if key == "" {
 		return false, nil
@@ -663,10 +683,10 @@ func repeat[R, S any](tx txn, sessionID, key string,
 	if err != nil {
 		return false, err
 	}
-	if same(rec) {
+	if field, id := differs(rec); field == "" {
 		*out = snapshot(rec)
 	} else {
-		*derr = conflict(key)
+		*derr = conflict(key, field, id)
 	}
 	return true, nil
 }

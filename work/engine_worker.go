@@ -436,6 +436,7 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 			return nil, nil, verr
 		}
 	}
+	worker := workerOf(ctx)
 	// Large outputs are staged (written to blob files) before the command, and then not
 	// copied (ownValue); an invalid settle's staged output is simply never used.
 	var outputs [][]byte // only large ones: a settle of small values allocates nothing here
@@ -483,7 +484,7 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 			return nil
 		}
 		var err error
-		claimed, err = claimIn(tx, b, at, expires, limit, scan, "lease", b.claimTask, claimed)
+		claimed, err = claimIn(tx, b, at, expires, worker, limit, scan, "lease", b.claimTask, claimed)
 		return err
 	})
 	if err != nil {

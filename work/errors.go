@@ -14,6 +14,8 @@ var (
 	// ErrTaskNotFound: no such task in this session. Error.ID names it.
 	ErrTaskNotFound = errors.New("work: task not found")
 	// ErrIdempotencyConflict: a key was reused for a different request; nothing was stored.
+	// Error.Key names the key, Error.Field the first field of the intent that differs, and
+	// Error.ID the task or wake the key already names.
 	ErrIdempotencyConflict = errors.New("work: idempotency conflict")
 	// ErrStaleDelivery: the delivery no longer owns its task or wake (it was claimed again,
 	// settled, acknowledged, or never existed). Error.ID names it.
@@ -31,8 +33,8 @@ var ErrClosed = errors.New("work: queue closed")
 // Error carries the detail of a failure. Kind is one of the six sentinels.
 type Error struct {
 	Kind    error  // one of the sentinels above
-	Field   string // ErrInvalidRequest: "session_id", "task_id", "wake_id", "kind", "idempotency_key", "lease_for", "limit", "input", "payload", "outcome", "output", "run_at", "now", "kinds", "reason", "states"
-	ID      string // ErrTaskNotFound, ErrStaleDelivery: the task or wake id
+	Field   string // ErrIdempotencyConflict: the first differing field of the intent ("kind", "run_at", "wake", "input"; "payload" for a wake); ErrInvalidRequest: "session_id", "task_id", "wake_id", "kind", "idempotency_key", "lease_for", "limit", "input", "payload", "outcome", "output", "run_at", "now", "kinds", "reason", "states"
+	ID      string // ErrTaskNotFound, ErrStaleDelivery: the task or wake id; ErrIdempotencyConflict: the existing task or wake the key names
 	Key     string // ErrIdempotencyConflict
 	Message string
 	cause   error // ErrBackend: ErrClosed, ctx.Err() or the storage error
@@ -46,7 +48,11 @@ func (e *Error) Error() string {
 	case ErrTaskNotFound:
 		return "task not found: " + e.ID
 	case ErrIdempotencyConflict:
-		return "idempotency key was reused for different work: " + e.Key
+		msg := "idempotency key was reused for different work: " + e.Key
+		if e.Field != "" {
+			msg += " (" + e.Field + " differs from " + e.ID + ")"
+		}
+		return msg
 	case ErrStaleDelivery:
 		return "delivery no longer owns " + e.ID
 	case ErrInvalidTransition:
@@ -70,7 +76,9 @@ func invalid(field, message string) *Error {
 
 func notFound(id string) *Error { return &Error{Kind: ErrTaskNotFound, ID: id} }
 
-func conflict(key string) *Error { return &Error{Kind: ErrIdempotencyConflict, Key: key} }
+func conflict(key, field, id string) *Error {
+	return &Error{Kind: ErrIdempotencyConflict, Key: key, Field: field, ID: id}
+}
 
 func stale(id string) *Error { return &Error{Kind: ErrStaleDelivery, ID: id} }
 

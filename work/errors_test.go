@@ -17,7 +17,7 @@ func TestErrorText(t *testing.T) {
 	}{
 		{&work.Error{Kind: work.ErrInvalidRequest, Field: "kind", Message: "must not be blank"}, "invalid work request field kind: must not be blank"},
 		{&work.Error{Kind: work.ErrTaskNotFound, ID: "task_1"}, "task not found: task_1"},
-		{&work.Error{Kind: work.ErrIdempotencyConflict, Key: "export-42"}, "idempotency key was reused for different work: export-42"},
+		{&work.Error{Kind: work.ErrIdempotencyConflict, Key: "export-42", Field: "run_at", ID: "task_1"}, "idempotency key was reused for different work: export-42 (run_at differs from task_1)"},
 		{&work.Error{Kind: work.ErrStaleDelivery, ID: "wake_1"}, "delivery no longer owns wake_1"},
 		{&work.Error{Kind: work.ErrInvalidTransition, Message: "already settled"}, "invalid work transition: already settled"},
 		{&work.Error{Kind: work.ErrBackend, Message: "disk full"}, "work backend failed: disk full"},

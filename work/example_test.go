@@ -80,15 +80,13 @@ func ExampleSession_SubmitAt() {
 	fmt.Println("conflict:", errors.Is(err, work.ErrIdempotencyConflict))
 	var we *work.Error
 	if errors.As(err, &we) {
-		fmt.Println("key:", we.Key)
+		fmt.Println("key:", we.Key, "field:", we.Field)
 	}
-	fmt.Println(err)
 	// Output:
 	// submitted: pending due in 1h0m0s
 	// same task: true {"format":"jsonl"}
 	// conflict: true
-	// key: export-42
-	// idempotency key was reused for different work: export-42
+	// key: export-42 field: input
 }
 
 // Delivery is at least once: a worker that does not settle before its lease expires loses

@@ -110,6 +110,9 @@ func (q *Queue) ClaimDueAt(ctx context.Context, now time.Time, leaseFor time.Dur
 	if err := validateClaim(leaseFor, limit); err != nil {
 		return nil, err
 	}
+	if err := validateWorker(ctx); err != nil {
+		return nil, err
+	}
 	d, err := q.b.ClaimDue(ctx, now, leaseFor, limit)
 	return d, wrap(err)
 }
@@ -152,6 +155,9 @@ func (q *Queue) ClaimWakesAt(ctx context.Context, now time.Time, leaseFor time.D
 		return nil, err
 	}
 	if err := validateClaim(leaseFor, limit); err != nil {
+		return nil, err
+	}
+	if err := validateWorker(ctx); err != nil {
 		return nil, err
 	}
 	d, err := q.b.ClaimWakes(ctx, now, leaseFor, limit)
@@ -269,7 +275,9 @@ func (s *Session) Submit(ctx context.Context, r TaskRequest) (Task, error) {
 // SubmitAt stores a new pending task (attempts 0, scheduled at RunAt or now), or, when the
 // idempotency key was used before in this session, returns that task's current snapshot if
 // the request is equal (kind, input as a JSON value, schedule, key, wake policy) and
-// ErrIdempotencyConflict otherwise, storing nothing. Keys never expire.
+// ErrIdempotencyConflict otherwise (naming the first differing field and the existing task:
+// see TaskRequest.IdempotencyKey), storing nothing. A key names its task until the task is
+// pruned (Options.Retention, Queue.Prune); then it is free for a new one.
 func (s *Session) SubmitAt(ctx context.Context, r TaskRequest, now time.Time) (Task, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return Task{}, err

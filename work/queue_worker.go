@@ -162,6 +162,9 @@ func (q *Queue) ClaimKindsAt(ctx context.Context, kinds []string, now time.Time,
 	if err := validateClaim(leaseFor, limit); err != nil {
 		return nil, err
 	}
+	if err := validateWorker(ctx); err != nil {
+		return nil, err
+	}
 	rb, rerr := q.running()
 	if rerr != nil {
 		return nil, rerr
@@ -266,6 +269,9 @@ func (q *Queue) SettleAndClaimAt(ctx context.Context, settles []Settle, kinds []
 		return nil, nil, invalid("lease_for", "must be positive")
 	}
 	if _, err := nanos("now", now); err != nil {
+		return nil, nil, err
+	}
+	if err := validateWorker(ctx); err != nil {
 		return nil, nil, err
 	}
 	rb, rerr := q.running()

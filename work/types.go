@@ -14,10 +14,24 @@ import (
 // of a large value): keep them unchanged while you use that Task. The same holds for a
 // WakeRequest's Payload and an Outcome's Output.
 type TaskRequest struct {
-	Kind           string          // routing name; must not be blank
-	Input          json.RawMessage // any JSON value, stored unchanged; nil means JSON null
-	RunAt          time.Time       // zero: immediate (seed Immediate); else no earlier than RunAt (seed At)
-	IdempotencyKey string          // "" means none; all-whitespace is invalid
+	Kind  string          // routing name; must not be blank
+	Input json.RawMessage // any JSON value, stored unchanged; nil means JSON null
+	RunAt time.Time       // zero: immediate (seed Immediate); else no earlier than RunAt (seed At)
+	// IdempotencyKey makes a retried submit return the task the key already names in this
+	// session instead of a new one. "" means none; all-whitespace is invalid.
+	//
+	// The key stands for an intent: Kind, Input (compared as a JSON value), RunAt (as an
+	// instant; zero and non-zero differ) and Wake. A resubmit equal in all of them returns
+	// the existing task, in whatever state it is now; one that differs in any is
+	// ErrIdempotencyConflict, whose Error.Field names the first differing field ("kind",
+	// "run_at", "wake", "input") and Error.ID the existing task. The trap: a producer that
+	// computes RunAt = now + 5s and resubmits after a crash asks for another instant, a
+	// conflict on run_at; compute RunAt once and keep it with the key, or keep RunAt out of
+	// the intent by submitting immediately.
+	//
+	// A key is free again once its task was pruned (Options.Retention, Queue.Prune): from
+	// then on it names nothing and a submit makes a new task.
+	IdempotencyKey string
 	Wake           WakePolicy
 }
 
@@ -108,6 +122,7 @@ type TaskDelivery struct {
 	Task           Task
 	Attempt        uint32    // one-based
 	LeaseExpiresAt time.Time // after this, an unfinished delivery may be claimed again
+	Worker         string    // who claimed it, as its claim event records (WithWorker)
 	leaseToken     string
 }
 
@@ -160,6 +175,7 @@ type WakeDelivery struct {
 	Wake           Wake
 	Attempt        uint32
 	LeaseExpiresAt time.Time
+	Worker         string // who claimed it, as its claim event records (WithWorker)
 	leaseToken     string
 }
 
@@ -171,6 +187,7 @@ type redactedTaskDelivery struct {
 	Task           Task
 	Attempt        uint32
 	LeaseExpiresAt time.Time
+	Worker         string
 	LeaseToken     string
 }
 
@@ -178,6 +195,7 @@ type redactedWakeDelivery struct {
 	Wake           Wake
 	Attempt        uint32
 	LeaseExpiresAt time.Time
+	Worker         string
 	LeaseToken     string
 }
 
@@ -185,13 +203,13 @@ const redacted = "[redacted]"
 
 // Format prints the delivery with its lease token redacted, for every verb.
 func (d TaskDelivery) Format(f fmt.State, verb rune) {
-	v := redactedTaskDelivery{d.Task, d.Attempt, d.LeaseExpiresAt, redacted}
+	v := redactedTaskDelivery{d.Task, d.Attempt, d.LeaseExpiresAt, d.Worker, redacted}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }
 
 // Format prints the delivery with its lease token redacted, for every verb.
 func (d WakeDelivery) Format(f fmt.State, verb rune) {
-	v := redactedWakeDelivery{d.Wake, d.Attempt, d.LeaseExpiresAt, redacted}
+	v := redactedWakeDelivery{d.Wake, d.Attempt, d.LeaseExpiresAt, d.Worker, redacted}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }
 

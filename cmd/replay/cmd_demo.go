@@ -242,9 +242,10 @@ func (d *demo) submit(session string, sec float64, r work.TaskRequest) (work.Tas
 	return t, nil
 }
 
-// claim claims exactly the tasks of the given kinds, in that order.
-func (d *demo) claim(sec float64, lease time.Duration, kinds ...string) ([]work.TaskDelivery, error) {
-	ds, err := d.q.ClaimDueAt(d.ctx, d.at(sec), lease, len(kinds))
+// claim claims, as worker (the identity its claim events record), exactly the tasks of
+// the given kinds, in that order.
+func (d *demo) claim(sec float64, worker string, lease time.Duration, kinds ...string) ([]work.TaskDelivery, error) {
+	ds, err := d.q.ClaimDueAt(work.WithWorker(d.ctx, worker), d.at(sec), lease, len(kinds))
 	if err != nil {
 		return nil, fmt.Errorf("claim at +%gs: %w", sec, err)
 	}
@@ -275,8 +276,9 @@ func (d *demo) extend(sec float64, del work.TaskDelivery, lease time.Duration) (
 	return out, nil
 }
 
+// claimWakes claims the session wakes as the agent runtime that serves the sessions.
 func (d *demo) claimWakes(sec float64, lease time.Duration, n int) ([]work.WakeDelivery, error) {
-	ws, err := d.q.ClaimWakesAt(d.ctx, d.at(sec), lease, 10)
+	ws, err := d.q.ClaimWakesAt(work.WithWorker(d.ctx, "agent-runtime-1"), d.at(sec), lease, 10)
 	if err != nil {
 		return nil, fmt.Errorf("claim wakes at +%gs: %w", sec, err)
 	}
@@ -333,13 +335,13 @@ func (d *demo) script() error {
 	}
 
 	// 09:00:03 Worker A claims the charge and crashes: it never finishes in time.
-	a, err := d.claim(3, lease, "charge-card")
+	a, err := d.claim(3, "worker-a", lease, "charge-card")
 	if err != nil {
 		return err
 	}
 	crashed := a[0]
 	// 09:00:04 Worker B takes the stock reservation and the summary.
-	b, err := d.claim(4, lease, "reserve-stock", "summarize")
+	b, err := d.claim(4, "worker-b", lease, "reserve-stock", "summarize")
 	if err != nil {
 		return err
 	}
@@ -378,7 +380,7 @@ func (d *demo) script() error {
 	if err != nil {
 		return err
 	}
-	ex, err := d.claim(22, lease, "export-csv")
+	ex, err := d.claim(22, "worker-b", lease, "export-csv")
 	if err != nil {
 		return err
 	}
@@ -398,7 +400,7 @@ func (d *demo) script() error {
 		return err
 	}
 	// 09:00:40 The charge's lease expired at 09:00:33: worker C gets it again (attempt 2).
-	c, err := d.claim(40, lease, "charge-card")
+	c, err := d.claim(40, "worker-c", lease, "charge-card")
 	if err != nil {
 		return err
 	}
@@ -447,7 +449,7 @@ func (d *demo) script() error {
 	}
 	// 09:03:00 The receipt is due; the mail server answers "try again later", so the worker
 	// gives the task back for a retry at 09:04:00.
-	r, err := d.claim(180, lease, "send-receipt")
+	r, err := d.claim(180, "worker-c", lease, "send-receipt")
 	if err != nil {
 		return err
 	}
@@ -461,7 +463,7 @@ func (d *demo) script() error {
 		Input: js(map[string]any{"thread": "7f3a", "to": "de"}), Wake: work.WakeOnCompletion}); err != nil {
 		return err
 	}
-	tr, err := d.claim(200, lease, "translate")
+	tr, err := d.claim(200, "worker-b", lease, "translate")
 	if err != nil {
 		return err
 	}
@@ -477,7 +479,7 @@ func (d *demo) script() error {
 		}
 	}
 	// 09:04:00 The receipt is due again: attempt 2 sends it.
-	r, err = d.claim(240, lease, "send-receipt")
+	r, err = d.claim(240, "worker-a", lease, "send-receipt")
 	if err != nil {
 		return err
 	}

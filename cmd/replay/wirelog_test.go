@@ -235,7 +235,8 @@ func TestImportUndeclaredGap(t *testing.T) {
 // TestImportOldExport: a wire log written before version 2 (testdata/demo-v1.wlog, the demo
 // exported by the build before pruned ranges were carried) still imports into either
 // backend, verifies, and the store exports it again byte for byte (a store with nothing
-// pruned is still exported as version 1).
+// pruned is still exported as version 1, and its claims, which carry no worker, are
+// re-encoded as claim schema version 1).
 func TestImportOldExport(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join("testdata", "demo-v1.wlog")
@@ -255,8 +256,10 @@ func TestImportOldExport(t *testing.T) {
 			t.Errorf("%s exports %d bytes, not the %d of the old export", dest, len(again), len(old))
 		}
 	}
-	if again := exportWire(t, demoStore(t)); !bytes.Equal(again, old) {
-		t.Errorf("the demo store's export differs from the old export of the same demo")
+	// Today's demo names its workers (claim events of schema version 2), so its export is no
+	// longer the old one; a store with nothing pruned is still exported as wire version 1.
+	if again := exportWire(t, demoStore(t)); !bytes.HasPrefix(again, []byte(wireMagic)) {
+		t.Errorf("the demo store's export starts with %q, want wire version 1", again[:min(len(again), 20)])
 	}
 }
 

@@ -23,7 +23,7 @@ var Kinds = []error{
 // Kinds with errors.Is, errors.As gives a *work.Error whose Kind is that sentinel and whose
 // detail is set, and its text is the seed's message for the kind
 // ("invalid work request field F: M", "task not found: ID",
-// "idempotency key was reused for different work: KEY", "delivery no longer owns ID",
+// "idempotency key was reused for different work: KEY (FIELD differs from ID)", "delivery no longer owns ID",
 // "invalid work transition: M", "work backend failed: M"). It returns the detail, and an
 // error describing the first rule broken, if any. The detail is nil when errors.As finds none.
 func CheckError(err error) (*work.Error, error) {
@@ -63,7 +63,10 @@ func CheckError(err error) (*work.Error, error) {
 		if we.Key == "" {
 			return we, errors.New("idempotency conflict without a Key")
 		}
-		want = "idempotency key was reused for different work: " + we.Key
+		if we.Field == "" || we.ID == "" {
+			return we, errors.New("idempotency conflict without the differing Field and the existing ID")
+		}
+		want = "idempotency key was reused for different work: " + we.Key + " (" + we.Field + " differs from " + we.ID + ")"
 	case work.ErrStaleDelivery:
 		want = "delivery no longer owns " + we.ID
 	case work.ErrInvalidTransition:

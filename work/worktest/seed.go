@@ -47,7 +47,7 @@ func seedImmediateWake(e *env) {
 	if we.Key != "refresh-1" {
 		e.t.Errorf("conflict key %q, want refresh-1", we.Key)
 	}
-	e.wantText("conflict", err, "idempotency key was reused for different work: refresh-1")
+	e.wantText("conflict", err, "idempotency key was reused for different work: refresh-1 (payload differs from "+w.ID+")")
 	e.nothingAppended("a conflicting wake", n)
 
 	first := e.claimWakeOne(now)
@@ -166,7 +166,7 @@ func seedSubmissionKeys(e *env) {
 	if we.Key != "export-42" {
 		e.t.Errorf("conflict key %q, want export-42", we.Key)
 	}
-	e.wantText("conflict", err, "idempotency key was reused for different work: export-42")
+	e.wantText("conflict", err, "idempotency key was reused for different work: export-42 (input differs from "+first.ID+")")
 	e.nothingAppended("a conflicting submission", n)
 }
 

@@ -78,26 +78,35 @@ func taskIdempotencyFields(e *env) {
 	base := work.TaskRequest{Kind: "export", Input: js(`{"format":"jsonl"}`), IdempotencyKey: "k-base"}
 	first := e.submit(s, base, at(100))
 
-	conflicts := map[string]work.TaskRequest{}
+	// Each case names the field the conflict must report: the first field of the intent
+	// (kind, run_at, wake, input) in which the request differs.
+	type conflictCase struct {
+		r     work.TaskRequest
+		field string
+	}
+	conflicts := map[string]conflictCase{}
 	v := base
 	v.Kind = "export2"
-	conflicts["kind"] = v
+	conflicts["kind"] = conflictCase{v, "kind"}
 	v = base
 	v.Input = js(`{"format":"csv"}`)
-	conflicts["input"] = v
+	conflicts["input"] = conflictCase{v, "input"}
 	v = base
 	v.RunAt = at(100) // the same instant as the submission, but an explicit schedule
-	conflicts["schedule immediate vs at"] = v
+	conflicts["schedule immediate vs at"] = conflictCase{v, "run_at"}
 	v = base
 	v.Wake = work.WakeOnCompletion
-	conflicts["wake policy"] = v
+	conflicts["wake policy"] = conflictCase{v, "wake"}
+	v = base
+	v.Kind, v.Input = "export2", js(`{"format":"csv"}`)
+	conflicts["kind and input"] = conflictCase{v, "kind"}
 
 	n := e.logLen()
-	for what, r := range conflicts {
-		err := e.submitErr(s, r, at(101))
+	for what, c := range conflicts {
+		err := e.submitErr(s, c.r, at(101))
 		we := e.wantErr(what, err, work.ErrIdempotencyConflict)
-		if we.Key != "k-base" {
-			e.t.Errorf("%s: conflict key %q, want k-base", what, we.Key)
+		if we.Key != "k-base" || we.Field != c.field || we.ID != first.ID {
+			e.t.Errorf("%s: conflict names key %q, field %q, task %q; want k-base, %s, %s", what, we.Key, we.Field, we.ID, c.field, first.ID)
 		}
 	}
 	e.nothingAppended("conflicting submissions", n)
@@ -135,7 +144,9 @@ func taskIdempotencyFields(e *env) {
 	} {
 		r := sched
 		r.RunAt = runAt
-		e.wantErr(what, e.submitErr(s, r, at(101)), work.ErrIdempotencyConflict)
+		if we := e.wantErr(what, e.submitErr(s, r, at(101)), work.ErrIdempotencyConflict); we.Field != "run_at" || we.ID != st.ID {
+			e.t.Errorf("%s: conflict names field %q, task %q; want run_at, %s", what, we.Field, we.ID, st.ID)
+		}
 	}
 	e.nothingAppended("conflicting schedules", n)
 	if got := e.mustTask(s, st.ID); !got.ScheduledAt.Equal(at(500)) {

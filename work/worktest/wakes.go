@@ -43,7 +43,10 @@ func wakeIdempotency(e *env) {
 		if we.Key != "k" {
 			e.t.Errorf("conflict names key %q, want k", we.Key)
 		}
-		e.wantText("wake conflict", err, "idempotency key was reused for different work: k")
+		if we.Field != "payload" || we.ID != w.ID {
+			e.t.Errorf("wake conflict names field %q, wake %q; want payload, %s", we.Field, we.ID, w.ID)
+		}
+		e.wantText("wake conflict", err, "idempotency key was reused for different work: k (payload differs from "+w.ID+")")
 	}
 	e.wantErr("a nil payload vs an object", e.wakeErr(s, work.WakeRequest{IdempotencyKey: "k"}, at(201)),
 		work.ErrIdempotencyConflict)

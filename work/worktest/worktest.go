@@ -68,6 +68,7 @@ func scenarios() []scenario {
 		concurrencyScenarios(),
 		runningScenarios(),
 		pruneScenarios(),
+		workerScenarios(),
 	} {
 		all = append(all, group...)
 	}
