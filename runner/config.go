@@ -37,7 +37,8 @@ const (
 // field has a default.
 type Config struct {
 	// Handlers maps each task kind the runner runs to its handler; the runner claims only
-	// these kinds.
+	// these kinds. It may be empty when WakeHandler is set: the runner then handles wakes
+	// only, and claims no tasks (Concurrency may then be 0).
 	Handlers map[string]Handler
 	// Concurrency is the number of task handlers that may run at once (> 0).
 	Concurrency int
@@ -56,6 +57,16 @@ type Config struct {
 	// MaxAttempts is the number of attempts a task gets (claims, redeliveries after a crash
 	// included): an error on the last one fails the task, and a task claimed beyond it
 	// (its earlier workers died) fails without running. 0: DefaultMaxAttempts.
+	//
+	// The collateral cost of a poison task: a task that kills the process (a crash, an
+	// os.Exit, a fatal error a recover cannot catch) costs an attempt to every task this
+	// runner held at that moment (the ones running beside it and the prefetched ones, all
+	// claimed, each claim an attempt), since their attempts end without a result too. A
+	// poison task is failed after MaxAttempts claims, but the tasks that kept company with it
+	// may have lost as many attempts meanwhile: with a small MaxAttempts they can fail
+	// without ever having failed themselves. Keep MaxAttempts well above the crashes an
+	// innocent task may witness, or run suspect kinds in a runner of their own (Concurrency
+	// 1, Prefetch 0).
 	MaxAttempts int
 	// Backoff is how long a task waits before its next attempt after attempt failed with
 	// err; nil: ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax).
@@ -93,8 +104,9 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	if q == nil {
 		return nil, &ConfigError{Field: "Queue", Message: "must not be nil"}
 	}
-	if len(cfg.Handlers) == 0 {
-		return nil, &ConfigError{Field: "Handlers", Message: "must register at least one kind"}
+	if len(cfg.Handlers) == 0 && cfg.WakeHandler == nil {
+		// A runner of wakes alone has no kinds: it claims no tasks.
+		return nil, &ConfigError{Field: "Handlers", Message: "must register at least one kind (or set WakeHandler)"}
 	}
 	kinds := make([]string, 0, len(cfg.Handlers))
 	for k, h := range cfg.Handlers {
@@ -107,7 +119,8 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 		kinds = append(kinds, k)
 	}
 	slices.Sort(kinds)
-	if cfg.Concurrency <= 0 {
+	switch {
+	case cfg.Concurrency < 0 || cfg.Concurrency == 0 && len(kinds) > 0:
 		return nil, &ConfigError{Field: "Concurrency", Message: "must be positive"}
 	}
 	if cfg.Prefetch < 0 {
@@ -160,6 +173,8 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	}
 	r.claimCtx, r.claimCancel = context.WithCancel(context.Background())
 	r.runCtx, r.runCancel = context.WithCancel(context.Background())
+	r.lifeCtx, r.giveUp = context.WithCancelCause(context.Background())
+	r.callBound = max(cfg.LeaseFor, cfg.WakeLeaseFor, minCallBound)
 	return r, nil
 }
 

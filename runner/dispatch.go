@@ -30,6 +30,16 @@ func (r *Runner) dispatch() {
 	gathered := false
 	for {
 		if r.stopping && r.active == 0 && len(r.finished) == 0 && r.inFlight == 0 {
+			r.gone = true
+			return
+		}
+		if r.lifeCtx.Err() != nil && r.inFlight == 0 {
+			// Stop gave up: what is queued is dropped, and so is what comes later (queue).
+			batch := r.finished
+			r.finished, r.gone = nil, true
+			r.mu.Unlock()
+			r.drop(batch, context.Cause(r.lifeCtx))
+			r.mu.Lock()
 			return
 		}
 		want := r.free
@@ -104,41 +114,43 @@ func (r *Runner) settleAndClaim(batch []finished, want int) int {
 	for i := range batch {
 		settles[i] = batch[i].settle
 	}
-	// Background, not claimCtx: results are recorded during a stop too.
-	results, ds, err := r.q.SettleAndClaim(context.Background(), settles, r.kinds, r.cfg.LeaseFor, want)
+	// lifeCtx, not claimCtx: results are recorded during a stop too.
+	ctx, cancel := r.callCtx()
+	results, ds, err := r.q.SettleAndClaim(ctx, settles, r.kinds, r.cfg.LeaseFor, want)
+	cancel()
 	if err != nil {
 		r.mu.Lock()
-		stopCtx := r.stopCtx
+		r.failures++
+		closed := errors.Is(err, work.ErrClosed)
+		gaveUp := r.lifeCtx.Err() != nil
+		// Nothing can be recorded any more when the queue is closed or Stop gave up; during a
+		// stop a store that keeps failing is not waited for either (it may have failed for
+		// good: a Pebble store does after a failed write).
+		drop := closed || gaveUp || r.stopping && r.failures >= stopRetries
+		if closed {
+			r.closed = true
+		}
+		if !drop {
+			r.finished = append(batch, r.finished...) // try again
+		}
 		r.mu.Unlock()
-		if errors.Is(err, work.ErrClosed) || stopCtx != nil && stopCtx.Err() != nil {
-			// Nothing can be recorded any more: the tasks stay claimed until their leases
-			// expire, and are delivered again then.
-			r.log.Error("runner: results dropped", "settles", len(batch), "err", err)
-			for _, f := range batch {
-				f.res.SettleErr = err
-				r.hooks.TaskEnd(f.t.ctx(), f.settle.Delivery, f.res)
+		if drop {
+			if gaveUp {
+				err = fmt.Errorf("%w: %w", context.Cause(r.lifeCtx), err)
 			}
-			if errors.Is(err, work.ErrClosed) {
-				r.mu.Lock()
-				r.closed = true
-				r.mu.Unlock()
-			}
+			r.drop(batch, err)
 			return 0
 		}
 		r.log.Error("runner: settle and claim failed", "settles", len(batch), "err", err)
-		r.mu.Lock()
-		r.finished = append(batch, r.finished...) // try again
-		r.mu.Unlock()
-		wait := context.Background()
-		if stopCtx != nil {
-			wait = stopCtx
-		}
 		select {
 		case <-time.After(errorRetryDelay):
-		case <-wait.Done():
+		case <-r.lifeCtx.Done():
 		}
 		return 0
 	}
+	r.mu.Lock()
+	r.failures = 0
+	r.mu.Unlock()
 	for i := range batch {
 		var serr error
 		if i < len(results) {
@@ -150,6 +162,31 @@ func (r *Runner) settleAndClaim(batch []finished, want int) int {
 		r.startTask(d)
 	}
 	return len(ds)
+}
+
+// drop gives up on recording batch's results for err: the tasks stay claimed until their
+// leases expire, and are delivered again then. Stop's error counts them.
+func (r *Runner) drop(batch []finished, err error) {
+	if len(batch) == 0 {
+		return
+	}
+	r.log.Error("runner: results dropped", "settles", len(batch), "err", err)
+	r.mu.Lock()
+	r.dropped += len(batch)
+	if r.dropErr == nil {
+		r.dropErr = err
+	}
+	r.mu.Unlock()
+	for _, f := range batch {
+		f.res.SettleErr = err
+		r.taskEnd(f.t.ctx(), f.settle.Delivery, f.res)
+	}
+}
+
+// callCtx is the context of one call to the queue: bounded by callBound, and ended when Stop
+// gives up.
+func (r *Runner) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.lifeCtx, r.callBound)
 }
 
 // recorded reports a result the queue recorded (or refused with serr).
@@ -182,7 +219,7 @@ func (r *Runner) recorded(f finished, serr error) {
 	default:
 		r.log.Debug("runner: task done", attrs...)
 	}
-	r.hooks.TaskEnd(f.t.ctx(), d, res)
+	r.taskEnd(f.t.ctx(), d, res)
 }
 
 // waitForTasks waits, with r.mu held on entry and exit, until tasks of the runner's kinds

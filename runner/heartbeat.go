@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 
 	"github.com/worklog/worklog/work"
@@ -11,7 +12,10 @@ func (r *Runner) beat(t *task) {
 	if t.owner.Load() != 0 {
 		return
 	}
-	d, err := r.q.Extend(r.runCtx, t.d, r.cfg.LeaseFor)
+	// Bounded by the lease: an extension that cannot be recorded within it is too late.
+	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.LeaseFor)
+	d, err := r.q.Extend(ctx, t.d, r.cfg.LeaseFor)
+	cancel()
 	switch {
 	case errors.Is(err, work.ErrStaleDelivery):
 		if t.take(ownerLost) {
@@ -25,7 +29,7 @@ func (r *Runner) beat(t *task) {
 			}
 			r.mu.Unlock()
 			r.nudge()
-			r.hooks.TaskEnd(t.ctx(), t.d, TaskResult{Result: LeaseLost, Err: ErrLeaseLost})
+			r.taskEnd(t.ctx(), t.d, TaskResult{Result: LeaseLost, Err: ErrLeaseLost})
 		}
 		return
 	case err != nil:

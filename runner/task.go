@@ -73,7 +73,7 @@ func (r *Runner) nextReady() *task {
 // runTask runs t's handler, queues its result, and returns the next ready task to run in
 // this slot (nil: none).
 func (r *Runner) runTask(t *task) *task {
-	ctx := r.hooks.TaskStart(t.base, t.d)
+	ctx := r.taskStart(t.base, t.d)
 	t.hookCtx.Store(&ctx)
 	d := t.d
 	var out json.RawMessage
@@ -117,8 +117,8 @@ func (r *Runner) runTask(t *task) *task {
 		o := work.Failure(message(err))
 		f.settle.Outcome, f.res.Result = &o, Failed
 	default:
-		f.res.RetryAt = time.Now().Add(max(r.cfg.Backoff(d.Attempt, err), 0))
-		f.settle.Release = &work.ReleaseRequest{RunAt: f.res.RetryAt, Reason: message(err)}
+		f.res.RetryAt = time.Now().Add(r.backoff(d, err))
+		f.settle.Release = &work.ReleaseRequest{RunAt: f.res.RetryAt, Reason: reason(err)}
 		f.res.Result = Retried
 	}
 	r.mu.Lock()
@@ -137,4 +137,17 @@ func (r *Runner) call(ctx context.Context, h Handler, t work.Task) (out json.Raw
 		}
 	}()
 	return h(ctx, t)
+}
+
+// backoff is Config.Backoff's delay after d's attempt failed with err; a Backoff that panics
+// is logged and replaced by the default's.
+func (r *Runner) backoff(d work.TaskDelivery, err error) (wait time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("runner: Config.Backoff panicked (recovered); the default backoff is used",
+				"task", d.Task.ID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			wait = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)(d.Attempt, err)
+		}
+	}()
+	return max(r.cfg.Backoff(d.Attempt, err), 0)
 }

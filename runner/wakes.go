@@ -13,7 +13,9 @@ import (
 // and acknowledges those it handled; it waits with WaitWakes when there are none.
 func (r *Runner) wakeLoop() {
 	for r.claimCtx.Err() == nil {
-		ws, err := r.q.ClaimWakes(r.claimCtx, r.cfg.WakeLeaseFor, r.cfg.WakeConcurrency)
+		ctx, cancel := context.WithTimeout(r.claimCtx, r.callBound)
+		ws, err := r.q.ClaimWakes(ctx, r.cfg.WakeLeaseFor, r.cfg.WakeConcurrency)
+		cancel()
 		if err == nil && len(ws) == 0 {
 			err = r.q.WaitWakes(r.claimCtx)
 		}
@@ -36,33 +38,47 @@ func (r *Runner) wakeLoop() {
 			return
 		}
 		r.handlers.Add(len(ws))
+		r.wakesRunning += len(ws)
 		r.mu.Unlock()
 		var wg sync.WaitGroup
 		for _, d := range ws {
 			wg.Go(func() {
 				defer r.handlers.Done()
 				r.runWake(d)
+				r.mu.Lock()
+				r.wakesRunning--
+				r.mu.Unlock()
 			})
 		}
-		wg.Wait()
+		// Stop waits for the handlers itself, within its context: the loop does not wait
+		// for one that ignores its context once claiming has ended.
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-r.claimCtx.Done():
+			return
+		}
 	}
 }
 
 func (r *Runner) runWake(d work.WakeDelivery) {
 	ctx, cancel := context.WithDeadline(r.runCtx, d.LeaseExpiresAt)
 	defer cancel()
-	ctx = r.hooks.WakeStart(ctx, d)
+	ctx = r.wakeStart(ctx, d)
 	err := r.callWake(ctx, d.Wake)
 	if err == nil {
-		// Background: a wake handled before a stop is acknowledged during it too.
-		err = r.q.AckWake(context.Background(), d)
+		// lifeCtx: a wake handled before a stop is acknowledged during it too.
+		actx, cancel := r.callCtx()
+		err = r.q.AckWake(actx, d)
+		cancel()
 	}
 	if err != nil {
 		r.log.Error("runner: wake not acknowledged", "wake", d.Wake.ID, "attempt", d.Attempt, "err", err)
 	} else {
 		r.log.Debug("runner: wake acknowledged", "wake", d.Wake.ID)
 	}
-	r.hooks.WakeEnd(ctx, d, err)
+	r.wakeEnd(ctx, d, err)
 }
 
 func (r *Runner) callWake(ctx context.Context, w work.Wake) (err error) {
