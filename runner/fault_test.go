@@ -55,17 +55,17 @@ func (f *walFault) fs() vfs.FS {
 func (f *walFault) unblock() { f.once.Do(func() { close(f.gate) }) }
 
 // stopWithin runs r.Stop(ctx) and fails the test when it has not returned within limit.
-func stopWithin(t *testing.T, r *runner.Runner, ctx context.Context, limit time.Duration) (error, time.Duration) {
+func stopWithin(t *testing.T, r *runner.Runner, ctx context.Context, limit time.Duration) (time.Duration, error) {
 	t.Helper()
 	began := time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.Stop(ctx) }()
 	select {
 	case err := <-stopped:
-		return err, time.Since(began)
+		return time.Since(began), err
 	case <-time.After(limit):
 		t.Fatalf("Stop has not returned %v after it began", limit)
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -107,7 +107,7 @@ func TestStopReturnsWhenTheStoreFreezes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err, took := stopWithin(t, r, ctx, 300*time.Millisecond+2*runner.StopGrace+20*time.Second)
+	took, err := stopWithin(t, r, ctx, 300*time.Millisecond+2*runner.StopGrace+20*time.Second)
 	var se *runner.StopError
 	if !errors.As(err, &se) || se.Unrecorded != 1 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop after %v: %v, want a *StopError with 1 unrecorded result, wrapping the deadline", took, err)
@@ -158,7 +158,7 @@ func TestStopReportsResultsDroppedOnAClosedQueue(t *testing.T) {
 	if e := hooks.next(t); !errors.Is(e.r.SettleErr, work.ErrClosed) {
 		t.Fatalf("end: %v %v, want the settle error ErrClosed", e.r.Result, e.r.SettleErr)
 	}
-	err, _ = stopWithin(t, r, context.Background(), 30*time.Second)
+	_, err = stopWithin(t, r, context.Background(), 30*time.Second)
 	var se *runner.StopError
 	if !errors.As(err, &se) || se.Unrecorded != 1 || !errors.Is(err, work.ErrClosed) || !errors.Is(err, work.ErrBackend) {
 		t.Fatalf("Stop: %v, want a *StopError with 1 unrecorded result wrapping work.ErrClosed", err)
@@ -214,7 +214,7 @@ func TestStopIdleRunnerWithEndedContext(t *testing.T) {
 			"k": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil },
 		}, Concurrency: 1, LeaseFor: time.Minute,
 			WakeHandler: func(context.Context, work.Wake) error { return nil }})
-		if err, _ := stopWithin(t, r, ctx, 30*time.Second); err != nil {
+		if _, err := stopWithin(t, r, ctx, 30*time.Second); err != nil {
 			t.Fatalf("runner %d: Stop of an idle runner with an ended context: %v, want nil", i, err)
 		}
 	}
@@ -242,7 +242,7 @@ func TestWakeOnlyRunner(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wake was not handled")
 	}
-	if err, _ := stopWithin(t, r, context.Background(), 30*time.Second); err != nil {
+	if _, err := stopWithin(t, r, context.Background(), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(t, q, task.ID); got.State != work.TaskPending {
@@ -342,7 +342,7 @@ func TestHookPanicsAreRecovered(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the wake was not handled")
 			}
-			if err, _ := stopWithin(t, r, context.Background(), 30*time.Second); err != nil {
+			if _, err := stopWithin(t, r, context.Background(), 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if got := read(t, q, task.ID); got.State != work.TaskSucceeded || got.Attempts != 1 || runs.Load() != 1 {

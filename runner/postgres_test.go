@@ -160,7 +160,7 @@ func TestStopReturnsWhenPostgresFreezes(t *testing.T) {
 	close(release) // the held task's result goes to a round the frozen server never answers
 	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err, took := stopWithin(t, r, stopCtx, 300*time.Millisecond+2*runner.StopGrace+20*time.Second)
+	took, err := stopWithin(t, r, stopCtx, 300*time.Millisecond+2*runner.StopGrace+20*time.Second)
 	var se *runner.StopError
 	if !errors.As(err, &se) || se.Unrecorded+btoi(se.Abandoned) == 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop after %v: %v, want a *StopError with the result unrecorded, wrapping the deadline", took, err)
