@@ -33,14 +33,21 @@
 //     an error releases it (Queue.Release) to run again after Backoff (exponential with
 //     jitter by default), until MaxAttempts, when it fails; an error marked with Permanent
 //     fails it at once; an error after a cancel request settles it as canceled; a panic is
-//     recovered and treated as an error (*PanicError, whose message has the stack). A task
+//     recovered and treated as an error (*PanicError: the log gets its stack, the queue
+//     records only its value and the frame that panicked). A task
 //     claimed beyond MaxAttempts (its earlier workers died) fails without running, so a task
 //     that crashes its worker is not delivered forever.
 //   - Wakes: with a WakeHandler, the runner also claims the queue's wakes and acknowledges
-//     each one whose handler returns nil.
+//     each one whose handler returns nil. A runner may have a WakeHandler and no Handlers:
+//     it then claims no tasks.
 //   - Stop is graceful: it stops claiming, lets running handlers finish within its context,
 //     then cancels the rest (ErrStopping) and releases their tasks so that they are delivered
-//     again at once, not when their leases expire.
+//     again at once, not when their leases expire. It returns within its context, or at the
+//     latest StopGrace after it, also when the store stopped answering: every call the
+//     runner makes to the queue is bounded. What it could not do (tasks released, results
+//     not recorded because the queue closed or the store failed) is in its *StopError.
+//   - A Hooks method (or Config.Backoff) that panics is recovered and logged: it never
+//     kills the host process nor loses a task's result.
 //   - It logs with log/slog (Config.Logger) and tells Config.Hooks about every task and wake
 //     it handles, so metrics and tracing (OpenTelemetry, Prometheus) plug in without being
 //     dependencies of worklog.

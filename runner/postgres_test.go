@@ -1,11 +1,20 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/postgres"
@@ -51,4 +60,136 @@ func TestIdleRunnerWokenByAnotherProcess(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a runner on another queue of the same database never started the task")
 	}
+}
+
+// freezeServer stops (SIGSTOP) the PostgreSQL server behind dsn: its postmaster (the parent
+// of the backend serving a new connection) first, so that it forks no more, then each of its
+// children. It returns the pids stopped, for SIGCONT.
+func freezeServer(t *testing.T, dsn string) []int {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backend int
+	err = c.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend)
+	c.Close(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	postmaster := parentOf(backend)
+	if postmaster <= 1 {
+		t.Fatalf("no postmaster for backend %d", backend)
+	}
+	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP of the postmaster %d: %v", postmaster, err)
+	}
+	pids := []int{postmaster}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || parentOf(pid) != postmaster {
+			continue
+		}
+		// A backend that exited meanwhile (ESRCH) needs no stopping.
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// parentOf is pid's parent pid from /proc (0 when it is gone).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so read after its last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// TestStopReturnsWhenPostgresFreezes (issue 27.3): with the server frozen (SIGSTOP of the
+// postmaster and every backend) while a result waits to be recorded, Stop with 300 ms
+// returns within its context plus StopGrace (twice that if the call ignored its context),
+// saying what it could not record; once the server resumes, the result reported recorded is
+// there. Before the fix the settle ran under context.Background and Stop waited for the
+// server (71 s in the report).
+func TestStopReturnsWhenPostgresFreezes(t *testing.T) {
+	srv := pgtest.Need(t)
+	if !srv.Owned() {
+		t.Skip("freezes the server: needs one this test binary started")
+	}
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := postgres.Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := newHooks()
+	release, running := make(chan struct{}), make(chan struct{}, 1)
+	r := start(t, q, runner.Config{Handlers: map[string]runner.Handler{
+		"quick": func(context.Context, work.Task) (json.RawMessage, error) { return json.RawMessage(`1`), nil },
+		"held": func(context.Context, work.Task) (json.RawMessage, error) {
+			running <- struct{}{}
+			<-release
+			return json.RawMessage(`2`), nil
+		},
+	}, Concurrency: 2, LeaseFor: time.Hour, Hooks: hooks})
+	quick, held := submit(t, q, "quick", "1"), submit(t, q, "held", "2")
+	if e := hooks.next(t); e.d.Task.ID != quick.ID || e.r.Result != runner.Succeeded || e.r.SettleErr != nil {
+		t.Fatalf("first end: %s %v %v, want the quick task recorded", e.d.Task.ID, e.r.Result, e.r.SettleErr)
+	}
+	<-running
+	var once sync.Once
+	var pids []int
+	thaw := func() {
+		once.Do(func() {
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGCONT)
+			}
+		})
+	}
+	defer thaw()
+	pids = freezeServer(t, dsn)
+	close(release) // the held task's result goes to a round the frozen server never answers
+	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	took, err := stopWithin(t, r, stopCtx, 300*time.Millisecond+2*runner.StopGrace+20*time.Second)
+	var se *runner.StopError
+	if !errors.As(err, &se) || se.Unrecorded+btoi(se.Abandoned) == 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop after %v: %v, want a *StopError with the result unrecorded, wrapping the deadline", took, err)
+	}
+	t.Logf("Stop returned after %v with the server frozen: %v", took, err)
+	thaw()
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close has not returned 60 s after the server resumed")
+	}
+	q2, err := postgres.Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	if got := read(t, q2, quick.ID); got.State != work.TaskSucceeded {
+		t.Errorf("the quick task, reported recorded, is %s", got.State)
+	}
+	if got := read(t, q2, held.ID); got.State != work.TaskSucceeded && got.State != work.TaskRunning {
+		t.Errorf("the held task is %s, want succeeded or still claimed", got.State)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

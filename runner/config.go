@@ -1,0 +1,182 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/worklog/worklog/work"
+)
+
+// Handler runs one task. A nil error settles the task as succeeded with the returned output
+// (a JSON value, or nil for null); an error releases it for a retry after a backoff, or fails
+// it when the attempts are used up or the error is Permanent. The context is canceled when a
+// cancel of the task is requested (the task then settles as canceled if the handler returns
+// an error), when the runner loses the task's lease, or when a graceful stop runs out of time
+// (in the last two cases nothing the handler returns is recorded).
+type Handler func(ctx context.Context, t work.Task) (json.RawMessage, error)
+
+// WakeHandler handles one wake; the wake is acknowledged when it returns nil. After an error
+// (or a panic) the wake is not acknowledged and is delivered again once its lease expires.
+type WakeHandler func(ctx context.Context, w work.Wake) error
+
+// Defaults of Config's optional fields.
+const (
+	DefaultMaxAttempts     = 25
+	DefaultWakeConcurrency = 4
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = time.Hour
+)
+
+// Config configures a Runner. Handlers, Concurrency and LeaseFor are required; every other
+// field has a default.
+type Config struct {
+	// Handlers maps each task kind the runner runs to its handler; the runner claims only
+	// these kinds. It may be empty when WakeHandler is set: the runner then handles wakes
+	// only, and claims no tasks (Concurrency may then be 0).
+	Handlers map[string]Handler
+	// Concurrency is the number of task handlers that may run at once (> 0).
+	Concurrency int
+	// Prefetch is how many tasks the runner may hold claimed beyond Concurrency, waiting for
+	// a free slot (>= 0; default 0). A slot that frees then starts the next task at once,
+	// without waiting for a claim's round trip (an fsync on a durable store), which is what
+	// bounds the throughput of short handlers (docs/performance.md). The cost: those tasks'
+	// leases run (and are heartbeaten) while they wait, and another runner cannot take
+	// them meanwhile; Stop releases them at once.
+	Prefetch int
+	// LeaseFor is the lease of each claim (> 0); heartbeats renew it while a handler runs.
+	LeaseFor time.Duration
+	// Heartbeat is how often a running task's lease is extended; 0: LeaseFor/3. It must be
+	// shorter than LeaseFor.
+	Heartbeat time.Duration
+	// MaxAttempts is the number of attempts a task gets (claims, redeliveries after a crash
+	// included): an error on the last one fails the task, and a task claimed beyond it
+	// (its earlier workers died) fails without running. 0: DefaultMaxAttempts.
+	//
+	// The collateral cost of a poison task: a task that kills the process (a crash, an
+	// os.Exit, a fatal error a recover cannot catch) costs an attempt to every task this
+	// runner held at that moment (the ones running beside it and the prefetched ones, all
+	// claimed, each claim an attempt), since their attempts end without a result too. A
+	// poison task is failed after MaxAttempts claims, but the tasks that kept company with it
+	// may have lost as many attempts meanwhile: with a small MaxAttempts they can fail
+	// without ever having failed themselves. Keep MaxAttempts well above the crashes an
+	// innocent task may witness, or run suspect kinds in a runner of their own (Concurrency
+	// 1, Prefetch 0).
+	MaxAttempts int
+	// Backoff is how long a task waits before its next attempt after attempt failed with
+	// err; nil: ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax).
+	Backoff func(attempt uint32, err error) time.Duration
+
+	// WakeHandler, when set, handles the queue's wakes, with up to WakeConcurrency (0:
+	// DefaultWakeConcurrency) at once and a lease of WakeLeaseFor (0: LeaseFor) each.
+	WakeHandler     WakeHandler
+	WakeConcurrency int
+	WakeLeaseFor    time.Duration
+
+	// Logger receives the runner's log; nil: slog.Default().
+	Logger *slog.Logger
+	// Hooks, when set, is told about every task and wake the runner handles (metrics,
+	// tracing).
+	Hooks Hooks
+}
+
+// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
+var ErrInvalidConfig = errors.New("runner: invalid configuration")
+
+// ConfigError is New's refusal of a Config; Field names the field.
+type ConfigError struct {
+	Field, Message string
+}
+
+func (e *ConfigError) Error() string { return "runner: invalid Config." + e.Field + ": " + e.Message }
+
+// Is matches ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// New checks cfg and returns a runner over q. A bad configuration is a *ConfigError naming
+// the field.
+func New(q *work.Queue, cfg Config) (*Runner, error) {
+	if q == nil {
+		return nil, &ConfigError{Field: "Queue", Message: "must not be nil"}
+	}
+	if len(cfg.Handlers) == 0 && cfg.WakeHandler == nil {
+		// A runner of wakes alone has no kinds: it claims no tasks.
+		return nil, &ConfigError{Field: "Handlers", Message: "must register at least one kind (or set WakeHandler)"}
+	}
+	kinds := make([]string, 0, len(cfg.Handlers))
+	for k, h := range cfg.Handlers {
+		if strings.TrimSpace(k) == "" {
+			return nil, &ConfigError{Field: "Handlers", Message: "has a blank kind"}
+		}
+		if h == nil {
+			return nil, &ConfigError{Field: "Handlers", Message: fmt.Sprintf("kind %q has a nil handler", k)}
+		}
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	switch {
+	case cfg.Concurrency < 0 || cfg.Concurrency == 0 && len(kinds) > 0:
+		return nil, &ConfigError{Field: "Concurrency", Message: "must be positive"}
+	}
+	if cfg.Prefetch < 0 {
+		return nil, &ConfigError{Field: "Prefetch", Message: "must not be negative"}
+	}
+	if cfg.LeaseFor <= 0 {
+		return nil, &ConfigError{Field: "LeaseFor", Message: "must be positive"}
+	}
+	hb := cfg.Heartbeat
+	switch {
+	case hb < 0:
+		return nil, &ConfigError{Field: "Heartbeat", Message: "must not be negative"}
+	case hb == 0:
+		hb = cfg.LeaseFor / 3
+		if hb <= 0 {
+			hb = cfg.LeaseFor
+		}
+	case hb >= cfg.LeaseFor:
+		return nil, &ConfigError{Field: "Heartbeat", Message: "must be shorter than LeaseFor"}
+	}
+	if cfg.MaxAttempts < 0 {
+		return nil, &ConfigError{Field: "MaxAttempts", Message: "must not be negative"}
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)
+	}
+	if cfg.WakeConcurrency < 0 {
+		return nil, &ConfigError{Field: "WakeConcurrency", Message: "must not be negative"}
+	}
+	if cfg.WakeConcurrency == 0 {
+		cfg.WakeConcurrency = DefaultWakeConcurrency
+	}
+	if cfg.WakeLeaseFor < 0 {
+		return nil, &ConfigError{Field: "WakeLeaseFor", Message: "must not be negative"}
+	}
+	if cfg.WakeLeaseFor == 0 {
+		cfg.WakeLeaseFor = cfg.LeaseFor
+	}
+	r := &Runner{q: q, cfg: cfg, kinds: kinds, log: cfg.Logger, hooks: cfg.Hooks, heartbeat: hb,
+		maxAttempts: uint32(min(cfg.MaxAttempts, 1<<31)), free: cfg.Concurrency + cfg.Prefetch, slots: cfg.Concurrency,
+		running: make(map[*task]struct{}), kick: make(chan struct{}, 1)}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.hooks == nil {
+		r.hooks = NoHooks{}
+	}
+	r.claimCtx, r.claimCancel = context.WithCancel(context.Background())
+	r.runCtx, r.runCancel = context.WithCancel(context.Background())
+	r.lifeCtx, r.giveUp = context.WithCancelCause(context.Background())
+	r.callBound = max(cfg.LeaseFor, cfg.WakeLeaseFor, minCallBound)
+	return r, nil
+}
+
+// Kinds returns the task kinds the runner claims, sorted.
+func (r *Runner) Kinds() []string { return slices.Clone(r.kinds) }

@@ -1,0 +1,250 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/worklog/worklog/work"
+)
+
+// roundsInFlight is how many SettleAndClaim calls the dispatcher keeps going at once.
+// Measured with W2 (bench/, 16 slots, handlers that return at once): one round in flight,
+// after gather, carried 14.7-15.2 results per round; two carried 8.2-8.8 each (the second
+// round takes the results that came while the first flies, so each fsync carries half) and
+// were no faster. Without gather, one round in flight carried 8.1 (the slots split into
+// two cohorts that alternate).
+const roundsInFlight = 1
+
+// dispatch is the goroutine that talks to the queue for tasks: each round settles every
+// result that arrived since the last one and claims as many tasks as there are free slots,
+// in one SettleAndClaim (one fsync on a durable store), then starts their handlers. When a
+// round claimed fewer than it asked, nothing was due: it waits with WaitTasks (which a
+// result also ends, to record it) before it claims again; when every slot is busy it waits
+// for a result. It never polls.
+func (r *Runner) dispatch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gathered := false
+	for {
+		if r.stopping && r.active == 0 && len(r.finished) == 0 && r.inFlight == 0 {
+			r.gone = true
+			return
+		}
+		if r.lifeCtx.Err() != nil && r.inFlight == 0 {
+			// Stop gave up: what is queued is dropped, and so is what comes later (queue).
+			batch := r.finished
+			r.finished, r.gone = nil, true
+			r.mu.Unlock()
+			r.drop(batch, context.Cause(r.lifeCtx))
+			r.mu.Lock()
+			return
+		}
+		want := r.free
+		if r.stopping || r.closed || r.idle {
+			want = 0
+		}
+		if (len(r.finished) > 0 || want > 0) && r.inFlight < roundsInFlight {
+			if !gathered {
+				r.gather()
+				gathered = true
+				continue // the results and free slots may have grown: look again
+			}
+			gathered = false
+			batch := r.finished
+			r.finished = nil
+			r.free -= want
+			r.inFlight++
+			go r.round(batch, want)
+			continue
+		}
+		if r.idle && r.inFlight == 0 && !r.stopping && !r.closed {
+			r.waitForTasks()
+			continue
+		}
+		// Every change that gives the dispatcher something to do nudges it: a result, a
+		// free slot, a round's end, a lost lease, Stop.
+		r.mu.Unlock()
+		<-r.kick
+		r.mu.Lock()
+	}
+}
+
+// gatherYields is how many times the dispatcher yields, before a round, to handlers that
+// are running.
+const gatherYields = 3
+
+// gather lets running handlers that are about to return do so before a round is sent, so
+// that their results go in it rather than in the next one: with instant handlers, the 16
+// goroutines a round started are runnable but have not run when the dispatcher looks, and
+// without this each fsync carried a few of them. It yields the processor (r.mu released)
+// at most gatherYields times, and only while some handler runs and has not reported. It
+// adds no wait when no handler is running (an idle runner's first task). r.mu is held.
+func (r *Runner) gather() {
+	for range gatherYields {
+		if r.active == 0 || r.stopping {
+			break
+		}
+		r.mu.Unlock()
+		runtime.Gosched()
+		r.mu.Lock()
+	}
+}
+
+// round records batch and claims up to want tasks, then gives back the slots it did not
+// fill; claiming fewer than want makes the dispatcher idle (wait for tasks).
+func (r *Runner) round(batch []finished, want int) {
+	got := r.settleAndClaim(batch, want)
+	r.mu.Lock()
+	r.inFlight--
+	r.free += want - got
+	if got < want {
+		r.idle = true
+	}
+	r.mu.Unlock()
+	r.nudge()
+}
+
+// settleAndClaim is one SettleAndClaim: it reports every result of batch and starts a
+// handler for each task claimed, and returns their number.
+func (r *Runner) settleAndClaim(batch []finished, want int) int {
+	settles := make([]work.Settle, len(batch))
+	for i := range batch {
+		settles[i] = batch[i].settle
+	}
+	// lifeCtx, not claimCtx: results are recorded during a stop too.
+	ctx, cancel := r.callCtx()
+	results, ds, err := r.q.SettleAndClaim(ctx, settles, r.kinds, r.cfg.LeaseFor, want)
+	cancel()
+	if err != nil {
+		r.mu.Lock()
+		r.failures++
+		closed := errors.Is(err, work.ErrClosed)
+		gaveUp := r.lifeCtx.Err() != nil
+		// Nothing can be recorded any more when the queue is closed or Stop gave up; during a
+		// stop a store that keeps failing is not waited for either (it may have failed for
+		// good: a Pebble store does after a failed write).
+		drop := closed || gaveUp || r.stopping && r.failures >= stopRetries
+		if closed {
+			r.closed = true
+		}
+		if !drop {
+			r.finished = append(batch, r.finished...) // try again
+		}
+		r.mu.Unlock()
+		if drop {
+			if gaveUp {
+				err = fmt.Errorf("%w: %w", context.Cause(r.lifeCtx), err)
+			}
+			r.drop(batch, err)
+			return 0
+		}
+		r.log.Error("runner: settle and claim failed", "settles", len(batch), "err", err)
+		select {
+		case <-time.After(errorRetryDelay):
+		case <-r.lifeCtx.Done():
+		}
+		return 0
+	}
+	r.mu.Lock()
+	r.failures = 0
+	r.mu.Unlock()
+	for i := range batch {
+		var serr error
+		if i < len(results) {
+			serr = results[i].Err
+		}
+		r.recorded(batch[i], serr)
+	}
+	for _, d := range ds {
+		r.startTask(d)
+	}
+	return len(ds)
+}
+
+// drop gives up on recording batch's results for err: the tasks stay claimed until their
+// leases expire, and are delivered again then. Stop's error counts them.
+func (r *Runner) drop(batch []finished, err error) {
+	if len(batch) == 0 {
+		return
+	}
+	r.log.Error("runner: results dropped", "settles", len(batch), "err", err)
+	r.mu.Lock()
+	r.dropped += len(batch)
+	if r.dropErr == nil {
+		r.dropErr = err
+	}
+	r.mu.Unlock()
+	for _, f := range batch {
+		f.res.SettleErr = err
+		r.taskEnd(f.t.ctx(), f.settle.Delivery, f.res)
+	}
+}
+
+// callCtx is the context of one call to the queue: bounded by callBound, and ended when Stop
+// gives up.
+func (r *Runner) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.lifeCtx, r.callBound)
+}
+
+// recorded reports a result the queue recorded (or refused with serr).
+func (r *Runner) recorded(f finished, serr error) {
+	d := f.settle.Delivery
+	if serr != nil && errors.Is(serr, work.ErrInvalidRequest) && f.settle.Outcome != nil && f.settle.Outcome.State == work.TaskSucceeded {
+		// The output was refused (not JSON, too large): the task fails, with the reason.
+		err := fmt.Errorf("the handler's output was refused: %w", serr)
+		r.log.Error("runner: task output refused", "task", d.Task.ID, "kind", d.Task.Kind, "err", serr)
+		o := work.Failure(message(err))
+		r.mu.Lock()
+		r.active++
+		r.queue(finished{t: f.t, settle: work.Settle{Delivery: d, Outcome: &o},
+			res: TaskResult{Result: Failed, Err: err, Duration: f.res.Duration}})
+		r.mu.Unlock()
+		return
+	}
+	res := f.res
+	res.SettleErr = serr
+	attrs := []any{"task", d.Task.ID, "kind", d.Task.Kind, "attempt", d.Attempt, "result", res.Result}
+	switch {
+	case serr != nil:
+		r.log.Error("runner: recording the result failed", append(attrs, "err", serr)...)
+	case res.Result == Failed:
+		r.log.Error("runner: task failed", append(attrs, "err", res.Err)...)
+	case res.Result == Retried:
+		r.log.Warn("runner: task will be retried", append(attrs, "retry_at", res.RetryAt, "err", res.Err)...)
+	case res.Result == Released:
+		r.log.Warn("runner: task released at stop", attrs...)
+	default:
+		r.log.Debug("runner: task done", attrs...)
+	}
+	r.taskEnd(f.t.ctx(), d, res)
+}
+
+// waitForTasks waits, with r.mu held on entry and exit, until tasks of the runner's kinds
+// may be claimable (then the dispatcher is no longer idle), a result arrives, or Stop
+// begins.
+func (r *Runner) waitForTasks() {
+	if len(r.finished) > 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.claimCtx)
+	r.waitCancel = cancel
+	r.mu.Unlock()
+	err := r.q.WaitTasks(ctx, r.kinds)
+	canceled := ctx.Err() != nil
+	cancel()
+	if err != nil && !canceled {
+		r.log.Error("runner: waiting for tasks failed", "err", err)
+		select {
+		case <-time.After(errorRetryDelay):
+		case <-r.claimCtx.Done():
+		}
+	}
+	r.mu.Lock()
+	r.waitCancel = nil
+	if !canceled {
+		r.idle = false // work may be due (or the wait failed: try a claim)
+	}
+}

@@ -1,0 +1,123 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/worklog/worklog/work"
+)
+
+// Result is what became of a task the runner handled (Hooks.TaskEnd).
+type Result int
+
+const (
+	Succeeded Result = iota // settled with the handler's output
+	Failed                  // settled as failed: permanent error, last attempt, or attempts used up
+	Retried                 // released, to run again at TaskResult.RetryAt
+	Canceled                // settled as canceled: a cancel was requested
+	LeaseLost               // the lease was lost (another worker claimed the task); nothing recorded
+	Released                // a graceful stop ran out of time and gave the task back
+)
+
+var resultNames = [...]string{"succeeded", "failed", "retried", "canceled", "lease_lost", "released"}
+
+func (r Result) String() string {
+	if int(r) < len(resultNames) {
+		return resultNames[r]
+	}
+	return fmt.Sprintf("Result(%d)", int(r))
+}
+
+// TaskResult describes a task's end for Hooks.TaskEnd.
+type TaskResult struct {
+	Result   Result
+	Err      error         // the handler's error (nil when it succeeded)
+	Duration time.Duration // how long the handler ran (0 when it did not run)
+	RetryAt  time.Time     // Retried: when the task runs again
+	// SettleErr is the error of recording the result, if any (the task then stays claimed
+	// until its lease expires and is delivered again).
+	SettleErr error
+}
+
+// Hooks is told about the tasks and wakes a runner handles, for metrics and tracing (an
+// OpenTelemetry span, a Prometheus histogram) without the runner depending on either.
+// Methods are called from the runner's goroutines and must be quick and safe for
+// concurrent use. Embed NoHooks to implement only some of them. A method that panics is
+// recovered and logged (at Error, with the stack), and the runner goes on as if it had
+// returned: a TaskStart or WakeStart that panics leaves the handler its own context.
+type Hooks interface {
+	// TaskStart is called before a task's handler runs; the handler runs with the context
+	// it returns (a span's).
+	TaskStart(ctx context.Context, d work.TaskDelivery) context.Context
+	// TaskEnd is called once the task's result is recorded (or known lost), with the
+	// context TaskStart returned.
+	TaskEnd(ctx context.Context, d work.TaskDelivery, r TaskResult)
+	// WakeStart and WakeEnd are the same for wakes; err is the handler's error or the
+	// acknowledgment's.
+	WakeStart(ctx context.Context, d work.WakeDelivery) context.Context
+	WakeEnd(ctx context.Context, d work.WakeDelivery, err error)
+}
+
+// NoHooks implements Hooks with methods that do nothing.
+type NoHooks struct{}
+
+func (NoHooks) TaskStart(ctx context.Context, _ work.TaskDelivery) context.Context { return ctx }
+func (NoHooks) TaskEnd(context.Context, work.TaskDelivery, TaskResult)             {}
+func (NoHooks) WakeStart(ctx context.Context, _ work.WakeDelivery) context.Context { return ctx }
+func (NoHooks) WakeEnd(context.Context, work.WakeDelivery, error)                  {}
+
+// The runner calls its hooks through these, which recover a hook's panic: a hook must not
+// kill the host process, nor keep a task from running or its result from being recorded.
+
+func (r *Runner) taskStart(base context.Context, d work.TaskDelivery) (ctx context.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.hookPanicked("TaskStart", v, "task", d.Task.ID)
+			ctx = base
+		}
+	}()
+	if ctx = r.hooks.TaskStart(base, d); ctx == nil {
+		ctx = base
+	}
+	return ctx
+}
+
+func (r *Runner) taskEnd(ctx context.Context, d work.TaskDelivery, res TaskResult) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.hookPanicked("TaskEnd", v, "task", d.Task.ID)
+		}
+	}()
+	r.hooks.TaskEnd(ctx, d, res)
+}
+
+func (r *Runner) wakeStart(base context.Context, d work.WakeDelivery) (ctx context.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.hookPanicked("WakeStart", v, "wake", d.Wake.ID)
+			ctx = base
+		}
+	}()
+	if ctx = r.hooks.WakeStart(base, d); ctx == nil {
+		ctx = base
+	}
+	return ctx
+}
+
+func (r *Runner) wakeEnd(ctx context.Context, d work.WakeDelivery, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.hookPanicked("WakeEnd", v, "wake", d.Wake.ID)
+		}
+	}()
+	r.hooks.WakeEnd(ctx, d, err)
+}
+
+// hookPanicked logs a hook's recovered panic v; it runs in the hook's deferred function,
+// so the stack is the panic's.
+func (r *Runner) hookPanicked(method string, v any, attrs ...any) {
+	r.log.Error("runner: Hooks."+method+" panicked (recovered)",
+		append(attrs, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))...)
+}

@@ -1,0 +1,153 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/worklog/worklog/work"
+)
+
+// startTask starts d's handler in a goroutine if a slot is free, else keeps it ready
+// (prefetched) for the next slot; its heartbeat starts now either way.
+func (r *Runner) startTask(d work.TaskDelivery) {
+	hctx, cancel := context.WithCancelCause(r.runCtx)
+	t := &task{d: d, base: hctx, cancel: cancel}
+	// Armed only once t.hb is set: the callback re-arms it.
+	t.hb = time.AfterFunc(time.Duration(1<<62), func() { r.beat(t) })
+	r.mu.Lock()
+	r.active++
+	r.running[t] = struct{}{}
+	if r.stopping {
+		// Claimed by a round that was in flight when Stop began: it goes back at once,
+		// and no handler starts once Stop waits for them.
+		t.take(ownerStop)
+		t.hb.Stop()
+		t.cancel(ErrStopping)
+		r.free++
+		r.queue(finished{t: t, settle: work.Settle{Delivery: d,
+			Release: &work.ReleaseRequest{Reason: "runner stopping"}},
+			res: TaskResult{Result: Released, Err: ErrStopping}})
+		r.mu.Unlock()
+		return
+	}
+	t.hb.Reset(r.heartbeat)
+	if r.slots == 0 {
+		r.ready = append(r.ready, t)
+		r.mu.Unlock()
+		return
+	}
+	r.slots--
+	t.run, t.started = true, time.Now()
+	r.handlers.Add(1)
+	r.mu.Unlock()
+	go r.runTasks(t)
+}
+
+// runTasks runs t, then the ready tasks while there are any: one goroutine per slot.
+func (r *Runner) runTasks(t *task) {
+	defer r.handlers.Done()
+	for t != nil {
+		t = r.runTask(t)
+	}
+}
+
+// nextReady takes the next ready task that is still the runner's, or gives the slot back;
+// r.mu is held.
+func (r *Runner) nextReady() *task {
+	for len(r.ready) > 0 {
+		t := r.ready[0]
+		r.ready[0] = nil
+		r.ready = r.ready[1:]
+		if t.owner.Load() == 0 {
+			t.run, t.started = true, time.Now()
+			return t
+		}
+	}
+	r.slots++
+	return nil
+}
+
+// runTask runs t's handler, queues its result, and returns the next ready task to run in
+// this slot (nil: none).
+func (r *Runner) runTask(t *task) *task {
+	ctx := r.taskStart(t.base, t.d)
+	t.hookCtx.Store(&ctx)
+	d := t.d
+	var out json.RawMessage
+	var err error
+	ran := false
+	switch {
+	case !d.Task.CancelRequestedAt.IsZero():
+		// Canceled while an earlier worker held it: nothing to run.
+		t.canceled.Store(true)
+		err = ErrCancelRequested
+	case d.Attempt > r.maxAttempts:
+		// Its earlier workers died (or their leases ran out) with every attempt.
+		err = Permanent(fmt.Errorf("attempt %d is beyond MaxAttempts %d: earlier attempts never reported", d.Attempt, r.maxAttempts))
+	default:
+		ran = true
+		out, err = r.call(ctx, r.cfg.Handlers[d.Task.Kind], d.Task)
+	}
+	t.hb.Stop()
+	var took time.Duration
+	if ran {
+		took = time.Since(t.started)
+	}
+	if !t.take(ownerHandler) {
+		// Lease lost or released by Stop: the result is not recorded.
+		r.mu.Lock()
+		r.free++
+		next := r.nextReady()
+		r.mu.Unlock()
+		r.nudge()
+		return next
+	}
+	f := finished{t: t, settle: work.Settle{Delivery: d}, res: TaskResult{Err: err, Duration: took}}
+	switch {
+	case err == nil:
+		o := work.Success(out)
+		f.settle.Outcome, f.res.Result = &o, Succeeded
+	case t.canceled.Load():
+		o := work.Cancellation()
+		f.settle.Outcome, f.res.Result = &o, Canceled
+	case IsPermanent(err) || d.Attempt >= r.maxAttempts:
+		o := work.Failure(message(err))
+		f.settle.Outcome, f.res.Result = &o, Failed
+	default:
+		f.res.RetryAt = time.Now().Add(r.backoff(d, err))
+		f.settle.Release = &work.ReleaseRequest{RunAt: f.res.RetryAt, Reason: reason(err)}
+		f.res.Result = Retried
+	}
+	r.mu.Lock()
+	r.free++
+	r.queue(f)
+	next := r.nextReady()
+	r.mu.Unlock()
+	return next
+}
+
+// call runs h, turning a panic into a *PanicError.
+func (r *Runner) call(ctx context.Context, h Handler, t work.Task) (out json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out, err = nil, &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, t)
+}
+
+// backoff is Config.Backoff's delay after d's attempt failed with err; a Backoff that panics
+// is logged and replaced by the default's.
+func (r *Runner) backoff(d work.TaskDelivery, err error) (wait time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("runner: Config.Backoff panicked (recovered); the default backoff is used",
+				"task", d.Task.ID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			wait = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)(d.Attempt, err)
+		}
+	}()
+	return max(r.cfg.Backoff(d.Attempt, err), 0)
+}
