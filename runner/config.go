@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/work"
 )
 
@@ -77,6 +78,11 @@ type Config struct {
 	WakeHandler     WakeHandler
 	WakeConcurrency int
 	WakeLeaseFor    time.Duration
+
+	// WorkerID is the worker identity every claim of this runner records (work.WithWorker:
+	// the claim events, the deliveries' Worker, replay's attempts); at most 256 bytes.
+	// "": work.DefaultWorker(), "<host name>:<process id>".
+	WorkerID string
 
 	// Logger receives the runner's log; nil: slog.Default().
 	Logger *slog.Logger
@@ -162,6 +168,15 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	if cfg.WakeLeaseFor == 0 {
 		cfg.WakeLeaseFor = cfg.LeaseFor
 	}
+	if len(cfg.WorkerID) > events.MaxWorker {
+		return nil, &ConfigError{Field: "WorkerID", Message: fmt.Sprintf("is %d bytes, longer than %d", len(cfg.WorkerID), events.MaxWorker)}
+	}
+	// Every call to the queue derives its context from base, so every claim records the
+	// runner's worker identity.
+	base := context.Background()
+	if cfg.WorkerID != "" {
+		base = work.WithWorker(base, cfg.WorkerID)
+	}
 	r := &Runner{q: q, cfg: cfg, kinds: kinds, log: cfg.Logger, hooks: cfg.Hooks, heartbeat: hb,
 		maxAttempts: uint32(min(cfg.MaxAttempts, 1<<31)), free: cfg.Concurrency + cfg.Prefetch, slots: cfg.Concurrency,
 		running: make(map[*task]struct{}), kick: make(chan struct{}, 1)}
@@ -171,9 +186,9 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	if r.hooks == nil {
 		r.hooks = NoHooks{}
 	}
-	r.claimCtx, r.claimCancel = context.WithCancel(context.Background())
+	r.claimCtx, r.claimCancel = context.WithCancel(base)
 	r.runCtx, r.runCancel = context.WithCancel(context.Background())
-	r.lifeCtx, r.giveUp = context.WithCancelCause(context.Background())
+	r.lifeCtx, r.giveUp = context.WithCancelCause(base)
 	r.callBound = max(cfg.LeaseFor, cfg.WakeLeaseFor, minCallBound)
 	return r, nil
 }

@@ -134,6 +134,7 @@ func TestConfigErrors(t *testing.T) {
 		{"MaxAttempts", func(c *runner.Config) { c.MaxAttempts = -1 }},
 		{"WakeConcurrency", func(c *runner.Config) { c.WakeConcurrency = -1 }},
 		{"WakeLeaseFor", func(c *runner.Config) { c.WakeLeaseFor = -1 }},
+		{"WorkerID", func(c *runner.Config) { c.WorkerID = strings.Repeat("w", 257) }},
 	}
 	for _, c := range cases {
 		cfg := good
@@ -498,6 +499,46 @@ func TestWakeHandler(t *testing.T) {
 	})
 	if err != nil || acked != 1 {
 		t.Fatalf("%d wakes acknowledged (%v), want 1", acked, err)
+	}
+}
+
+// TestWorkerID: every claim of a runner, of tasks and of wakes, records its Config.WorkerID
+// in the log (spec part 3: the runner's claims carry its worker identity).
+func TestWorkerID(t *testing.T) {
+	q := openQueue(t)
+	hooks := newHooks()
+	h := map[string]runner.Handler{"k": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }}
+	start(t, q, runner.Config{Handlers: h, Concurrency: 1, LeaseFor: time.Hour, Hooks: hooks, WorkerID: "billing-runner-7",
+		WakeHandler: func(context.Context, work.Wake) error { return nil }})
+	tk := submit(t, q, "k", `1`)
+	if _, err := q.Session("s").Wake(context.Background(), work.WakeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	hooks.next(t)
+	select {
+	case <-hooks.wakes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wake was not handled")
+	}
+	claims := map[events.Type]string{}
+	err := q.ReadLog(context.Background(), 0, func(ev events.Event) error {
+		switch c := ev.(type) {
+		case *events.TaskClaimed:
+			if c.TaskID == tk.ID {
+				claims[ev.Type()] = c.Worker
+			}
+		case *events.WakeClaimed:
+			claims[ev.Type()] = c.Worker
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []events.Type{events.TypeTaskClaimed, events.TypeWakeClaimed} {
+		if got, ok := claims[typ]; !ok || got != "billing-runner-7" {
+			t.Errorf("%s records worker %q (found %v), want billing-runner-7", typ, got, ok)
+		}
 	}
 }
 
