@@ -91,7 +91,8 @@ type submitResult struct {
 // server hands the same id to the next transaction, which commits. pg_xact_status(id) then
 // says "committed" about a transaction that never did. The writer must not answer success:
 // the task does not exist. (When the server happened to write the lost transaction's WAL,
-// its id is not reused; the round is repeated, up to three times.)
+// its id is not reused: in about half the rounds here, for reasons not pinned down. The
+// round is repeated, up to five times.)
 func TestLostCommitWhoseTransactionIDIsReused(t *testing.T) {
 	srv := pgtest.Need(t)
 	if !srv.Owned() {
@@ -111,8 +112,8 @@ func TestLostCommitWhoseTransactionIDIsReused(t *testing.T) {
 		if reused {
 			break
 		}
-		t.Logf("round %d: the lost transaction's WAL reached the disk (a standby snapshot, every 15 s, flushes it): id %d not reused", round, xid)
-		if round == 3 {
+		t.Logf("round %d: the lost transaction's WAL reached the disk after all: id %d not reused", round, xid)
+		if round == 5 {
 			t.Log("the transaction id was never reused: this run checked less than it should")
 			break
 		}
@@ -298,7 +299,7 @@ func TestResolveReadsTheCommitMark(t *testing.T) {
 		t.Skip("the server was not started by this test binary")
 	}
 	// (When the server happened to write the transaction's WAL, its id is not reused: up to
-	// three rounds.)
+	// five rounds.)
 	for round, n := 1, int64(3); ; round, n = round+1, n+1 {
 		c := connect(t, dsn)
 		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
@@ -328,7 +329,7 @@ func TestResolveReadsTheCommitMark(t *testing.T) {
 			return
 		}
 		t.Logf("round %d: the lost transaction's id %d reads %s: not reused", round, xid, status)
-		if round == 3 {
+		if round == 5 {
 			t.Log("the transaction id was never reused: this run checked less than it should")
 			return
 		}
