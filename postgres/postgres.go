@@ -62,9 +62,10 @@ var (
 	// ErrCorruptRow: a stored row does not decode, or the log has a gap. The error names
 	// the table and the row.
 	ErrCorruptRow = errors.New("postgres: corrupt row")
-	// ErrCommitUnknown: the connection failed during a COMMIT and the server could not be
-	// asked, within Options.CommitResolveTimeout, whether it committed. The call may or
-	// may not have taken effect; an idempotency key makes a retry safe.
+	// ErrCommitUnknown: the connection failed during a COMMIT and its outcome could not be
+	// proven within Options.CommitResolveTimeout (the writer reads back its group's commit
+	// mark, never trusting pg_xact_status, whose transaction ids a crash may reuse). The
+	// call may or may not have taken effect; an idempotency key makes a retry safe.
 	ErrCommitUnknown = errors.New("postgres: commit outcome unknown")
 )
 
