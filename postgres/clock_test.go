@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,5 +86,65 @@ func TestServerClockDecides(t *testing.T) {
 	}
 	if st.At.Before(before.Add(-slack)) || st.At.After(server().Add(slack)) {
 		t.Errorf("Stats at %v, want the server's time", st.At)
+	}
+}
+
+// TestServerClockAnchorAndRefresh: serverClock without a server. Now is the measured server
+// time plus the local monotonic time elapsed since, whatever the local wall clock says; an
+// anchor older than clockRefresh starts one measurement in the background (Now does not
+// wait for it), and a measurement with a longer round trip than the anchor's does not
+// replace a fresh anchor.
+func TestServerClockAnchorAndRefresh(t *testing.T) {
+	ctx := context.Background()
+	base := time.Now()
+	var localAt atomic.Int64 // the fake local clock's offset from base
+	serverAhead := time.Hour
+	var queries atomic.Int32
+	var delay atomic.Int64      // the next query's round trip, on the fake local clock
+	gate := make(chan struct{}) // a query with a round trip waits for it
+	old := localClock
+	localClock = func() time.Time { return base.Add(time.Duration(localAt.Load())) }
+	defer func() { localClock = old }()
+	engineCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c, err := newServerClock(ctx, engineCtx, func(context.Context) (time.Time, error) {
+		queries.Add(1)
+		d := time.Duration(delay.Load())
+		if d > 0 {
+			<-gate
+		}
+		localAt.Add(int64(d / 2))
+		now := base.Add(time.Duration(localAt.Load())).Add(serverAhead)
+		localAt.Add(int64(d - d/2))
+		return now, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Now().Sub(localClock()); got != serverAhead {
+		t.Fatalf("Now is %v ahead of the local clock, want the server's %v", got, serverAhead)
+	}
+	n := queries.Load()
+	localAt.Add(int64(clockRefresh / 2))
+	if got := c.Now().Sub(localClock()); got != serverAhead || queries.Load() != n {
+		t.Fatalf("a fresh anchor: %v ahead, %d queries; want %v and no query", got, queries.Load()-n, serverAhead)
+	}
+	// Stale: one background measurement, whose slow round trip (1 s, against the anchor's
+	// 0) is not kept while the anchor is younger than 3 refreshes.
+	delay.Store(int64(time.Second))
+	localAt.Add(int64(clockRefresh))
+	if got := c.Now().Sub(localClock()); got != serverAhead {
+		t.Fatalf("a stale anchor: %v ahead, want %v", got, serverAhead)
+	}
+	close(gate)
+	deadline := time.Now().Add(time.Minute)
+	for queries.Load() == n || c.measuring.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("a stale anchor started no measurement")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := c.cur.Load(); s.rtt != 0 {
+		t.Fatalf("a slower measurement replaced a fresh anchor: rtt %v", s.rtt)
 	}
 }
