@@ -460,6 +460,11 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		}
 		return nil, err
 	}
+	if !exists {
+		if err := rotateFirstWAL(db); err != nil { // before the first write (walrotate.go)
+			return fail(ioError(dir, "", "rotating the new store's first WAL", err))
+		}
+	}
 	if err := checkFormatKey(dir, db, exists, o.ReadOnly); err != nil {
 		return fail(err)
 	}
