@@ -551,9 +551,11 @@ func checkReadOnly(dir string, po *pebble.Options, fh *failures) error {
 	if err != nil {
 		return pebbleOpenError(po, dir, err)
 	}
-	err = checkFormatKey(dir, db, true, true)
+	// The witness first: a store whose only WAL was lost is short of it, and the witness
+	// names a file where the format key's check can only say the database is empty.
+	err = checkWitnessOf(dir, po.FS, db)
 	if err == nil {
-		err = checkWitnessOf(dir, po.FS, db)
+		err = checkFormatKey(dir, db, true, true)
 	}
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = ioError(dir, "", "closing the read-only check", cerr)

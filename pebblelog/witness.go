@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -110,27 +111,31 @@ func checkWitness(fs vfs.FS, dir string, lastSeq uint64) error {
 }
 
 // witnessShortfall names the file where a store short of its witness lost its tail: the
-// newest live WAL and the offset where its reading stops, or the witness file itself when
-// there is no WAL.
+// newest WAL holding batches of its own and the offset where its reading stops, or the
+// witness file itself when no WAL holds any (the WAL was deleted or emptied; an obsolete
+// WAL kept for recycling holds none).
 func witnessShortfall(fs vfs.FS, dir string) (string, int64) {
 	names, err := fs.List(dir)
 	if err != nil {
 		return witnessFile, -1
 	}
-	var newest uint64
+	var nums []uint64
 	for _, n := range names {
-		if num, ok := parseWALName(n); ok && num > newest {
-			newest = num
+		if num, ok := parseWALName(n); ok {
+			nums = append(nums, num)
 		}
 	}
-	if newest == 0 {
-		return witnessFile, -1
+	slices.Sort(nums)
+	for _, num := range slices.Backward(nums) {
+		data, err := readFile(fs, fs.PathJoin(dir, walName(num)))
+		if err != nil {
+			return walName(num), -1
+		}
+		if s := scanLog(data, uint32(num), 0); len(s.records) > 0 {
+			return walName(num), s.endOff
+		}
 	}
-	data, err := readFile(fs, fs.PathJoin(dir, walName(newest)))
-	if err != nil {
-		return walName(newest), -1
-	}
-	return walName(newest), scanLog(data, uint32(newest), 0).endOff
+	return witnessFile, -1
 }
 
 // syncWitness is a running store's witness writer.
