@@ -300,12 +300,12 @@ func dirState(names []string) int {
 }
 
 // wasStore reports whether a directory without WORKLOG (or WORKLOG.tmp) was a worklog store:
-// worklog's clean-close record, or its lock file beside Pebble's database. Neither is made
+// worklog's clean-close record or sync witness, or its lock file beside Pebble's database. Neither is made
 // before WORKLOG.tmp is (a foreign directory is refused before the lock is taken), and a
 // creation that never got as far as WORKLOG.tmp made no database, so such a directory had
 // WORKLOG once.
 func wasStore(names []string) bool {
-	if slices.Contains(names, cleanCloseFile) {
+	if slices.Contains(names, cleanCloseFile) || slices.Contains(names, witnessFile) {
 		return true
 	}
 	return slices.Contains(names, lockFile) && slices.ContainsFunc(names, isPebbleDatabaseFile)
@@ -314,7 +314,7 @@ func wasStore(names []string) bool {
 // storeEvidence names the files that make wasStore true, for the error.
 func storeEvidence(names []string) []string {
 	var out []string
-	for _, n := range []string{cleanCloseFile, lockFile} {
+	for _, n := range []string{cleanCloseFile, witnessFile, lockFile} {
 		if slices.Contains(names, n) {
 			out = append(out, n)
 		}
@@ -460,6 +460,11 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		}
 		return nil, err
 	}
+	if !exists {
+		if err := rotateFirstWAL(db); err != nil { // before the first write (walrotate.go)
+			return fail(ioError(dir, "", "rotating the new store's first WAL", err))
+		}
+	}
 	if err := checkFormatKey(dir, db, exists, o.ReadOnly); err != nil {
 		return fail(err)
 	}
@@ -485,6 +490,11 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the last sequence", Err: err})
 	}
 	s.lastSeq = last
+	if exists && o.ReadOnly { // a read-write Open checked it in checkReadOnly
+		if err := checkWitness(fs, dir, last); err != nil {
+			return fail(err)
+		}
+	}
 	if !o.ReadOnly {
 		if err := s.sweepOrphans(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrStoreFailed, File: BlobDir, Offset: -1, Detail: "removing orphan blobs", Err: err})
@@ -541,7 +551,12 @@ func checkReadOnly(dir string, po *pebble.Options, fh *failures) error {
 	if err != nil {
 		return pebbleOpenError(po, dir, err)
 	}
-	err = checkFormatKey(dir, db, true, true)
+	// The witness first: a store whose only WAL was lost is short of it, and the witness
+	// names a file where the format key's check can only say the database is empty.
+	err = checkWitnessOf(dir, po.FS, db)
+	if err == nil {
+		err = checkFormatKey(dir, db, true, true)
+	}
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = ioError(dir, "", "closing the read-only check", cerr)
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // fileHashes returns the SHA-256 of every file in dir, by name.
@@ -99,7 +101,11 @@ func TestFailedOpenChangesNothing(t *testing.T) {
 					st, err := Open(dir, &Options{ReadOnly: ro})
 					if err == nil {
 						st.Close()
-						if mustRefuse(file, damage, flushed) {
+						// The new store's first WAL, empty and obsolete (rotateFirstWAL), is kept
+						// for recycling: it holds nothing to lose.
+						_, isWAL := parseWALName(file)
+						emptyWAL := isWAL && len(walRecords(t, vfs.Default, src, file)) == 0
+						if mustRefuse(file, damage, flushed) && !emptyWAL {
 							t.Errorf("%s: Open succeeded, want it refused", name)
 						}
 						continue

@@ -228,7 +228,7 @@ func TestUpgradeCrashBeforeFormatKey(t *testing.T) {
 			case k == 2:
 				staleRuns++
 				// What a format-2 build would leave: entries the build no longer matches.
-				db, err := pebble.Open("/store", &pebble.Options{FS: crashed, FormatMajorVersion: pebbleFormat})
+				db, err := pebble.Open("/store", &pebble.Options{FS: crashed, FormatMajorVersion: pebbleFormat, Logger: testLogger{t}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -274,7 +274,7 @@ func TestUpgrade3CrashBetweenKeyAndMarker(t *testing.T) {
 		t.Fatalf("after the crash: marker %d, format key %d; want 2 and %d", m, k, FormatVersion)
 	}
 	// The build is durable with the key: every batch before a synced one is.
-	db, err := pebble.Open("/store", &pebble.Options{FS: crashed, FormatMajorVersion: pebbleFormat, ReadOnly: true})
+	db, err := pebble.Open("/store", &pebble.Options{FS: crashed, FormatMajorVersion: pebbleFormat, ReadOnly: true, Logger: testLogger{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestUpgradeRefusesNewerFormat(t *testing.T) {
 			if where == "marker" {
 				writeFile(t, dir+"/"+MarkerFile, newer+"\n")
 			} else {
-				db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebbleFormat})
+				db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebbleFormat, Logger: testLogger{t}})
 				if err != nil {
 					t.Fatal(err)
 				}

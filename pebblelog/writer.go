@@ -204,6 +204,10 @@ func (s *Store) writeLoop() {
 	defer close(s.done)
 	syncq := make(chan pending, syncDepth)
 	synced := make(chan struct{})
+	if !s.opts.NoSync { // NoSync batches are never known durable: nothing to witness
+		s.wit = newSyncWitness(s.fs, s.dir, s.opts.Logger)
+		go s.wit.run()
+	}
 	go s.syncLoop(syncq, synced)
 	stopWatch := make(chan struct{})
 	go s.fh.watch(stopWatch)
@@ -211,6 +215,9 @@ func (s *Store) writeLoop() {
 		close(syncq)
 		<-synced
 		close(stopWatch)
+		if s.wit != nil {
+			s.wit.close()
+		}
 	}()
 	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs,
 		counts: s.counts, kindLows: map[string][]byte{}}
@@ -282,6 +289,7 @@ type pending struct {
 	group   []*request
 	results []error
 	blobs   []string // blob files a prune in b released: removed once b is durable (blob.go)
+	seq     uint64   // the last event sequence once b is committed: witnessed once b is durable
 }
 
 // syncLoop answers the writer's groups in order. A group without a batch of its own (its
@@ -301,6 +309,9 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 				s.fh.fail(fmt.Errorf("WAL write or sync: %w", err))
 			} else {
 				p.b.Close()
+				if s.wit != nil {
+					s.wit.advance(p.seq) // before the callers hear of it (witness.go)
+				}
 			}
 		}
 		if len(p.blobs) > 0 {
@@ -443,7 +454,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 		b.Close()
 		b = nil
 	}
-	ws.syncq <- pending{b: b, group: group, results: results, blobs: blobs}
+	ws.syncq <- pending{b: b, group: group, results: results, blobs: blobs, seq: s.lastSeq}
 }
 
 // commit commits b with the configured durability, inside the watchdog's bracket. Pebble
