@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -671,11 +670,6 @@ func badOptionsFile(po *pebble.Options, dir string) string {
 	return ""
 }
 
-var (
-	pebbleFileName = regexp.MustCompile(`\b(MANIFEST-[0-9]+|OPTIONS-[0-9]+|[0-9]{6,}\.(?:sst|log|blob)|marker\.[a-z-]+\.[0-9]+\.[A-Za-z0-9-]+)\b|\b([0-9]{6,})\b( \(type (sstable|blob)\))?`)
-	pebbleFileExt  = map[string]string{"sstable": ".sst", "blob": ".blob"}
-)
-
 // pebbleFileIn returns the first file of dir that Pebble's error message names, or "".
 // Pebble's open errors are not typed by file, so the message is all there is: a file name
 // ("MANIFEST-000001", "000005.sst"), a file number with its type ("file 000005 (type
@@ -684,11 +678,8 @@ var (
 func pebbleFileIn(fs vfs.FS, dir string, err error) string {
 	names, _ := fs.List(dir)
 	for _, m := range pebbleFileName.FindAllStringSubmatch(err.Error(), -1) {
-		switch {
-		case m[1] != "":
-			return m[1]
-		case m[4] != "":
-			return m[2] + pebbleFileExt[m[4]]
+		if f := namedFile(m); f != "" {
+			return f
 		}
 		for _, n := range names {
 			if strings.HasPrefix(n, m[2]+".") {
