@@ -52,6 +52,12 @@ type failures struct {
 	bgSince     atomic.Int64           // when the current run of background errors began (ns since base + 1); 0: none
 	bgRun       atomic.Int64           // background errors since the last successful flush or compaction
 	stallReason atomic.Pointer[string] // Pebble's write-stall reason while one lasts
+
+	// The directory watch of a read-write store (dirwatch.go), set by open before the writer
+	// starts; nil while Pebble opens and on a read-only store. dirChecked: when the last good
+	// check began (ns since base + 1).
+	dirs       atomic.Pointer[dirWatch]
+	dirChecked atomic.Int64
 }
 
 func newFailures(dir string, o Options) *failures {
@@ -376,12 +382,14 @@ func (f *failures) outOfSync()   { f.syncSince.Store(0) }
 // or syncer stays where it is until Pebble returns (if the disk recovers, the batch may still
 // commit: its callers were told the store failed, not that it was lost). It checks four times
 // per f.stall, so a stall is reported between f.stall and 1.25 × f.stall after it began. It
-// returns when stop is closed.
+// also checks the store's directory (dirwatch.go) every dirCheckInterval, so an idle store
+// notices its directory is gone too. It returns when stop is closed.
 func (f *failures) watch(stop <-chan struct{}) {
-	if f.stall <= 0 {
-		return
+	every := dirCheckInterval
+	if f.stall > 0 {
+		every = max(min(f.stall/4, every), time.Millisecond)
 	}
-	t := time.NewTicker(max(f.stall/4, time.Millisecond))
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -390,6 +398,10 @@ func (f *failures) watch(stop <-chan struct{}) {
 		case <-f.ch:
 			return
 		case <-t.C:
+		}
+		f.checkDirEvery()
+		if f.stall <= 0 {
+			continue
 		}
 		now := f.now()
 		for _, w := range []struct {

@@ -494,6 +494,13 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		if s.counts, err = (reader{r: db}).loadCounts(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the counts", Err: err})
 		}
+		// Watch the directory and the lock file Open took (dirwatch.go), from here on.
+		dw, err := newDirWatch(fs, dir)
+		if err != nil {
+			return fail(ioError(dir, lockFile, "recording the directory's identity", err))
+		}
+		fh.dirs.Store(dw)
+		fh.dirChecked.Store(fh.now() + 1)
 		s.reqs = make(chan *request, o.MaxBatchCommands)
 		s.done = make(chan struct{})
 		go s.writeLoop()

@@ -60,6 +60,9 @@ func (fs walFS) wal(name string, file vfs.File, err error) (vfs.File, error) {
 		fs.f.parkIfRotating()
 		return nil, err
 	}
+	// A new WAL in a directory that was replaced would take the next batches: the store
+	// fails before any is acknowledged (dirWatch).
+	fs.f.checkDir()
 	return &walFile{File: file, f: fs.f, name: name}, nil
 }
 
