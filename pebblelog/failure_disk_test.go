@@ -271,7 +271,7 @@ func reopenWhenUnlocked(t *testing.T, dir string) {
 			s.Close()
 			return
 		}
-		if !strings.Contains(err.Error(), "lock") || time.Now().After(deadline) {
+		if !errors.Is(err, ErrLocked) || time.Now().After(deadline) {
 			t.Fatalf("reopen after space returned: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
