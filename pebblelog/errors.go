@@ -21,9 +21,10 @@ var (
 	// newer format can answer (format 3's kind index, session task lists and counts). A
 	// read-write Open upgrades the store.
 	ErrNeedsUpgrade = errors.New("pebblelog: store format is too old for this read")
-	// ErrLocked: another process (or another Open in this one) holds the store: its
-	// WORKLOG.lock or Pebble's LOCK. Returned by Open.
-	ErrLocked = errors.New("pebblelog: store is open in another process")
+	// ErrLocked: another process holds the store (its WORKLOG.lock or Pebble's LOCK), or
+	// it is already open in this one (OpenError.Detail says which: share the open store).
+	// Returned by Open.
+	ErrLocked = errors.New("pebblelog: store is already open")
 	// ErrCorruptStore: a file of the store is damaged or missing, so acknowledged data may be
 	// missing or unreadable. Open refuses such a store (OpenError.File names the file when it
 	// is known) and changes none of its files; a running store that finds damage fails

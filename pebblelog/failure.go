@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // DefaultStallTimeout is Options.StallTimeout's default: how long a commit or a WAL sync may
@@ -53,6 +52,12 @@ type failures struct {
 	bgSince     atomic.Int64           // when the current run of background errors began (ns since base + 1); 0: none
 	bgRun       atomic.Int64           // background errors since the last successful flush or compaction
 	stallReason atomic.Pointer[string] // Pebble's write-stall reason while one lasts
+
+	// The directory watch of a read-write store (dirwatch.go), set by open before the writer
+	// starts; nil while Pebble opens and on a read-only store. dirChecked: when the last good
+	// check began (ns since base + 1).
+	dirs       atomic.Pointer[dirWatch]
+	dirChecked atomic.Int64
 }
 
 func newFailures(dir string, o Options) *failures {
@@ -172,10 +177,39 @@ func (e *stallError) Error() string {
 
 func (e *stallError) Unwrap() error { return e.Cause }
 
-// fileNameRe finds a Pebble file name in a message: Pebble's reports carry full paths.
-var fileNameRe = regexp.MustCompile(`\b(\d{6}\.(?:sst|log|blob)|MANIFEST-\d+|OPTIONS-\d+)\b`)
+// pebbleFileName finds the files Pebble's messages name, in the one form every reader of them
+// uses (fileIn for failures of a running store, pebbleFileIn for Open's errors): Pebble's
+// errors are not typed by file, so the message is all there is. A match is a file name
+// (group 1: "MANIFEST-000001", "000005.sst", "marker.manifest.000002.MANIFEST-000001"), or a
+// file number (group 2) followed by its type (group 4: "file 000005 (type sstable)", a file
+// that is missing), or a bare file number ("L0: 000005: ...") that only the directory's
+// listing can complete.
+var (
+	pebbleFileName = regexp.MustCompile(`\b(MANIFEST-[0-9]+|OPTIONS-[0-9]+|[0-9]{6,}\.(?:sst|log|blob)|marker\.[a-z-]+\.[0-9]+\.[A-Za-z0-9-]+)\b|\b([0-9]{6,})\b( \(type (sstable|blob)\))?`)
+	pebbleFileExt  = map[string]string{"sstable": ".sst", "blob": ".blob"}
+)
 
-func fileIn(msg string) string { return fileNameRe.FindString(msg) }
+// namedFile is the file a match of pebbleFileName names by itself, or "" for a bare number.
+func namedFile(m []string) string {
+	switch {
+	case m[1] != "":
+		return m[1]
+	case m[4] != "":
+		return m[2] + pebbleFileExt[m[4]]
+	}
+	return ""
+}
+
+// fileIn returns the first file msg names by itself, or "": Pebble's reports carry full
+// paths, and a name is enough.
+func fileIn(msg string) string {
+	for _, m := range pebbleFileName.FindAllStringSubmatch(msg, -1) {
+		if f := namedFile(m); f != "" {
+			return f
+		}
+	}
+	return ""
+}
 
 // corruptFile names the file of a Pebble corruption error, relative to dir: from the details
 // Pebble attaches to the errors of reads that found damage, else from the message.
@@ -348,12 +382,14 @@ func (f *failures) outOfSync()   { f.syncSince.Store(0) }
 // or syncer stays where it is until Pebble returns (if the disk recovers, the batch may still
 // commit: its callers were told the store failed, not that it was lost). It checks four times
 // per f.stall, so a stall is reported between f.stall and 1.25 × f.stall after it began. It
-// returns when stop is closed.
+// also checks the store's directory (dirwatch.go) every dirCheckInterval, so an idle store
+// notices its directory is gone too. It returns when stop is closed.
 func (f *failures) watch(stop <-chan struct{}) {
-	if f.stall <= 0 {
-		return
+	every := dirCheckInterval
+	if f.stall > 0 {
+		every = max(min(f.stall/4, every), time.Millisecond)
 	}
-	t := time.NewTicker(max(f.stall/4, time.Millisecond))
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -362,6 +398,10 @@ func (f *failures) watch(stop <-chan struct{}) {
 		case <-f.ch:
 			return
 		case <-t.C:
+		}
+		f.checkDirEvery()
+		if f.stall <= 0 {
+			continue
 		}
 		now := f.now()
 		for _, w := range []struct {
@@ -528,127 +568,4 @@ func (s *Store) leave(err *error) {
 	if ferr := s.fh.err(); ferr != nil {
 		*err = ferr
 	}
-}
-
-// WAL files.
-//
-// A failed WAL write or sync reaches us through a batch's SyncWait, a moment later. Meanwhile
-// Pebble's own code panics on two paths, and one of them cannot be recovered from:
-//
-//   - a commit whose record fills a WAL block after the WAL writer failed gets the writer's
-//     error from LogWriter.SyncRecord, and DB.commitWrite panics with it (in our writer,
-//     with Pebble's commit mutex held): publish recovers it;
-//   - a commit that fills the memtable rotates the WAL inside the commit (DB.rotateWAL): when
-//     closing the old WAL returns the writer's error, or creating the new WAL file fails, it
-//     panics with DB.mu unlocked, and the deferred unlock of its caller is then a fatal
-//     runtime error ("unlock of unlocked mutex") that no recover catches.
-//
-// walFS wraps the FS Pebble uses so that the store fails the moment a WAL file operation
-// fails (the writer checks before every commit, so it rarely gets that far), and so that a
-// rotation that would panic never returns to Pebble: closing a WAL file whose write failed,
-// or failing to create a WAL file, while our writer is inside a commit parks the writer for
-// good (Pebble's commit mutex is held, so the database is not closed again; see fatal).
-// Nothing else changes: every other call goes straight to the wrapped FS.
-type walFS struct {
-	vfs.FS
-	f *failures
-}
-
-// isWAL reports whether name is a WAL file of the store itself: a checkpoint's copies of the
-// WAL are written through the same FS, and a checkpoint that fails must not fail the store.
-func (fs walFS) isWAL(name string) bool {
-	return strings.HasSuffix(name, ".log") && fs.PathDir(name) == fs.PathDir(fs.PathJoin(fs.f.dir, "WORKLOG"))
-}
-
-func (fs walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	file, err := fs.FS.Create(name, category)
-	return fs.wal(name, file, err)
-}
-
-func (fs walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	file, err := fs.FS.ReuseForWrite(oldname, newname, category)
-	return fs.wal(newname, file, err)
-}
-
-// Unwrap lets Pebble and errorfs-style helpers reach the wrapped FS.
-func (fs walFS) Unwrap() vfs.FS { return fs.FS }
-
-func (fs walFS) wal(name string, file vfs.File, err error) (vfs.File, error) {
-	if !fs.isWAL(name) {
-		return file, err
-	}
-	if err != nil {
-		fs.f.walFailed(name, "create", err)
-		fs.f.parkIfRotating()
-		return nil, err
-	}
-	return &walFile{File: file, f: fs.f, name: name}, nil
-}
-
-// walError is a failed operation on a WAL file.
-type walError struct {
-	File string // the WAL file's name
-	Op   string // "write", "sync", "create", "close"
-	Err  error
-}
-
-func (e *walError) Error() string { return fmt.Sprintf("WAL %s %s: %v", e.File, e.Op, e.Err) }
-func (e *walError) Unwrap() error { return e.Err }
-
-func (f *failures) walFailed(name, op string, err error) {
-	name = name[strings.LastIndexAny(name, `/\`)+1:]
-	f.fail(&walError{File: name, Op: op, Err: err})
-}
-
-// parkIfRotating parks the calling goroutine if it is our writer inside a commit: Pebble is
-// rotating the WAL there and panics fatally once this returns (see walFS).
-func (f *failures) parkIfRotating() {
-	if f.commitSince.Load() == 0 {
-		return
-	}
-	f.parked.Store(true)
-	f.log.Error("the writer is parked for good: Pebble cannot rotate its WAL after a failed WAL write; restart the process to reopen the store",
-		"component", "pebblelog", "dir", f.dir)
-	select {}
-}
-
-type walFile struct {
-	vfs.File
-	f      *failures
-	name   string
-	failed atomic.Bool
-}
-
-func (w *walFile) check(op string, err error) error {
-	if err != nil {
-		w.failed.Store(true)
-		w.f.walFailed(w.name, op, err)
-	}
-	return err
-}
-
-func (w *walFile) Write(p []byte) (int, error) {
-	n, err := w.File.Write(p)
-	return n, w.check("write", err)
-}
-
-func (w *walFile) WriteAt(p []byte, off int64) (int, error) {
-	n, err := w.File.WriteAt(p, off)
-	return n, w.check("write", err)
-}
-
-func (w *walFile) Sync() error     { return w.check("sync", w.File.Sync()) }
-func (w *walFile) SyncData() error { return w.check("sync", w.File.SyncData()) }
-
-func (w *walFile) SyncTo(length int64) (bool, error) {
-	full, err := w.File.SyncTo(length)
-	return full, w.check("sync", err)
-}
-
-func (w *walFile) Close() error {
-	err := w.check("close", w.File.Close())
-	if w.failed.Load() {
-		w.f.parkIfRotating()
-	}
-	return err
 }

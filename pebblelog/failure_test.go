@@ -398,3 +398,23 @@ func TestFailedCheckpointDoesNotFailStore(t *testing.T) {
 	appendEvents(t, s, submitted("s1", "after", sec(30), false))
 	mustVerify(t, s)
 }
+
+// Issue 20: the file names in Pebble's messages are found by one regular expression, for a
+// running store's failures (fileIn) as for Open's errors (pebbleFileIn). The failure side had
+// its own, narrower one: a file number past six digits, or a number given with its type,
+// named no file.
+func TestFileIn(t *testing.T) {
+	for _, c := range []struct{ msg, want string }{
+		{"pebble: object size mismatch: /data/q/000012.sst: 4096 vs 8192", "000012.sst"},
+		{"pebble: object size mismatch: /data/q/1234567.sst: 4096 vs 8192", "1234567.sst"},
+		{"file 000005 (type sstable) is unknown", "000005.sst"},
+		{"L0: 000005: checksum mismatch in /data/q/000007.blob", "000007.blob"},
+		{"reading /data/q/MANIFEST-000010", "MANIFEST-000010"},
+		{"L0: 000005: no name", ""},
+		{"nothing here", ""},
+	} {
+		if got := fileIn(c.msg); got != c.want {
+			t.Errorf("fileIn(%q) = %q, want %q", c.msg, got, c.want)
+		}
+	}
+}

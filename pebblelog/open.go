@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -349,14 +349,90 @@ func foreignNames(names []string) []string {
 type locks struct {
 	worklog io.Closer
 	pebble  *pebble.Lock
+	id      fileID // the directory's entry in openDirs; zero: none
 }
 
-func (l *locks) Close() error { return errors.Join(l.pebble.Close(), l.worklog.Close()) }
+func (l *locks) Close() error {
+	err := errors.Join(l.pebble.Close(), l.worklog.Close())
+	openDirs.remove(l.id)
+	return err
+}
+
+// openDirs are the directories of the stores open in this process, by device and inode.
+// fcntl locks belong to the process: a second Open of a store through another path to the
+// same directory ("dir/.", a symlink) would lock it again and succeed, and closing either
+// would drop the other's lock; Pebble's own guard compares path strings, and through the
+// same path answered with its raw "lock held by current process" (issue 26.7).
+var openDirs = &dirRegistry{ids: map[fileID]string{}}
+
+type dirRegistry struct {
+	mu  sync.Mutex
+	ids map[fileID]string // the directory's path as the first Open was given it
+}
+
+// add registers id; false, and the path the store is open as, if it is open already.
+func (r *dirRegistry) add(id fileID, dir string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.ids[id]; ok {
+		return prev, false
+	}
+	r.ids[id] = dir
+	return "", true
+}
+
+// remove unregisters id (the zero id: nothing was registered).
+func (r *dirRegistry) remove(id fileID) {
+	if id == (fileID{}) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.ids, id)
+}
+
+// registerOpen registers dir as open in this process, before its locks are taken: an
+// *OpenError of kind ErrLocked if it is already. The zero id where the FS has no inodes (an
+// in-memory FS, whose own Lock guards it).
+func registerOpen(fs vfs.FS, dir string) (fileID, error) {
+	fi, err := fs.Stat(dir)
+	if err != nil {
+		return fileID{}, nil // the lock reports it
+	}
+	id, ok := idOf(fi)
+	if !ok {
+		return fileID{}, nil
+	}
+	if prev, ok := openDirs.add(id, dir); !ok {
+		return fileID{}, &OpenError{Dir: dir, Kind: ErrLocked, Offset: -1,
+			Detail: fmt.Sprintf("already open in this process (as %s)", prev),
+			Hint:   "share the open *Store (work: the *Queue) instead of opening it again; to read a copy, take a checkpoint"}
+	}
+	return id, nil
+}
 
 // lockDir takes both locks. A read-only open of a directory it cannot write takes shared
 // locks instead, on the lock files that exist (see sharedLock and Open): the exclusive lock
 // needs the file open for writing, and Pebble's would fail the same way.
-func lockDir(fs vfs.FS, dir string, readOnly bool) (*locks, error) {
+func lockDir(fs vfs.FS, dir string, readOnly bool) (_ *locks, err error) {
+	id, err := registerOpen(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			openDirs.remove(id)
+		}
+	}()
+	l, err := takeLocks(fs, dir, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	l.id = id
+	return l, nil
+}
+
+func takeLocks(fs vfs.FS, dir string, readOnly bool) (*locks, error) {
 	wl, err := fs.Lock(fs.PathJoin(dir, lockFile))
 	if err != nil && notWritable(err) {
 		if readOnly {
@@ -505,6 +581,13 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		if s.counts, err = (reader{r: db}).loadCounts(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the counts", Err: err})
 		}
+		// Watch the directory and the lock file Open took (dirwatch.go), from here on.
+		dw, err := newDirWatch(fs, dir)
+		if err != nil {
+			return fail(ioError(dir, lockFile, "recording the directory's identity", err))
+		}
+		fh.dirs.Store(dw)
+		fh.dirChecked.Store(fh.now() + 1)
 		s.reqs = make(chan *request, o.MaxBatchCommands)
 		s.done = make(chan struct{})
 		go s.writeLoop()
@@ -686,11 +769,6 @@ func badOptionsFile(po *pebble.Options, dir string) string {
 	return ""
 }
 
-var (
-	pebbleFileName = regexp.MustCompile(`\b(MANIFEST-[0-9]+|OPTIONS-[0-9]+|[0-9]{6,}\.(?:sst|log|blob)|marker\.[a-z-]+\.[0-9]+\.[A-Za-z0-9-]+)\b|\b([0-9]{6,})\b( \(type (sstable|blob)\))?`)
-	pebbleFileExt  = map[string]string{"sstable": ".sst", "blob": ".blob"}
-)
-
 // pebbleFileIn returns the first file of dir that Pebble's error message names, or "".
 // Pebble's open errors are not typed by file, so the message is all there is: a file name
 // ("MANIFEST-000001", "000005.sst"), a file number with its type ("file 000005 (type
@@ -699,11 +777,8 @@ var (
 func pebbleFileIn(fs vfs.FS, dir string, err error) string {
 	names, _ := fs.List(dir)
 	for _, m := range pebbleFileName.FindAllStringSubmatch(err.Error(), -1) {
-		switch {
-		case m[1] != "":
-			return m[1]
-		case m[4] != "":
-			return m[2] + pebbleFileExt[m[4]]
+		if f := namedFile(m); f != "" {
+			return f
 		}
 		for _, n := range names {
 			if strings.HasPrefix(n, m[2]+".") {

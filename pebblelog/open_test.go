@@ -313,9 +313,25 @@ func TestOpenLockedInProcess(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, &Options{})
 	seedStore(t, s)
-	for _, ro := range []bool{false, true} {
-		_, err := Open(dir, &Options{ReadOnly: ro})
-		wantLocked(t, err, dir)
+	// Issue 26.7: the error says the store is open in this process, not in another one, and
+	// what to do; and another path to the same directory is the same store (fcntl locks are
+	// the process's: it locked again, and closing either dropped the other's lock).
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{dir, dir + "/.", link} {
+		for _, ro := range []bool{false, true} {
+			s2, err := Open(path, &Options{ReadOnly: ro})
+			if err == nil {
+				s2.Close()
+				t.Fatalf("a second Open of %s (ReadOnly %v) in this process succeeded", path, ro)
+			}
+			wantLocked(t, err, path)
+			if !strings.Contains(err.Error(), "already open in this process") || strings.Contains(err.Error(), "another process") {
+				t.Errorf("Open(%s): %v, want it to say the store is already open in this process", path, err)
+			}
+		}
 	}
 	// The refused opens left the holder working.
 	appendEvents(t, s, submitted("s1", "t4", sec(7), false))

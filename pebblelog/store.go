@@ -67,7 +67,8 @@ func (s *Store) enter() error {
 }
 
 // Close stops the writer after the commands already queued, syncs, and closes the database.
-// Closing twice is fine. On a failed store Close returns within Options.StallTimeout: if
+// Closing twice is fine. If the store's directory or its WORKLOG.lock was removed or
+// replaced while it was open, Close returns that failure (ErrStoreFailed). On a failed store Close returns within Options.StallTimeout: if
 // Pebble is still blocked then (a write stall on a full disk, a goroutine parked after a
 // fatal error), the database is left open and closed in the background once Pebble returns,
 // and Close returns an error saying so.
@@ -90,6 +91,8 @@ func (s *Store) Close() error {
 		}
 	}
 	err = errors.Join(err, s.db.Close())
+	// Pebble closes "cleanly" into unlinked files when the directory went: never a nil.
+	err = errors.Join(err, s.fh.closeCheck())
 	err = errors.Join(err, s.recordCleanClose(err), s.lock.Close())
 	return err
 }

@@ -317,6 +317,9 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 		if len(p.blobs) > 0 {
 			s.removePrunedBlobs(p.blobs)
 		}
+		// No batch is answered more than dirCheckInterval after the store's directory went
+		// (its fsyncs reach unlinked files): see dirWatch.
+		s.fh.checkDirEvery()
 		if err := s.fh.err(); err != nil {
 			for i := range p.results {
 				p.results[i] = err

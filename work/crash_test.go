@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -53,8 +54,14 @@ var crashSessions = []string{"alpha", "beta", "gamma"}
 
 // A task's request is a function of its idempotency key, so the checker can repeat it:
 // "r<round>.g<goroutine>.<n>.<w|n><i|d>": w wakes on completion, d is scheduled two days on.
+//
+// With crashLargeEnv=true (scripts/soak.sh) one task in eight has a 300 KiB input, stored in a
+// blob file (pebblelog.BlobMin): the parent and the child build the same request from the key.
 func crashTaskRequest(key string) work.TaskRequest {
 	r := work.TaskRequest{Kind: "crash.job", Input: json.RawMessage(`{"key":"` + key + `","n":[1,2,3]}`), IdempotencyKey: key}
+	if crashLarge && crc32.ChecksumIEEE([]byte(key))%8 == 0 {
+		r.Input = json.RawMessage(`{"key":"` + key + `","pad":"` + strings.Repeat(key+"/", 300<<10/(len(key)+1)) + `"}`)
+	}
 	flags := key[strings.LastIndexByte(key, '.')+1:]
 	if flags[0] == 'w' {
 		r.Wake = work.WakeOnCompletion
@@ -678,6 +685,7 @@ const (
 	crashRoundsEnv = "WORKLOG_CRASH_ROUNDS"
 	crashSyncEnv   = "WORKLOG_CRASH_CHILD_SYNC_NEVER"
 	crashPruneEnv  = "WORKLOG_CRASH_CHILD_PRUNE"
+	crashLargeEnv  = "WORKLOG_CRASH_LARGE" // "true": large inputs (crashTaskRequest)
 )
 
 // TestCrashHelperProcess is not a test: it is the child of TestCrashKill, which runs the test
@@ -722,6 +730,8 @@ func TestCrashHelperProcess(t *testing.T) {
 	say(fmt.Sprintf("error %v", err))
 	os.Exit(2)
 }
+
+var crashLarge = os.Getenv(crashLargeEnv) == "true"
 
 func crashSeed(t *testing.T) uint64 {
 	seed := uint64(1)

@@ -3,6 +3,9 @@ package work
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"strings"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 
@@ -18,7 +21,9 @@ import (
 // (ErrLocked), a store with a missing or damaged file (ErrCorruptStore, which names the
 // file), a directory that cannot be written (ErrReadOnlyStore). A refused Open changes none
 // of the store's files. Invalid options give ErrInvalidRequest naming the field
-// ("options.MaxValueBytes", "options.MemTableSize"), before dir is touched.
+// ("options.MaxValueBytes", "options.MemTableSize"), before dir is touched, and so does a
+// dir shaped like a URL ("postgres://…", any "scheme://…"; Field "dir"): a PostgreSQL queue
+// is opened with postgres.Open.
 //
 // Open does not replay the log: the projection is on disk. With the default SyncAlways every
 // call returns only after its events are fsynced, and a crash of the process or the machine
@@ -30,6 +35,9 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	}
 	if blank(dir) {
 		return nil, invalid("dir", "must not be blank")
+	}
+	if err := checkNotURL(dir); err != nil {
+		return nil, err
 	}
 	if err := checkArchiveDir(dir, o.ArchiveDir); err != nil {
 		return nil, err
@@ -48,6 +56,28 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
 		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
+}
+
+// urlScheme matches the scheme of a URL-shaped dir: a scheme of two or more characters
+// followed by "//" (a one-letter scheme is a Windows drive, "C:\store"), or any postgres
+// scheme ("postgres:db" is a DSN too). A colon alone is a legal character of a directory
+// name ("data:2024"), so that is not refused.
+var urlScheme = regexp.MustCompile(`^(?i:([a-z][a-z0-9+.\-]+)://|(postgres(?:ql)?):)`)
+
+// checkNotURL refuses a dir that is a URL: Open would take "postgres://…" for a relative
+// path and make a store in ./postgres:/… (issue 26.5). The error names the scheme only: a
+// DSN may hold a password.
+func checkNotURL(dir string) error {
+	m := urlScheme.FindStringSubmatch(dir)
+	if m == nil {
+		return nil
+	}
+	scheme := strings.ToLower(m[1] + m[2])
+	msg := fmt.Sprintf("is a URL (scheme %q), not a directory", scheme)
+	if scheme == "postgres" || scheme == "postgresql" {
+		msg += "; open a PostgreSQL queue with postgres.Open"
+	}
+	return invalid("dir", msg)
 }
 
 // Checkpoint writes a consistent copy of a durable queue's store into dir (which must not

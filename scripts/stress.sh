@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# stress.sh: run packages' tests N times in a row with -race while another process keeps every
+# core busy, and report the failures (issue 25: a test that fails 1 run in 30 under load is a
+# bug). Not part of CI.
+#
+#   scripts/stress.sh [-n RUNS] [-run REGEX] [-timeout DUR] PACKAGE...
+#   scripts/stress.sh -n 20 ./pebblelog ./work
+#
+# Each package's test binary is built once (go test -c -race) and run RUNS times. A failed
+# run's output is kept in $STRESS_OUT (default: a new temp dir) as PKG-RUN.log. The load is one
+# busy loop per core (nproc), started here and stopped on exit. Exit status 1 if any run
+# failed.
+set -euo pipefail
+
+runs=20 run="" timeout=20m
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	-n) runs=$2; shift 2 ;;
+	-run) run=$2; shift 2 ;;
+	-timeout) timeout=$2; shift 2 ;;
+	-h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+	-*) echo "stress.sh: unknown flag $1" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
+[[ $# -gt 0 ]] || { echo "usage: stress.sh [-n RUNS] [-run REGEX] [-timeout DUR] PACKAGE..." >&2; exit 2; }
+
+out=${STRESS_OUT:-$(mktemp -d -t worklog-stress.XXXXXX)}
+mkdir -p "$out"
+bin=$(mktemp -d -t worklog-stress-bin.XXXXXX)
+
+hogs=()
+stop_hogs() {
+	for p in "${hogs[@]}"; do kill "$p" 2>/dev/null || true; done
+	rm -rf "$bin"
+}
+trap stop_hogs EXIT
+for _ in $(seq "$(nproc)"); do
+	( while :; do :; done ) &
+	hogs+=($!)
+done
+
+total=0 failed=0
+for pkg in "$@"; do
+	name=$(echo "$pkg" | tr -c 'A-Za-z0-9\n' '_')
+	go test -c -race -o "$bin/$name.test" "$pkg"
+	dir=$(go list -f '{{.Dir}}' "$pkg")
+	for i in $(seq "$runs"); do
+		total=$((total + 1))
+		log="$out/$name-$i.log"
+		start=$(date +%s)
+		args=(-test.timeout "$timeout")
+		[[ -n "$run" ]] && args+=(-test.run "$run")
+		if (cd "$dir" && "$bin/$name.test" "${args[@]}") >"$log" 2>&1; then
+			rm -f "$log"
+			status=ok
+		else
+			failed=$((failed + 1))
+			status="FAIL ($log)"
+		fi
+		echo "$pkg run $i/$runs: $status in $(( $(date +%s) - start ))s, load $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
+	done
+done
+echo "stress: $failed of $total runs failed (packages: $*; logs of failures in $out)"
+[[ $failed -eq 0 ]]
