@@ -46,11 +46,15 @@ func TestMultiProcess(t *testing.T) {
 		ids[task.ID] = true
 	}
 
-	roles := []string{"late", "normal", "late", "normal"}
+	// The late workers start first, and the normal ones only once each late worker has
+	// claimed: under load the normal workers could otherwise drain every task before a late
+	// one claims any, and nothing would be left to fence.
+	roles := []string{"late", "late", "normal", "normal"}
 	var mu sync.Mutex
 	var lines []string
 	var wg sync.WaitGroup
-	for i, role := range roles {
+	start := func(i int, role string) <-chan struct{} {
+		claimed := make(chan struct{})
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcessWorker$", "-test.v")
 		cmd.Env = append(os.Environ(), mpRoleEnv+"="+role, mpDSNEnv+"="+dsn)
 		out, err := cmd.StdoutPipe()
@@ -64,18 +68,41 @@ func TestMultiProcess(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			once := sync.OnceFunc(func() { close(claimed) })
+			defer once() // a worker that ends without claiming must not hold the others back
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				if l, ok := strings.CutPrefix(sc.Text(), "MP "); ok {
 					mu.Lock()
 					lines = append(lines, fmt.Sprintf("%d %s", i, l))
 					mu.Unlock()
+					if strings.HasPrefix(l, "claim ") {
+						once()
+					}
 				}
 			}
 			if err := cmd.Wait(); err != nil {
 				t.Errorf("worker %d (%s): %v", i, role, err)
 			}
 		}()
+		return claimed
+	}
+	var lateClaimed []<-chan struct{}
+	for i, role := range roles {
+		if role == "normal" {
+			for _, c := range lateClaimed {
+				select {
+				case <-c:
+				case <-time.After(2 * time.Minute):
+					t.Fatal("a late worker claimed nothing within 2 minutes")
+				}
+			}
+			lateClaimed = nil
+		}
+		c := start(i, role)
+		if role == "late" {
+			lateClaimed = append(lateClaimed, c)
+		}
 	}
 	wg.Wait()
 
