@@ -340,11 +340,11 @@ type eventWriter struct {
 // sessionWidth is the width of the session column: the longest of the first thousand
 // session ids (one seek each), between 8 and 32.
 func sessionWidth(ctx context.Context, st store, session string) int {
-	w := len(session)
+	w := len(word(session))
 	if session == "" {
 		n := 0
 		_ = st.Sessions(ctx, func(s string) error {
-			w = max(w, len(s))
+			w = max(w, len(word(s)))
 			if n++; n == 1000 {
 				return errStop
 			}

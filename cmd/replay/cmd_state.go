@@ -170,7 +170,7 @@ func sessionsOf(ctx context.Context, st store, dir string) string {
 			more = true
 			return errStop
 		}
-		some = append(some, s)
+		some = append(some, word(s))
 		return nil
 	})
 	if len(some) == 0 {
@@ -251,7 +251,7 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 	nt, nw := res.mem.Len()
 	scope := "the store"
 	if o.session != "" {
-		scope = "session " + o.session
+		scope = "session " + word(o.session)
 	}
 	counts := plural(nt, "task", "tasks") + ", " + plural(nw, "wake", "wakes")
 	// now is the time the state is read at: the requested time, or the time of the last event.
@@ -288,7 +288,7 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "TASK\tSESSION\tKIND\tSTATE\tATTEMPTS\tDETAIL")
 		for _, t := range res.mem.Tasks() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, t.SessionID, t.Kind, t.State, t.Attempts, a.taskDetail(&t, now))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, word(t.SessionID), word(t.Kind), t.State, t.Attempts, a.taskDetail(&t, now))
 		}
 		tw.Flush()
 	}
@@ -297,7 +297,7 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "WAKE\tSESSION\tREASON\tSTATE\tATTEMPTS\tDETAIL")
 		for _, x := range res.mem.Wakes() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", x.ID, x.SessionID, x.Reason, wakeState(&x), x.Attempts, a.wakeDetail(&x, now))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", x.ID, word(x.SessionID), x.Reason, wakeState(&x), x.Attempts, a.wakeDetail(&x, now))
 		}
 		tw.Flush()
 	}

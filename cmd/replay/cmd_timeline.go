@@ -100,7 +100,7 @@ func (a *app) writeTimelineText(w io.Writer, s *sessionStory) {
 	if !sameDay(s.FirstAt, s.LastAt) {
 		span = fmt.Sprintf("%s to %s", fmtTime(s.FirstAt), fmtTime(s.LastAt))
 	}
-	fmt.Fprintf(w, "Session %s: %s, %s, %s between seq %d and %d, %s.\n", s.Session,
+	fmt.Fprintf(w, "Session %s: %s, %s, %s between seq %d and %d, %s.\n", word(s.Session),
 		plural(len(s.Tasks), "task", "tasks"), plural(len(s.Wakes), "wake", "wakes"),
 		plural(s.Events, "event", "events"), s.FirstSeq, s.LastSeq, span)
 	seqW := digits(s.LastSeq) + 1
@@ -112,7 +112,7 @@ func (a *app) writeTimelineText(w io.Writer, s *sessionStory) {
 		fmt.Fprintf(w, "  %s  %*s  %s\n", s.timeCol(m.At), seqW, seq, m.Text)
 	}
 	for _, t := range s.Tasks {
-		fmt.Fprintf(w, "\ntask %s (%s): %s\n", t.ID, t.Kind, s.taskSummary(t))
+		fmt.Fprintf(w, "\ntask %s (%s): %s\n", t.ID, word(t.Kind), s.taskSummary(t))
 		for _, m := range t.Marks {
 			line(m)
 		}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
 )
 
 // replayGuarded is replay with a guard: a run that has not ended after a generous minute is
@@ -126,5 +129,105 @@ func TestDSNSecretsMasked(t *testing.T) {
 	}
 	if strings.Contains(string(b), secret) || !strings.Contains(string(b), "password=xxxxx") {
 		t.Errorf("the HTML page shows the secret or not the masked DSN")
+	}
+}
+
+// hostileStore builds a store whose every user-controlled string (session, kind, idempotency
+// key, release reason, error, payloads) carries terminal escapes, BEL and line breaks, and
+// returns it with a task's id and the session.
+func hostileStore(t *testing.T) (dir, taskID, session string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "store")
+	ctx := context.Background()
+	q, err := work.Open(dir, &work.Options{Sync: work.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	const evil = "\x1b]0;owned\x07\x1b[2J\r\n2026-03-02T09:00:00.000Z  forged\x7f\u0085\u202e"
+	session = "sess" + evil
+	s := q.Session(session)
+	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	input := json.RawMessage(`{"k":"\u001b[31mred\r\n"}`)
+	task, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "kind" + evil, IdempotencyKey: "key" + evil, Input: input, Wake: work.WakeOnCompletion}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskID = task.ID
+	if _, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "other" + evil, Input: input}, t0); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.ClaimDueAt(ctx, t0.Add(time.Second), time.Minute, 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("claim: %v %d", err, len(ds))
+	}
+	for _, d := range ds {
+		if d.Task.ID == taskID {
+			if _, err := q.ReleaseAt(ctx, d, work.ReleaseRequest{RunAt: t0.Add(2 * time.Second), Reason: "reason" + evil}, t0.Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := q.FinishAt(ctx, d, work.Failure("error"+evil), t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err = q.ClaimDueAt(ctx, t0.Add(3*time.Second), time.Minute, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v %d", err, len(ds))
+	}
+	if _, err := q.FinishAt(ctx, ds[0], work.Success(input), t0.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WakeAt(ctx, work.WakeRequest{IdempotencyKey: "wake" + evil, Payload: input}, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, taskID, session
+}
+
+// controlBytes lists the control characters in s other than the line breaks between lines
+// and the tabs of tab-separated output: C0, DEL, C1 and the bidirectional overrides, which
+// move the cursor, set a terminal's title, forge lines or reorder what a reader sees.
+func controlBytes(s string) []string {
+	var bad []string
+	for i, r := range s {
+		if r == '\n' || r == '\t' {
+			continue
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+			bad = append(bad, fmt.Sprintf("%U at byte %d", r, i))
+		}
+	}
+	return bad
+}
+
+// TestHostileStringsEscaped: every command's text output shows user-controlled strings
+// quoted or escaped: no escape sequence, BEL or carriage return reaches the terminal, and no
+// string breaks a line.
+func TestHostileStringsEscaped(t *testing.T) {
+	t.Parallel()
+	dir, id, session := hostileStore(t)
+	html := filepath.Join(t.TempDir(), "t.html")
+	for _, args := range [][]string{
+		{"log", dir},
+		{"log", dir, "--session", session},
+		{"log", dir, "--task", id},
+		{"state", dir},
+		{"state", dir, "--at-seq", "3"},
+		{"state", dir, "--session", session},
+		{"timeline", dir, "--session", session, "--html", html},
+		{"timeline", dir},
+		{"task", dir, id},
+		{"verify", dir},
+		{"stats", dir},
+		{"log", dir, "--session", "nope" + session},
+	} {
+		r := replayGuarded(t, args...)
+		for name, out := range map[string]string{"stdout": r.stdout, "stderr": r.stderr} {
+			if bad := controlBytes(out); len(bad) > 0 {
+				t.Errorf("replay %q: %s holds control characters (%s):\n%s", args[:1], name, strings.Join(bad, ", "), out)
+			}
+		}
 	}
 }
