@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ a time axis with a bar per lease window and a marker per event.`
 
 func (a *app) timelineCommand() *cobra.Command {
 	var session, htmlFile string
+	var filter workFilter
 	c := &cobra.Command{
 		Use:   "timeline DIR --session S",
 		Short: "One session's story: each task's and wake's life, with lease windows",
@@ -41,6 +43,9 @@ func (a *app) timelineCommand() *cobra.Command {
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
 			dir := displayName(args[0])
+			if err := filter.check(c, false); err != nil {
+				return err
+			}
 			if htmlFile != "" {
 				absStore, err1 := filepath.Abs(dir)
 				absHTML, err2 := filepath.Abs(htmlFile)
@@ -63,6 +68,10 @@ func (a *app) timelineCommand() *cobra.Command {
 			if err != nil {
 				return readError(dir, err)
 			}
+			if filter.active() {
+				s.only(&filter)
+				fmt.Fprintf(a.out, "Only the tasks matching %s, and their completion wakes.\n", filter.describe())
+			}
 			a.writeTimelineText(a.out, s)
 			if htmlFile != "" {
 				if err := writeFileAtomic(htmlFile, []byte(timelineHTML(s, dir))); err != nil {
@@ -75,7 +84,19 @@ func (a *app) timelineCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&session, "session", "", "the session (required)")
 	c.Flags().StringVar(&htmlFile, "html", "", "also write a self-contained HTML page with a time axis to this file")
+	filter.register(c, false)
 	return c
+}
+
+// only keeps the tasks f lists and their completion wakes (text and HTML alike).
+func (s *sessionStory) only(f *workFilter) {
+	kept := map[string]bool{}
+	s.Tasks = slices.DeleteFunc(s.Tasks, func(t *taskStory) bool {
+		keep := f.task(t.Kind, t.State.String())
+		kept[t.ID] = keep
+		return !keep
+	})
+	s.Wakes = slices.DeleteFunc(s.Wakes, func(w *wakeStory) bool { return !kept[w.TaskID] })
 }
 
 func writeFileAtomic(name string, b []byte) error {

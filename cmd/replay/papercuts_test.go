@@ -42,3 +42,32 @@ func TestLogTypeFlag(t *testing.T) {
 		t.Errorf("log --help shows --kind or not --type:\n%s", help)
 	}
 }
+
+// TestStateTimelineFilters: state and timeline list only the tasks (and wakes) of --state and
+// --task-kind; a state no task or wake has is a usage error.
+func TestStateTimelineFilters(t *testing.T) {
+	t.Parallel()
+	dir := demoStore(t)
+	out := mustReplay(t, "state", dir, "--state", "failed,canceled")
+	if !strings.Contains(out, "reserve-stock") || !strings.Contains(out, "export-csv") || strings.Contains(out, "charge-card") ||
+		strings.Contains(out, "WAKE") || !strings.Contains(out, "Listed (--state failed,canceled): 3 tasks, 0 wakes.") {
+		t.Errorf("state --state failed,canceled:\n%s", out)
+	}
+	out = mustReplay(t, "state", dir, "--task-kind", "summarize", "--json")
+	if strings.Count(out, `"kind":"summarize"`) != 2 || strings.Contains(out, `"kind":"translate"`) || strings.Contains(out, `"reason"`) {
+		t.Errorf("state --task-kind summarize --json:\n%s", out)
+	}
+	out = mustReplay(t, "state", dir, "--state", "available")
+	if strings.Contains(out, "TASK") || !strings.Contains(out, "1 wake.") {
+		t.Errorf("state --state available:\n%s", out)
+	}
+	out = mustReplay(t, "timeline", dir, "--session", "checkout-4821", "--task-kind", "charge-card")
+	if !strings.Contains(out, "charge-card") || strings.Contains(out, "reserve-stock") || strings.Contains(out, "send-receipt") {
+		t.Errorf("timeline --task-kind charge-card:\n%s", out)
+	}
+	for _, args := range [][]string{{"state", dir, "--state", "done"}, {"timeline", dir, "--session", "checkout-4821", "--state", "acked"}} {
+		if r := replay(t, args...); r.code != exitError || !strings.Contains(r.stderr, "is not a state") {
+			t.Errorf("replay %v: exit %d, %s", args, r.code, r.stderr)
+		}
+	}
+}
