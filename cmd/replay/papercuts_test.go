@@ -1,8 +1,17 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/worklog/worklog/work"
 )
 
 // TestVerifyPrunedSaysWhatWasChecked: on a pruned store verify says how many events are live
@@ -69,5 +78,45 @@ func TestStateTimelineFilters(t *testing.T) {
 		if r := replay(t, args...); r.code != exitError || !strings.Contains(r.stderr, "is not a state") {
 			t.Errorf("replay %v: exit %d, %s", args, r.code, r.stderr)
 		}
+	}
+}
+
+// TestTimelineHTMLCapped: the HTML page of a session of 250 tasks has its legend above the
+// chart and a chart of at most 200 rows, saying so; the table still lists every task.
+func TestTimelineHTMLCapped(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "store")
+	q, err := work.Open(dir, &work.Options{Sync: work.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	for i := range 250 {
+		if _, err := q.Session("big").SubmitAt(context.Background(), work.TaskRequest{Kind: "k", Input: json.RawMessage(`{}`)}, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	html := filepath.Join(t.TempDir(), "big.html")
+	mustReplay(t, "timeline", dir, "--session", "big", "--html", html)
+	b, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	m := regexp.MustCompile(`<svg xmlns="http://www.w3.org/2000/svg" width="\d+" height="(\d+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no chart in the page")
+	}
+	if h, _ := strconv.Atoi(m[1]); h > 34+200*30+10 {
+		t.Errorf("the chart is %d px tall for 250 rows", h)
+	}
+	if l, c := strings.Index(page, `<div class="legend">`), strings.Index(page, m[0]); l < 0 || l > c {
+		t.Errorf("the legend is not above the chart (legend at %d, chart at %d)", l, c)
+	}
+	if !strings.Contains(page, "The chart shows the first 200 of 250 rows") {
+		t.Errorf("the page does not say the chart is cut")
 	}
 }
