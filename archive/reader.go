@@ -47,12 +47,12 @@ func scanSegment(fs vfs.FS, path string, n uint32, valid int64) (*segment, error
 	if valid == 0 {
 		return s, nil // nothing of it counts (see the package doc); it need not exist
 	}
-	f, err := fs.Open(path)
+	f, err := openRegular(fs, path)
 	if err != nil {
 		if valid < 0 && errors.Is(err, os.ErrNotExist) {
 			return s, nil
 		}
-		return nil, fmt.Errorf("archive: opening %s: %w", path, err)
+		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -229,10 +229,27 @@ func OpenFS(fs vfs.FS, dir string) (*Reader, error) {
 	return r, nil
 }
 
-func readAt(fs vfs.FS, path string, b []byte, off int64) error {
+// openRegular opens a segment for reading, refusing anything but a regular file before
+// opening it: opening a FIFO blocks until someone writes into it, a device reads forever.
+func openRegular(fs vfs.FS, path string) (vfs.File, error) {
+	st, err := fs.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("archive: opening %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &Error{File: path, Offset: -1, Kind: ErrCorrupt, Detail: fmt.Sprintf("not a regular file (%s)", st.Mode().Type())}
+	}
 	f, err := fs.Open(path)
 	if err != nil {
-		return fmt.Errorf("archive: opening %s: %w", path, err)
+		return nil, fmt.Errorf("archive: opening %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func readAt(fs vfs.FS, path string, b []byte, off int64) error {
+	f, err := openRegular(fs, path)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	if _, err := f.ReadAt(b, off); err != nil {
@@ -372,7 +389,7 @@ func (r *Reader) Read(ctx context.Context, from, to uint64, fn func(seq uint64, 
 		}
 		if dec == nil && f.h.codec == codecZstd {
 			var err error
-			if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxFrameRaw)); err != nil {
+			if dec, err = newDecoder(); err != nil {
 				return err
 			}
 		}
@@ -407,7 +424,7 @@ func (r *Reader) Get(seq uint64) ([]byte, bool, error) {
 		}
 		if r.dec == nil && f.h.codec == codecZstd {
 			var err error
-			if r.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxFrameRaw)); err != nil {
+			if r.dec, err = newDecoder(); err != nil {
 				return nil, false, err
 			}
 		}
@@ -505,9 +522,8 @@ func (r *Reader) load(f *frame, dec *zstd.Decoder, from, to uint64) (*cursor, er
 	raw := stored
 	if f.h.codec == codecZstd {
 		var err error
-		raw, err = dec.DecodeAll(stored, make([]byte, 0, f.h.raw))
-		if err != nil || len(raw) != int(f.h.raw) {
-			return nil, corrupt(path, f.payloadOff(), "payload does not decompress to its %d bytes (%d, %v)", f.h.raw, len(raw), err)
+		if raw, err = inflate(dec, stored, f.h.raw); err != nil {
+			return nil, corrupt(path, f.payloadOff(), "the payload of the frame at offset %d does not decompress to its %d bytes: %v", f.off, f.h.raw, err)
 		}
 	}
 	recs := make([]record, 0, f.h.count)
@@ -549,6 +565,39 @@ func (r *Reader) load(f *frame, dec *zstd.Decoder, from, to uint64) (*cursor, er
 		return nil, nil
 	}
 	return &cursor{f: f, recs: recs}, nil
+}
+
+// newDecoder returns the decoder of frames' payloads. DecodeAll stops at the capacity of the
+// buffer it is given (inflate gives the frame's declared raw length): a payload that inflates
+// further, a zstd bomb, is refused having decoded at most one block (128 KiB) past it,
+// instead of growing its output to the decoder's memory limit.
+func newDecoder() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxFrameRaw),
+		zstd.WithDecodeAllCapLimit(true))
+}
+
+// inflate decompresses a frame's payload, which its header says holds raw bytes: exactly
+// that many, or an error. A zstd frame that declares another content size is refused before
+// anything is decoded; one that declares none, or lies, is stopped at raw bytes (newDecoder).
+func inflate(dec *zstd.Decoder, stored []byte, raw uint32) ([]byte, error) {
+	var zh zstd.Header
+	if err := zh.Decode(stored); err != nil {
+		return nil, err
+	}
+	if zh.HasFCS && zh.FrameContentSize != uint64(raw) {
+		return nil, fmt.Errorf("its zstd frame declares %d bytes", zh.FrameContentSize)
+	}
+	out, err := dec.DecodeAll(stored, make([]byte, 0, raw))
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrFrameSizeExceeded) || len(out) > int(raw) {
+		return nil, fmt.Errorf("it inflates past them")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != int(raw) {
+		return nil, fmt.Errorf("it decompresses to %d", len(out))
+	}
+	return out, nil
 }
 
 func countRecords(raw []byte) int {

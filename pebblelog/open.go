@@ -899,6 +899,17 @@ func syncDir(fs vfs.FS, dir string) error {
 }
 
 func checkMarker(fs vfs.FS, dir string) error {
+	refuse := func(kind error, format string, args ...any) error {
+		return &OpenError{Dir: dir, Kind: kind, File: MarkerFile, Offset: -1, Detail: fmt.Sprintf(format, args...)}
+	}
+	// Only a regular file is opened: opening a FIFO blocks until something writes into it.
+	st, err := fs.Stat(fs.PathJoin(dir, MarkerFile))
+	if err != nil {
+		return ioError(dir, MarkerFile, "reading the marker", err)
+	}
+	if !st.Mode().IsRegular() {
+		return refuse(ErrNotAStore, "%s is not a regular file (mode %s)", MarkerFile, st.Mode().Type())
+	}
 	f, err := fs.Open(fs.PathJoin(dir, MarkerFile))
 	if err != nil {
 		return ioError(dir, MarkerFile, "reading the marker", err)
@@ -907,9 +918,6 @@ func checkMarker(fs vfs.FS, dir string) error {
 	b, err := io.ReadAll(io.LimitReader(f, 256))
 	if err != nil {
 		return ioError(dir, MarkerFile, "reading the marker", err)
-	}
-	refuse := func(kind error, format string, args ...any) error {
-		return &OpenError{Dir: dir, Kind: kind, File: MarkerFile, Offset: -1, Detail: fmt.Sprintf(format, args...)}
 	}
 	text := strings.TrimSpace(string(b))
 	if !strings.HasPrefix(text, markerPrefix) {

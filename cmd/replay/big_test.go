@@ -58,7 +58,7 @@ func TestBigStore(t *testing.T) {
 	}{
 		{[]string{"log", dir}, bound},
 		{[]string{"export", dir}, bound},
-		{[]string{"log", dir, "--kind", "task_settle_rejected", "--json"}, bound},
+		{[]string{"log", dir, "--type", "task_settle_rejected", "--json"}, bound},
 		{[]string{"verify", dir}, bound},
 		{[]string{"stats", dir}, bound},
 		{[]string{"log", dir, "--session", "sess-0042"}, bound},

@@ -27,6 +27,7 @@ type logOptions struct {
 	until     string
 	json      bool
 	limit     uint64
+	oldKind   []string // --kind, the hidden old name of --type
 }
 
 const logLong = `Print the events of a store in log order, one line each: sequence, time (UTC), session,
@@ -36,7 +37,7 @@ Filters combine (all must hold):
   --session S        events of session S (read through the per-session index: no full scan)
   --task ID          events of task ID, including the completion wake recorded for it
   --wake ID          events of wake ID
-  --kind TYPE        event type by its stable name, e.g. task_claimed; repeat or comma-separate
+  --type TYPE        event type by its stable name, e.g. task_claimed; repeat or comma-separate
   --task-kind KIND   events of tasks of kind KIND (and of their completion wakes)
   --from N, --to N   sequence range, both INCLUSIVE
   --since T, --until T  event time range (RFC 3339), both INCLUSIVE
@@ -53,7 +54,7 @@ func eventTypesHelp() string {
 		width = max(width, len(info.Name))
 	}
 	var b strings.Builder
-	b.WriteString("Event types, for --kind:\n")
+	b.WriteString("Event types, for --type:\n")
 	for _, info := range events.Types() {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, info.Name, info.Doc)
 	}
@@ -67,11 +68,16 @@ func (a *app) logCommand() *cobra.Command {
 		Short: "Print the events in order, one line each, with filters",
 		Long:  fmt.Sprintf(logLong, eventTypesHelp()),
 		Example: `  replay log ./store
-  replay log ./store --session checkout-4821 --kind task_claimed,task_settled
+  replay log ./store --session checkout-4821 --type task_claimed,task_settled
   replay log ./store --from 100 --to 200 --json
   replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
+			if c.Flags().Changed("kind") {
+				// --kind was the event type's name: users read it as the task's kind.
+				fmt.Fprintln(a.stderr, "replay: --kind is the old name of --type (event types); use --type, or --task-kind for tasks of a kind")
+				o.types = append(o.types, o.oldKind...)
+			}
 			return a.runLog(c, displayName(args[0]), o)
 		},
 	}
@@ -79,7 +85,9 @@ func (a *app) logCommand() *cobra.Command {
 	f.StringVar(&o.session, "session", "", "only events of this session")
 	f.StringVar(&o.task, "task", "", "only events of this task (and the completion wake recorded for it)")
 	f.StringVar(&o.wake, "wake", "", "only events of this wake")
-	f.StringSliceVar(&o.types, "kind", nil, "only these event types, e.g. task_claimed (repeat or comma-separate)")
+	f.StringSliceVar(&o.types, "type", nil, "only these event types, e.g. task_claimed (repeat or comma-separate)")
+	f.StringSliceVar(&o.oldKind, "kind", nil, "the old name of --type")
+	_ = f.MarkHidden("kind")
 	f.StringSliceVar(&o.taskKinds, "task-kind", nil, "only events of tasks of these kinds (repeat or comma-separate)")
 	f.Var(seqValue(&o.from), "from", "first sequence to print (inclusive)")
 	f.Var(seqValue(&o.to), "to", "last sequence to print (inclusive; default the end of the log)")
@@ -113,7 +121,7 @@ func parseTypes(c *cobra.Command, names []string, f *eventFilter) error {
 			for _, t := range events.AllTypes() {
 				all = append(all, t.String())
 			}
-			return usagef(c, "--kind: %q is not an event type; the types are %s (for a task's kind use --task-kind)",
+			return usagef(c, "--type: %q is not an event type; the types are %s (for a task's kind use --task-kind)",
 				n, strings.Join(all, ", "))
 		}
 		f.types[t] = true
@@ -340,11 +348,11 @@ type eventWriter struct {
 // sessionWidth is the width of the session column: the longest of the first thousand
 // session ids (one seek each), between 8 and 32.
 func sessionWidth(ctx context.Context, st store, session string) int {
-	w := len(session)
+	w := len(word(session))
 	if session == "" {
 		n := 0
 		_ = st.Sessions(ctx, func(s string) error {
-			w = max(w, len(s))
+			w = max(w, len(word(s)))
 			if n++; n == 1000 {
 				return errStop
 			}

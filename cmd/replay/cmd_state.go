@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -23,6 +24,7 @@ type stateOptions struct {
 	noCache  bool
 	every    uint64
 	cost     bool
+	filter   workFilter
 }
 
 const stateLong = `Time travel: print every task and wake as it was at a point of the log, computed by folding
@@ -57,6 +59,9 @@ func (a *app) stateCommand() *cobra.Command {
   replay state ./store --at-seq 1500000 --json > state.json`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := o.filter.check(c, true); err != nil {
+				return err
+			}
 			return a.runState(c, displayName(args[0]), o)
 		},
 	}
@@ -70,6 +75,7 @@ func (a *app) stateCommand() *cobra.Command {
 	o.every = defaultSnapshotEvery
 	f.Var(countValue(&o.every, "a whole number, at least 10"), "snapshot-every", "events between two cached snapshot segments")
 	f.BoolVar(&o.cost, "cost", false, "print on stderr what the fold cost (snapshots loaded, events folded)")
+	o.filter.register(c, true)
 	return c
 }
 
@@ -170,7 +176,7 @@ func sessionsOf(ctx context.Context, st store, dir string) string {
 			more = true
 			return errStop
 		}
-		some = append(some, s)
+		some = append(some, word(s))
 		return nil
 	})
 	if len(some) == 0 {
@@ -219,8 +225,12 @@ func (a *app) writeStateJSON(res *foldResult, o *stateOptions, ct cut) error {
 	w := a.out
 	w.Write(h[:len(h)-1])
 	w.WriteString(`,"tasks":[`)
-	for i, t := range res.mem.Tasks() {
-		if i > 0 {
+	i := 0
+	for _, t := range res.mem.Tasks() {
+		if !o.filter.task(t.Kind, t.State.String()) {
+			continue
+		}
+		if i++; i > 1 {
 			w.WriteByte(',')
 		}
 		w.WriteByte('\n')
@@ -231,8 +241,12 @@ func (a *app) writeStateJSON(res *foldResult, o *stateOptions, ct cut) error {
 		w.Write(b)
 	}
 	w.WriteString("\n],\"wakes\":[")
-	for i, x := range res.mem.Wakes() {
-		if i > 0 {
+	i = 0
+	for _, x := range res.mem.Wakes() {
+		if !o.filter.wake(wakeState(&x)) {
+			continue
+		}
+		if i++; i > 1 {
 			w.WriteByte(',')
 		}
 		w.WriteByte('\n')
@@ -251,7 +265,7 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 	nt, nw := res.mem.Len()
 	scope := "the store"
 	if o.session != "" {
-		scope = "session " + o.session
+		scope = "session " + word(o.session)
 	}
 	counts := plural(nt, "task", "tasks") + ", " + plural(nw, "wake", "wakes")
 	// now is the time the state is read at: the requested time, or the time of the last event.
@@ -283,12 +297,19 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 			fmt.Fprintf(w, "The session's last event at or before seq %d is seq %d.\n", ct.seq, res.seq)
 		}
 	}
+	tasks, wakes := res.mem.Tasks(), res.mem.Wakes()
+	if o.filter.active() {
+		tasks = slices.DeleteFunc(tasks, func(t projection.Task) bool { return !o.filter.task(t.Kind, t.State.String()) })
+		wakes = slices.DeleteFunc(wakes, func(x projection.Wake) bool { return !o.filter.wake(wakeState(&x)) })
+		nt, nw = len(tasks), len(wakes)
+		fmt.Fprintf(w, "Listed (%s): %s, %s.\n", o.filter.describe(), plural(nt, "task", "tasks"), plural(nw, "wake", "wakes"))
+	}
 	if nt > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "TASK\tSESSION\tKIND\tSTATE\tATTEMPTS\tDETAIL")
-		for _, t := range res.mem.Tasks() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, t.SessionID, t.Kind, t.State, t.Attempts, a.taskDetail(&t, now))
+		for _, t := range tasks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, word(t.SessionID), word(t.Kind), t.State, t.Attempts, a.taskDetail(&t, now))
 		}
 		tw.Flush()
 	}
@@ -296,8 +317,8 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "WAKE\tSESSION\tREASON\tSTATE\tATTEMPTS\tDETAIL")
-		for _, x := range res.mem.Wakes() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", x.ID, x.SessionID, x.Reason, wakeState(&x), x.Attempts, a.wakeDetail(&x, now))
+		for _, x := range wakes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", x.ID, word(x.SessionID), x.Reason, wakeState(&x), x.Attempts, a.wakeDetail(&x, now))
 		}
 		tw.Flush()
 	}

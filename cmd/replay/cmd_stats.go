@@ -271,7 +271,7 @@ func (a *app) writeStatsText(s *statsJSON) {
 	}
 	var busy []string
 	for _, b := range s.Busiest {
-		busy = append(busy, fmt.Sprintf("%s (%s)", b.Name, plural(b.Count, "task", "tasks")))
+		busy = append(busy, fmt.Sprintf("%s (%s)", word(b.Name), plural(b.Count, "task", "tasks")))
 	}
 	sessions := fmt.Sprintf("%d", s.Sessions)
 	if len(busy) > 0 {
@@ -320,7 +320,7 @@ func (a *app) writeStatsText(s *statsJSON) {
 					parts = append(parts, fmt.Sprintf("%s %d", st, n))
 				}
 			}
-			fmt.Fprintf(tw, "    %s\t%d\t%s\n", k.Name, k.Count, strings.Join(parts, ", "))
+			fmt.Fprintf(tw, "    %s\t%d\t%s\n", word(k.Name), k.Count, strings.Join(parts, ", "))
 		}
 		tw.Flush()
 	}
@@ -351,7 +351,7 @@ func (a *app) writeStatsText(s *statsJSON) {
 		} else if t.ScheduledAt != t.CreatedAt {
 			detail += ", scheduled for " + t.ScheduledAt
 		}
-		fmt.Fprintf(w, "  task  %s (%s, session %s): %s; submitted %s%s\n", t.ID, t.Kind, t.Session, detail, t.CreatedAt, age(t.CreatedAt))
+		fmt.Fprintf(w, "  task  %s (%s, session %s): %s; submitted %s%s\n", t.ID, word(t.Kind), word(t.Session), detail, t.CreatedAt, age(t.CreatedAt))
 	} else {
 		fmt.Fprintln(w, "  task  none: every task is terminal")
 	}
@@ -360,7 +360,7 @@ func (a *app) writeStatsText(s *statsJSON) {
 		if x.Attempts > 0 {
 			detail = fmt.Sprintf("%s after %s", x.State, plural(int(x.Attempts), "delivery", "deliveries"))
 		}
-		fmt.Fprintf(w, "  wake  %s (%s, session %s): %s; recorded %s%s\n", x.ID, x.Reason, x.Session, detail,
+		fmt.Fprintf(w, "  wake  %s (%s, session %s): %s; recorded %s%s\n", x.ID, x.Reason, word(x.Session), detail,
 			x.CreatedAt, age(x.CreatedAt))
 	} else {
 		fmt.Fprintln(w, "  wake  none: every wake is acknowledged")

@@ -389,23 +389,23 @@ func (a *app) writeExplanation(x *explanation) {
 	switch {
 	case x.isWake && x.wake != nil:
 		wk := x.wake
-		fmt.Fprintf(w, "wake %s (session %s, %s) is %s after %s.\n", wk.ID, wk.SessionID, wk.Reason, wakeState(wk),
+		fmt.Fprintf(w, "wake %s (session %s, %s) is %s after %s.\n", wk.ID, word(wk.SessionID), wk.Reason, wakeState(wk),
 			plural(int(wk.Attempts), "delivery", "deliveries"))
 	case x.task != nil:
 		t := x.task
 		if t.State == events.StateCanceled && t.Attempts == 0 {
 			fmt.Fprintf(w, "task %s (kind %s, session %s) is canceled: it was canceled while pending at %s, never claimed.\n",
-				t.ID, t.Kind, t.SessionID, fmtTime(t.FinishedAt))
+				t.ID, word(t.Kind), word(t.SessionID), fmtTime(t.FinishedAt))
 			break
 		}
-		fmt.Fprintf(w, "task %s (kind %s, session %s) is %s after %s", t.ID, t.Kind, t.SessionID, t.State,
+		fmt.Fprintf(w, "task %s (kind %s, session %s) is %s after %s", t.ID, word(t.Kind), word(t.SessionID), t.State,
 			plural(int(t.Attempts), "attempt", "attempts"))
 		if t.State.Terminal() {
 			fmt.Fprintf(w, ", finished %s", fmtTime(t.FinishedAt))
 		}
 		fmt.Fprintln(w, ".")
 	default:
-		fmt.Fprintf(w, "%s (session %s): its events could not be folded.\n", x.id, x.session)
+		fmt.Fprintf(w, "%s (session %s): its events could not be folded.\n", x.id, word(x.session))
 	}
 	fmt.Fprintln(w, "\nWhy, event by event:")
 	seqW := 1

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ a time axis with a bar per lease window and a marker per event.`
 
 func (a *app) timelineCommand() *cobra.Command {
 	var session, htmlFile string
+	var filter workFilter
 	c := &cobra.Command{
 		Use:   "timeline DIR --session S",
 		Short: "One session's story: each task's and wake's life, with lease windows",
@@ -41,6 +43,9 @@ func (a *app) timelineCommand() *cobra.Command {
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
 			dir := displayName(args[0])
+			if err := filter.check(c, false); err != nil {
+				return err
+			}
 			if htmlFile != "" {
 				absStore, err1 := filepath.Abs(dir)
 				absHTML, err2 := filepath.Abs(htmlFile)
@@ -63,6 +68,10 @@ func (a *app) timelineCommand() *cobra.Command {
 			if err != nil {
 				return readError(dir, err)
 			}
+			if filter.active() {
+				s.only(&filter)
+				fmt.Fprintf(a.out, "Only the tasks matching %s, and their completion wakes.\n", filter.describe())
+			}
 			a.writeTimelineText(a.out, s)
 			if htmlFile != "" {
 				if err := writeFileAtomic(htmlFile, []byte(timelineHTML(s, dir))); err != nil {
@@ -75,7 +84,19 @@ func (a *app) timelineCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&session, "session", "", "the session (required)")
 	c.Flags().StringVar(&htmlFile, "html", "", "also write a self-contained HTML page with a time axis to this file")
+	filter.register(c, false)
 	return c
+}
+
+// only keeps the tasks f lists and their completion wakes (text and HTML alike).
+func (s *sessionStory) only(f *workFilter) {
+	kept := map[string]bool{}
+	s.Tasks = slices.DeleteFunc(s.Tasks, func(t *taskStory) bool {
+		keep := f.task(t.Kind, t.State.String())
+		kept[t.ID] = keep
+		return !keep
+	})
+	s.Wakes = slices.DeleteFunc(s.Wakes, func(w *wakeStory) bool { return !kept[w.TaskID] })
 }
 
 func writeFileAtomic(name string, b []byte) error {
@@ -100,7 +121,7 @@ func (a *app) writeTimelineText(w io.Writer, s *sessionStory) {
 	if !sameDay(s.FirstAt, s.LastAt) {
 		span = fmt.Sprintf("%s to %s", fmtTime(s.FirstAt), fmtTime(s.LastAt))
 	}
-	fmt.Fprintf(w, "Session %s: %s, %s, %s between seq %d and %d, %s.\n", s.Session,
+	fmt.Fprintf(w, "Session %s: %s, %s, %s between seq %d and %d, %s.\n", word(s.Session),
 		plural(len(s.Tasks), "task", "tasks"), plural(len(s.Wakes), "wake", "wakes"),
 		plural(s.Events, "event", "events"), s.FirstSeq, s.LastSeq, span)
 	seqW := digits(s.LastSeq) + 1
@@ -112,7 +133,7 @@ func (a *app) writeTimelineText(w io.Writer, s *sessionStory) {
 		fmt.Fprintf(w, "  %s  %*s  %s\n", s.timeCol(m.At), seqW, seq, m.Text)
 	}
 	for _, t := range s.Tasks {
-		fmt.Fprintf(w, "\ntask %s (%s): %s\n", t.ID, t.Kind, s.taskSummary(t))
+		fmt.Fprintf(w, "\ntask %s (%s): %s\n", t.ID, word(t.Kind), s.taskSummary(t))
 		for _, m := range t.Marks {
 			line(m)
 		}

@@ -26,7 +26,7 @@ func TestFlagErrorsGolden(t *testing.T) {
 		{"log", dir, "--until", "2026-03-02T09:00:00"},
 		{"log", dir, "--since", "1500-01-01T00:00:00Z"},
 		{"log", dir, "--json=maybe"},
-		{"log", dir, "--kind", "claimed"},
+		{"log", dir, "--type", "claimed"},
 		{"export", dir, "--from", "1e3"},
 		{"export", dir, "--to", " "},
 		{"state", dir, "--at-seq", "x"},

@@ -98,7 +98,7 @@ func compactJSON(b []byte) json.RawMessage {
 func (a *app) eventLine(ev events.Event, seqWidth, sessionWidth int) string {
 	h := ev.Head()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%*d  %s  %-*s  %-21s", seqWidth, h.Seq, fmtTime(h.At), sessionWidth, h.SessionID, ev.Type())
+	fmt.Fprintf(&b, "%*d  %s  %-*s  %-21s", seqWidth, h.Seq, fmtTime(h.At), sessionWidth, word(h.SessionID), ev.Type())
 	details, ok := a.eventDetails(ev)
 	if !ok {
 		details = append(details, unknownEventNote)

@@ -45,7 +45,7 @@ func TestGolden(t *testing.T) {
 		{"log.txt", []string{"log", dir}},
 		{"log-json.txt", []string{"log", dir, "--json"}},
 		{"log-session.txt", []string{"log", dir, "--session", "checkout-4821"}},
-		{"log-kind.txt", []string{"log", dir, "--kind", "task_claimed,task_settle_rejected", "--kind", "wake_ack_rejected"}},
+		{"log-kind.txt", []string{"log", dir, "--type", "task_claimed,task_settle_rejected", "--type", "wake_ack_rejected"}},
 		{"log-range.txt", []string{"log", dir, "--from", "5", "--to", "9"}},
 		{"log-since-until.txt", []string{"log", dir, "--since", "2026-03-02T09:00:40Z", "--until", "2026-03-02T09:00:45Z"}},
 		{"log-task.txt", []string{"log", dir, "--task", charge}},

@@ -17,6 +17,8 @@ const (
 	htmlChartW = 880 // the time axis
 	htmlRowH   = 30
 	htmlTopH   = 34 // the axis labels above the rows
+	// htmlMaxRows caps the chart's rows (6,000 px of them).
+	htmlMaxRows = 200
 )
 
 const htmlStyle = `
@@ -50,7 +52,7 @@ svg .m-rejected { fill: none; stroke: #cf222e; stroke-width: 2.5; }
 svg .m-wake, svg .m-recorded { fill: #bf8700; }
 svg .m-extended { fill: #0969da; }
 svg .m-released { fill: #9a6700; }
-.legend { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 12px 0 20px; color: #59636e; font-size: 13px; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 4px 0 12px; color: #59636e; font-size: 13px; }
 .legend span { display: inline-flex; align-items: center; gap: 6px; }
 .sw { display: inline-block; width: 22px; height: 10px; border: 1px solid; border-radius: 3px; }
 h2 { font-size: 15px; margin: 22px 0 4px; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
@@ -73,7 +75,11 @@ func timelineHTML(s *sessionStory, dir string) string {
 	x := func(ns int64) float64 {
 		return htmlLabelW + float64(ns-t0)/float64(t1-t0)*htmlChartW
 	}
-	rows := len(s.Tasks) + len(s.Wakes)
+	// The chart draws at most htmlMaxRows rows, tasks first: a session of hundreds of tasks
+	// would make a page thousands of pixels tall. The table below has every event.
+	chartTasks := s.Tasks[:min(len(s.Tasks), htmlMaxRows)]
+	chartWakes := s.Wakes[:min(len(s.Wakes), htmlMaxRows-len(chartTasks))]
+	rows := len(chartTasks) + len(chartWakes)
 	width := htmlLabelW + htmlChartW + 20
 	height := htmlTopH + rows*htmlRowH + 10
 
@@ -83,6 +89,30 @@ func timelineHTML(s *sessionStory, dir string) string {
 		e(s.Session), plural(len(s.Tasks), "task", "tasks"), plural(len(s.Wakes), "wake", "wakes"),
 		plural(s.Events, "event", "events"), s.FirstSeq, s.LastSeq, e(fmtTime(s.FirstAt)), e(fmtTime(s.LastAt)), e(dir))
 
+	// The legend above the chart, where it is read first.
+	b.WriteString(`<div class="legend">
+<span><i class="sw" style="background:#aceebb;border-color:#1a7f37"></i>lease, settled (succeeded) or acknowledged</span>
+<span><i class="sw" style="background:#ffcecb;border-color:#cf222e"></i>lease, settled (failed)</span>
+<span><i class="sw" style="background:#d8dee4;border-color:#59636e"></i>lease, settled (canceled)</span>
+<span><i class="sw" style="background:repeating-linear-gradient(45deg,#fb8f44 0 2px,#fff1e5 2px 6px);border-color:#bc4c00"></i>lease expired without a settlement</span>
+<span><i class="sw" style="background:#b6e3ff;border-color:#0969da"></i>lease still open</span>
+<span><i class="sw" style="background:#fff8c5;border-color:#9a6700"></i>lease ended by a release</span>
+<span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#0969da"/>`) + `submitted</span>
+<span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#1f2328"/>`) + `claimed</span>
+<span>` + legendIcon(`<path d="M7 1 l6 6 l-6 6 l-6 -6 z" fill="#bc4c00"/>`) + `lease expired (inferred)</span>
+<span>` + legendIcon(`<path d="M7 1 l6 11 l-12 0 z" fill="#8250df"/>`) + `cancel requested</span>
+<span>` + legendIcon(`<path d="M7 1 l6 11 l-12 0 z" fill="#bf8700"/>`) + `wake recorded</span>
+<span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#1a7f37"/>`) + `settled / acknowledged</span>
+<span>` + legendIcon(`<path d="M2 2 l10 10 m0 -10 l-10 10" stroke="#cf222e" stroke-width="2.5"/>`) + `stale delivery rejected</span>
+<span>` + legendIcon(`<circle cx="7" cy="7" r="3" fill="#0969da"/>`) + `lease extended (heartbeat)</span>
+<span>` + legendIcon(`<rect x="2" y="2" width="10" height="10" fill="#9a6700"/>`) + `released: pending again</span>
+<span>dashed: waiting for its scheduled time; grey: due, not claimed</span>
+</div>
+`)
+	if all := len(s.Tasks) + len(s.Wakes); rows < all {
+		fmt.Fprintf(&b, "<p class=\"sub\">The chart shows the first %d of %d rows (%s, %s); narrow it with --state or --task-kind. The table below lists every event.</p>\n",
+			rows, all, plural(len(chartTasks), "task", "tasks"), plural(len(chartWakes), "wake", "wakes"))
+	}
 	fmt.Fprintf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"timeline of session %s\">\n",
 		width, height, width, height, e(s.Session))
 	b.WriteString(`<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff1e5"/><line x1="0" y1="0" x2="0" y2="6" stroke="#fb8f44" stroke-width="2.5"/></pattern></defs>` + "\n")
@@ -169,7 +199,7 @@ func timelineHTML(s *sessionStory, dir string) string {
 		fmt.Fprintf(&b, "<text x=\"8\" y=\"%d\"><title>%s</title>%s</text>\n", y()+4, e(title), e(text))
 	}
 
-	for _, t := range s.Tasks {
+	for _, t := range chartTasks {
 		label(fmt.Sprintf("%s · %s", clip(t.Kind, 16), shortID(t.ID)), t.ID+": "+s.taskSummary(t))
 		// Waiting for the scheduled time (dashed), then due and pending (solid) until the first
 		// claim or the cancellation.
@@ -209,7 +239,7 @@ func timelineHTML(s *sessionStory, dir string) string {
 		drawMarks(t.Marks)
 		row++
 	}
-	for _, w := range s.Wakes {
+	for _, w := range chartWakes {
 		label(fmt.Sprintf("wake · %s", shortID(w.ID)), w.ID+" ("+wakeLabel(w)+"): "+s.wakeSummary(w))
 		end := min(s.EndAt, t1)
 		if len(w.Leases) > 0 {
@@ -221,26 +251,6 @@ func timelineHTML(s *sessionStory, dir string) string {
 		row++
 	}
 	b.WriteString("</svg>\n")
-
-	b.WriteString(`<div class="legend">
-<span><i class="sw" style="background:#aceebb;border-color:#1a7f37"></i>lease, settled (succeeded) or acknowledged</span>
-<span><i class="sw" style="background:#ffcecb;border-color:#cf222e"></i>lease, settled (failed)</span>
-<span><i class="sw" style="background:#d8dee4;border-color:#59636e"></i>lease, settled (canceled)</span>
-<span><i class="sw" style="background:repeating-linear-gradient(45deg,#fb8f44 0 2px,#fff1e5 2px 6px);border-color:#bc4c00"></i>lease expired without a settlement</span>
-<span><i class="sw" style="background:#b6e3ff;border-color:#0969da"></i>lease still open</span>
-<span><i class="sw" style="background:#fff8c5;border-color:#9a6700"></i>lease ended by a release</span>
-<span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#0969da"/>`) + `submitted</span>
-<span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#1f2328"/>`) + `claimed</span>
-<span>` + legendIcon(`<path d="M7 1 l6 6 l-6 6 l-6 -6 z" fill="#bc4c00"/>`) + `lease expired (inferred)</span>
-<span>` + legendIcon(`<path d="M7 1 l6 11 l-12 0 z" fill="#8250df"/>`) + `cancel requested</span>
-<span>` + legendIcon(`<path d="M7 1 l6 11 l-12 0 z" fill="#bf8700"/>`) + `wake recorded</span>
-<span>` + legendIcon(`<circle cx="7" cy="7" r="5.5" fill="#1a7f37"/>`) + `settled / acknowledged</span>
-<span>` + legendIcon(`<path d="M2 2 l10 10 m0 -10 l-10 10" stroke="#cf222e" stroke-width="2.5"/>`) + `stale delivery rejected</span>
-<span>` + legendIcon(`<circle cx="7" cy="7" r="3" fill="#0969da"/>`) + `lease extended (heartbeat)</span>
-<span>` + legendIcon(`<rect x="2" y="2" width="10" height="10" fill="#9a6700"/>`) + `released: pending again</span>
-<span>dashed: waiting for its scheduled time; grey: due, not claimed</span>
-</div>
-`)
 
 	row2 := func(m mark) {
 		seq, cls := "-", " class=\"inferred\""

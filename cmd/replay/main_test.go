@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
-func testMain(m *testing.M) int {
+func testMain(m *testing.M) (code int) {
 	tmp, err := os.MkdirTemp("", "replay-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -52,6 +53,22 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	cacheHome = filepath.Join(tmp, "cache")
+	// The in-process runs (run, runContext) read the cache dir from this process's
+	// environment: they get the temp one too. The user's own cache dir must come out of the
+	// run as it went in (cacheState).
+	userCache := userCacheRoot()
+	before := cacheState(userCache)
+	if err := os.Setenv("XDG_CACHE_HOME", cacheHome); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if after := cacheState(userCache); after != before {
+			fmt.Fprintf(os.Stderr, "FAIL: the tests changed the user's cache dir %s (every test writes under its temp dir):\nbefore: %s\nafter:  %s\n",
+				userCache, before, after)
+			code = 1
+		}
+	}()
 	demoDir = filepath.Join(tmp, "demo")
 	if out, err := exec.Command(replayBin, "demo", demoDir, "--seed", "1").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the demo store: %v\n%s", err, out)
@@ -60,6 +77,43 @@ func testMain(m *testing.M) int {
 	// One throwaway PostgreSQL server for the tests that read a queue there
 	// (postgres_test.go); without one they skip, and this says why once.
 	return pgtest.Main(m, "cmd/replay")
+}
+
+// userCacheRoot is where replay keeps its snapshot cache by default: os.UserCacheDir()/
+// worklog-replay, as the environment says before testMain changes it.
+func userCacheRoot() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "worklog-replay")
+}
+
+// cacheState describes what is under root: every file and directory with its size and
+// modification time, or "absent".
+func cacheState(root string) string {
+	if root == "" {
+		return "no user cache dir"
+	}
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %d; ", path, fi.Size(), fi.ModTime().UnixNano())
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return "absent"
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
 
 type result struct {

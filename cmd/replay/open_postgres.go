@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -27,22 +26,14 @@ func isPostgresURL(arg string) bool {
 var rawURLs sync.Map
 
 // displayName is how replay names a store argument in its output and errors: a directory as
-// given, a PostgreSQL URL with its password replaced by xxxxx (put it in PGPASSWORD or
-// ~/.pgpass instead, which pgx reads, and nothing is masked).
+// given, a PostgreSQL URL with its password and every other secret replaced by xxxxx
+// (redactDSN; put the password in PGPASSWORD or ~/.pgpass instead, which pgx reads, and
+// nothing is masked).
 func displayName(arg string) string {
-	if !isPostgresURL(arg) {
-		return arg
+	name := redactDSN(arg)
+	if name != arg && isPostgresURL(arg) {
+		rawURLs.Store(name, arg)
 	}
-	u, err := url.Parse(arg)
-	if err != nil || u.User == nil {
-		return arg
-	}
-	if _, has := u.User.Password(); !has {
-		return arg
-	}
-	u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	name := u.String()
-	rawURLs.Store(name, arg)
 	return name
 }
 
@@ -55,17 +46,21 @@ func openPostgres(name string) (store, error) {
 	}
 	ctx := context.Background()
 	r, err := postgres.OpenReadOnly(ctx, dsn)
-	switch {
-	case err == nil:
+	if err == nil {
 		return &pgStore{r: r, ctx: ctx, name: name}, nil
-	case errors.Is(err, postgres.ErrNotAQueue):
-		return nil, fmt.Errorf("%s is not a worklog queue: %v", name, err)
-	case errors.Is(err, postgres.ErrFormatTooNew):
-		return nil, fmt.Errorf("%s was written by a newer worklog: %v: build replay from that worklog version or later", name, err)
-	case errors.Is(err, postgres.ErrInvalidDSN):
-		return nil, fmt.Errorf("%s: %v", name, err)
 	}
-	return nil, fmt.Errorf("cannot read the queue at %s: %v", name, err)
+	// pgx masks the passwords it quotes; a message that quotes the URL another way is
+	// masked here too, so that no secret reaches the output whatever the error.
+	msg := strings.ReplaceAll(err.Error(), dsn, name)
+	switch {
+	case errors.Is(err, postgres.ErrNotAQueue):
+		return nil, fmt.Errorf("%s is not a worklog queue: %s", name, msg)
+	case errors.Is(err, postgres.ErrFormatTooNew):
+		return nil, fmt.Errorf("%s was written by a newer worklog: %s: build replay from that worklog version or later", name, msg)
+	case errors.Is(err, postgres.ErrInvalidDSN):
+		return nil, fmt.Errorf("%s: %s", name, msg)
+	}
+	return nil, fmt.Errorf("cannot read the queue at %s: %s", name, msg)
 }
 
 // pgStore is store over postgres.Store, whose connections are read-only. The queue's

@@ -92,7 +92,7 @@ func sameOutputCases(ids map[string]string) [][]string {
 	return [][]string{
 		{"log"}, {"log", "--json", "--show-tokens"},
 		{"log", "--session", "checkout-4821"},
-		{"log", "--kind", "task_claimed,task_settle_rejected", "--kind", "wake_ack_rejected"},
+		{"log", "--type", "task_claimed,task_settle_rejected", "--type", "wake_ack_rejected"},
 		{"log", "--from", "5", "--to", "9"},
 		{"log", "--since", "2026-03-02T09:00:40Z", "--until", "2026-03-02T09:00:45Z"},
 		{"log", "--task", charge}, {"log", "--wake", ids["redelivered-wake"]},

@@ -164,7 +164,7 @@ func TestLiveStoreAndCheckpoint(t *testing.T) {
 	if out := mustReplay(t, "verify", cp); !strings.Contains(out, "ok. The log has 2 events") {
 		t.Errorf("verify of the checkpoint:\n%s", out)
 	}
-	if out := mustReplay(t, "log", cp, "--kind", "task_claimed"); !strings.Contains(out, "attempt=1") {
+	if out := mustReplay(t, "log", cp, "--type", "task_claimed"); !strings.Contains(out, "attempt=1") {
 		t.Errorf("log of the checkpoint:\n%s", out)
 	}
 }
@@ -219,7 +219,7 @@ func TestStoreErrors(t *testing.T) {
 	}{
 		{[]string{"log"}, "log needs DIR"},
 		{[]string{"log", dir, "extra"}, "log takes 1 argument"},
-		{[]string{"log", dir, "--kind", "claimed"}, `--kind: "claimed" is not an event type`},
+		{[]string{"log", dir, "--type", "claimed"}, `--type: "claimed" is not an event type`},
 		{[]string{"log", dir, "--since", "yesterday"}, "not an RFC 3339 time"},
 		{[]string{"log", dir, "--from", "9", "--to", "3"}, "--to 3 is before --from 9"},
 		{[]string{"state", dir, "--at-seq", "3", "--at", "2026-01-01T00:00:00Z"}, "not both"},

@@ -289,7 +289,7 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 			t := s.task(e.TaskID)
 			t.CompletionWake = e.WakeID
 			t.Marks = append(t.Marks, ev1(markWake, "completion wake %s recorded", e.WakeID))
-			w.Marks = append(w.Marks, ev1(markRecorded, "recorded: task %s (%s) %s", e.TaskID, t.Kind, e.Outcome.State))
+			w.Marks = append(w.Marks, ev1(markRecorded, "recorded: task %s (%s) %s", e.TaskID, word(t.Kind), e.Outcome.State))
 		} else {
 			text := "recorded on request"
 			if e.IdempotencyKey != "" {
