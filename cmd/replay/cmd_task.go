@@ -263,6 +263,9 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 			r = fmt.Sprintf("claim: running, but the lease of attempt %d expired at %s (<= now %s) → redelivered: running, attempt %d, lease until %s; attempt %d can no longer settle",
 				b.Attempts, fmtTime(b.LeaseExpiresAt), fmtTime(h.At), e.Attempt, fmtTime(e.LeaseExpiresAt), b.Attempts)
 		}
+		if e.Worker != "" {
+			r += "; claimed by " + word(e.Worker)
+		}
 		if b.CancelRequested {
 			r += fmt.Sprintf("; the cancel request of %s stays recorded: the worker should settle with Cancellation", fmtTime(b.CancelRequestedAt))
 		}

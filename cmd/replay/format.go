@@ -151,6 +151,9 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("task=%s", e.TaskID)
 		add("attempt=%d", e.Attempt)
 		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		if e.Worker != "" {
+			add("worker=%s", word(e.Worker))
+		}
 		add("token=%s", a.token(e.LeaseToken))
 	case *events.TaskSettled:
 		add("task=%s", e.TaskID)
@@ -175,6 +178,9 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("wake=%s", e.WakeID)
 		add("attempt=%d", e.Attempt)
 		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		if e.Worker != "" {
+			add("worker=%s", word(e.Worker))
+		}
 		add("token=%s", a.token(e.LeaseToken))
 	case *events.WakeAcked:
 		add("wake=%s", e.WakeID)
@@ -249,6 +255,7 @@ type eventJSON struct {
 	WakeOnCompletion *bool           `json:"wake_on_completion,omitempty"`
 	LeaseToken       string          `json:"lease_token,omitempty"`
 	LeaseExpiresAt   string          `json:"lease_expires_at,omitempty"`
+	Worker           string          `json:"worker,omitempty"`
 	Outcome          *outcomeJSON    `json:"outcome,omitempty"`
 	Reason           string          `json:"reason,omitempty"`
 	Payload          json.RawMessage `json:"payload,omitempty"`
@@ -274,7 +281,7 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		w := e.WakeOnCompletion
 		j.WakeOnCompletion = &w
 	case *events.TaskClaimed:
-		j.TaskID, j.Attempt = e.TaskID, e.Attempt
+		j.TaskID, j.Attempt, j.Worker = e.TaskID, e.Attempt, e.Worker
 		j.LeaseToken, j.LeaseExpiresAt = a.token(e.LeaseToken), jsonTime(e.LeaseExpiresAt)
 	case *events.TaskSettled:
 		j.TaskID, j.Attempt, j.LeaseToken = e.TaskID, e.Attempt, a.token(e.LeaseToken)
@@ -289,7 +296,7 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 			j.Payload, j.IdempotencyKey = compactJSON(e.Payload), e.IdempotencyKey
 		}
 	case *events.WakeClaimed:
-		j.WakeID, j.Attempt = e.WakeID, e.Attempt
+		j.WakeID, j.Attempt, j.Worker = e.WakeID, e.Attempt, e.Worker
 		j.LeaseToken, j.LeaseExpiresAt = a.token(e.LeaseToken), jsonTime(e.LeaseExpiresAt)
 	case *events.WakeAcked:
 		j.WakeID, j.Attempt, j.LeaseToken = e.WakeID, e.Attempt, a.token(e.LeaseToken)

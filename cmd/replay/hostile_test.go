@@ -133,7 +133,7 @@ func TestDSNSecretsMasked(t *testing.T) {
 }
 
 // hostileStore builds a store whose every user-controlled string (session, kind, idempotency
-// key, release reason, error, payloads) carries terminal escapes, BEL and line breaks, and
+// key, release reason, error, payloads, worker) carries terminal escapes, BEL and line breaks, and
 // returns it with a task's id and the session.
 func hostileStore(t *testing.T) (dir, taskID, session string) {
 	t.Helper()
@@ -157,7 +157,7 @@ func hostileStore(t *testing.T) (dir, taskID, session string) {
 	if _, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "other" + evil, Input: input}, t0); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := q.ClaimDueAt(ctx, t0.Add(time.Second), time.Minute, 2)
+	ds, err := q.ClaimDueAt(work.WithWorker(ctx, "worker"+evil), t0.Add(time.Second), time.Minute, 2)
 	if err != nil || len(ds) != 2 {
 		t.Fatalf("claim: %v %d", err, len(ds))
 	}
