@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,96 +13,6 @@ import (
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/work"
 )
-
-// freezer stops and resumes every process of the test server (SIGSTOP, SIGCONT): the
-// postmaster first, so that it forks no new backend, then its children. A frozen server's
-// kernel still accepts connections and data, and nothing answers.
-type freezer struct {
-	t      *testing.T
-	mu     sync.Mutex
-	pids   []int
-	frozen bool
-}
-
-func newFreezer(t *testing.T, dsn string) *freezer {
-	t.Helper()
-	if !pgtest.Need(t).Owned() {
-		t.Skip("the server was not started by this test binary")
-	}
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var backend int
-	err = c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend)
-	c.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	postmaster := parentOf(backend)
-	if postmaster <= 1 {
-		t.Skipf("cannot find the postmaster of backend %d", backend)
-	}
-	f := &freezer{t: t, pids: []int{postmaster}}
-	if err := syscall.Kill(postmaster, 0); err != nil {
-		t.Skipf("cannot signal the server's processes: %v", err)
-	}
-	t.Cleanup(f.thaw) // never leave the binary's server stopped
-	return f
-}
-
-// parentOf reads a process's parent from /proc (field 4 of stat, after the command's parens).
-func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(fields[1])
-	return n
-}
-
-func childrenOf(parent int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && parentOf(pid) == parent {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	postmaster := f.pids[0]
-	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
-		f.t.Errorf("SIGSTOP %d: %v", postmaster, err)
-	}
-	f.pids = append(f.pids[:1], childrenOf(postmaster)...)
-	for _, pid := range f.pids[1:] {
-		syscall.Kill(pid, syscall.SIGSTOP)
-	}
-	f.frozen = true
-}
-
-func (f *freezer) thaw() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.frozen {
-		return
-	}
-	for _, pid := range append(f.pids[1:], f.pids[0]) {
-		syscall.Kill(pid, syscall.SIGCONT)
-	}
-	f.frozen = false
-}
 
 // within fails t unless fn returns within d; it returns fn's error. The test goes on (and the
 // server is thawed by the watchdog the caller set) when fn hangs.
@@ -136,8 +42,8 @@ func within(t *testing.T, what string, d time.Duration, fn func() error) (time.D
 // wait for the server to resume (42 s in the run).
 func TestFrozenServerClose(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	fr := newFreezer(t, dsn)
-	watchdog := time.AfterFunc(30*time.Second, fr.thaw) // before the fix: Close hung until here
+	fr := pgtest.NewFreezer(t, dsn)
+	watchdog := time.AfterFunc(30*time.Second, fr.Thaw) // before the fix: Close hung until here
 	defer watchdog.Stop()
 	e, q := openEngine(t, dsn, &Options{CloseTimeout: 2 * time.Second})
 	ctx := context.Background()
@@ -152,7 +58,7 @@ func TestFrozenServerClose(t *testing.T) {
 	}
 	frozen := make(chan struct{})
 	var once sync.Once
-	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(func() { fr.freeze(); close(frozen) }) }
+	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(func() { fr.Freeze(); close(frozen) }) }
 	inFlight := make(chan error, 1)
 	go func() {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "in-flight", IdempotencyKey: "in-flight"})
@@ -191,7 +97,7 @@ func TestFrozenServerClose(t *testing.T) {
 		t.Error("a read without a deadline did not end at Close")
 	}
 
-	fr.thaw()
+	fr.Thaw()
 	q2, err := Open(ctx, dsn, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -211,8 +117,8 @@ func TestFrozenServerClose(t *testing.T) {
 // goes on by itself.
 func TestFrozenServerWriteTimeout(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	fr := newFreezer(t, dsn)
-	watchdog := time.AfterFunc(30*time.Second, fr.thaw)
+	fr := pgtest.NewFreezer(t, dsn)
+	watchdog := time.AfterFunc(30*time.Second, fr.Thaw)
 	defer watchdog.Stop()
 	e, q := openEngine(t, dsn, &Options{WriteTimeout: time.Second, CommitResolveTimeout: time.Second})
 	ctx := context.Background()
@@ -221,7 +127,7 @@ func TestFrozenServerWriteTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(fr.freeze) }
+	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(fr.Freeze) }
 	// resolve asks once more, 5 s at most per question, after CommitResolveTimeout.
 	_, err := within(t, "a Submit whose COMMIT is in flight on the frozen server", 20*time.Second, func() error {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "in-flight", IdempotencyKey: "in-flight"})
@@ -230,7 +136,7 @@ func TestFrozenServerWriteTimeout(t *testing.T) {
 	if !errors.Is(err, ErrCommitUnknown) {
 		t.Errorf("Submit = %v, want ErrCommitUnknown", err)
 	}
-	fr.thaw()
+	fr.Thaw()
 	e.hookBeforeCommit = nil
 	deadline := time.Now().Add(30 * time.Second)
 	for {

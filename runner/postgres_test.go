@@ -1,20 +1,12 @@
 package runner_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/postgres"
@@ -62,58 +54,6 @@ func TestIdleRunnerWokenByAnotherProcess(t *testing.T) {
 	}
 }
 
-// freezeServer stops (SIGSTOP) the PostgreSQL server behind dsn: its postmaster (the parent
-// of the backend serving a new connection) first, so that it forks no more, then each of its
-// children. It returns the pids stopped, for SIGCONT.
-func freezeServer(t *testing.T, dsn string) []int {
-	t.Helper()
-	c, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var backend int
-	err = c.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend)
-	c.Close(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	postmaster := parentOf(backend)
-	if postmaster <= 1 {
-		t.Fatalf("no postmaster for backend %d", backend)
-	}
-	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP of the postmaster %d: %v", postmaster, err)
-	}
-	pids := []int{postmaster}
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || parentOf(pid) != postmaster {
-			continue
-		}
-		// A backend that exited meanwhile (ESRCH) needs no stopping.
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// parentOf is pid's parent pid from /proc (0 when it is gone).
-func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid ...: comm may hold spaces, so read after its last ')'.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
 // TestStopReturnsWhenPostgresFreezes (issue 27.3): with the server frozen (SIGSTOP of the
 // postmaster and every backend) while a result waits to be recorded, Stop with 300 ms
 // returns within its context plus StopGrace (twice that if the call ignored its context),
@@ -121,11 +61,8 @@ func parentOf(pid int) int {
 // there. Before the fix the settle ran under context.Background and Stop waited for the
 // server (71 s in the report).
 func TestStopReturnsWhenPostgresFreezes(t *testing.T) {
-	srv := pgtest.Need(t)
-	if !srv.Owned() {
-		t.Skip("freezes the server: needs one this test binary started")
-	}
 	dsn := pgtest.Schema(t)
+	fr := pgtest.NewFreezer(t, dsn) // skips unless this binary started the server
 	ctx := context.Background()
 	q, err := postgres.Open(ctx, dsn, nil)
 	if err != nil {
@@ -146,17 +83,7 @@ func TestStopReturnsWhenPostgresFreezes(t *testing.T) {
 		t.Fatalf("first end: %s %v %v, want the quick task recorded", e.d.Task.ID, e.r.Result, e.r.SettleErr)
 	}
 	<-running
-	var once sync.Once
-	var pids []int
-	thaw := func() {
-		once.Do(func() {
-			for _, pid := range pids {
-				syscall.Kill(pid, syscall.SIGCONT)
-			}
-		})
-	}
-	defer thaw()
-	pids = freezeServer(t, dsn)
+	fr.Freeze()
 	close(release) // the held task's result goes to a round the frozen server never answers
 	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -166,7 +93,7 @@ func TestStopReturnsWhenPostgresFreezes(t *testing.T) {
 		t.Fatalf("Stop after %v: %v, want a *StopError with the result unrecorded, wrapping the deadline", took, err)
 	}
 	t.Logf("Stop returned after %v with the server frozen: %v", took, err)
-	thaw()
+	fr.Thaw()
 	closed := make(chan error, 1)
 	go func() { closed <- q.Close() }()
 	select {
