@@ -197,7 +197,7 @@ func TestMultiProcessWorker(t *testing.T) {
 	defer q.Close()
 	late := 0
 	if role == "late" {
-		late = 3 // the first deliveries are finished after the lease has expired
+		late = 3 // the first deliveries are finished once another process has claimed them again
 	}
 	idleSince := time.Now()
 	deadline := time.Now().Add(60 * time.Second)
@@ -214,8 +214,21 @@ func TestMultiProcessWorker(t *testing.T) {
 			fmt.Printf("MP claim %s %d\n", d.Task.ID, d.Attempt)
 		}
 		if late > 0 {
+			// Hold the deliveries past their lease until another process has claimed each task
+			// again (a bounded wait, not a guess at how long that takes under load): their
+			// finishes below must then be fenced.
 			late--
-			time.Sleep(3 * mpLease)
+			for _, d := range ds {
+				for wait := time.Now().Add(60 * time.Second); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
+					cur, ok, err := q.Session("mp").Task(ctx, d.Task.ID)
+					if err != nil || !ok {
+						t.Fatalf("read %s: %v %v", d.Task.ID, ok, err)
+					}
+					if cur.Attempts > d.Attempt || cur.State != work.TaskRunning {
+						break
+					}
+				}
+			}
 		}
 		for _, d := range ds {
 			_, err := q.Finish(ctx, d, work.Success(nil))
