@@ -86,12 +86,7 @@ func TestStoreDirRemovedUnderLoad(t *testing.T) {
 		})
 	}
 	waitLong(t, "200 acknowledged submits", func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 200 })
-	// rm -rf: RemoveAll fails if Pebble creates a file meanwhile; again until it is gone.
-	waitLong(t, "the directory to be removed", func() bool {
-		_ = os.RemoveAll(dir)
-		_, err := os.Stat(dir)
-		return os.IsNotExist(err)
-	})
+	removeDir(t, dir)
 	removed := time.Now()
 	select {
 	case <-failed:
@@ -186,10 +181,22 @@ func TestCloseNoticesRemovedDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendEvents(t, s, submitted("s1", "a", sec(1), false))
-	mustDo(t, os.RemoveAll(dir))
+	removeDir(t, dir)
 	if err := closeWithin(t, s); !errors.Is(err, ErrStoreFailed) {
 		t.Errorf("Close: err = %v, want ErrStoreFailed", err)
 	}
+}
+
+// removeDir is rm -rf of a live store's directory: RemoveAll fails ("directory not empty")
+// when the store creates a file meanwhile (Pebble, the sync witness), so it tries again until
+// the directory is gone.
+func removeDir(t *testing.T, dir string) {
+	t.Helper()
+	waitLong(t, "the directory to be removed", func() bool {
+		_ = os.RemoveAll(dir)
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err)
+	})
 }
 
 func mustDo(t *testing.T, err error) {
