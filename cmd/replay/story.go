@@ -206,6 +206,7 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		if redelivery {
 			what = " (redelivery)"
 		}
+		what += claimedBy(e.Worker)
 		t.Marks = append(t.Marks, ev1(markClaimed, "attempt %d claimed%s, lease until %s (%s)", e.Attempt, what,
 			s.when(e.LeaseExpiresAt), fmtDuration(time.Duration(e.LeaseExpiresAt-h.At))))
 	case *events.TaskSettled:
@@ -309,6 +310,7 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		if redelivery {
 			what = " (redelivery)"
 		}
+		what += claimedBy(e.Worker)
 		w.Marks = append(w.Marks, ev1(markClaimed, "delivery %d claimed%s, lease until %s (%s)", e.Attempt, what,
 			s.when(e.LeaseExpiresAt), fmtDuration(time.Duration(e.LeaseExpiresAt-h.At))))
 	case *events.WakeAcked:
@@ -493,4 +495,13 @@ func wakeRejectText(r events.RejectReason, presented, attempts uint32, acked boo
 		return "not claimed: no delivery holds the wake"
 	}
 	return r.String()
+}
+
+// claimedBy names the worker of a claim in a mark ("" for a claim written before workers were
+// recorded), quoted like every user string.
+func claimedBy(worker string) string {
+	if worker == "" {
+		return ""
+	}
+	return " by " + word(worker)
 }
