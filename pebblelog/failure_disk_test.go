@@ -150,12 +150,27 @@ func TestStalledUpdateHonoursContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk.on.Store(true)
-	acked, err := submitAll(s, "t", 16, 200*time.Millisecond)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a submit during the stall: err = %v, want context.DeadlineExceeded", err)
+	// Submit until the writer is stuck in the stall. Under load a 200 ms context can end
+	// before the memtables are full, with no stall yet (issue 25's stress run: "timed out
+	// waiting for a write stall"): then submit more, until the state under test holds.
+	stalled := func() bool { return s.fh.stallReason.Load() != nil && s.fh.commitSince.Load() != 0 }
+	var acked []string
+	deadline := time.Now().Add(time.Minute)
+	for round := 0; ; round++ {
+		a, err := submitAll(s, fmt.Sprint("t", round), 16, 200*time.Millisecond)
+		acked = append(acked, a...)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a submit during the stall: err = %v, want context.DeadlineExceeded", err)
+		}
+		if stalled() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no write stall after a minute of submits onto a full disk")
+		}
 	}
 	// The writer is stuck in the stall and its queue (4) fills: later calls cannot even be queued.
-	waitFor(t, "a write stall", func() bool { return s.fh.stallReason.Load() != nil && s.fh.commitSince.Load() != 0 })
+	waitFor(t, "a write stall", stalled)
 	for i := range 8 {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		err := s.Update(ctx, func(tx *Txn) error { return tx.Append(submitted("s1", fmt.Sprint("late-", i), sec(3), false)) })

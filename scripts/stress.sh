@@ -35,6 +35,7 @@ stop_hogs() {
 	rm -rf "$bin"
 }
 trap stop_hogs EXIT
+trap "exit 130" INT TERM # so that the EXIT trap stops the busy loops
 for _ in $(seq "$(nproc)"); do
 	( while :; do :; done ) &
 	hogs+=($!)
