@@ -71,53 +71,41 @@ func (NoHooks) WakeEnd(context.Context, work.WakeDelivery, error)               
 // The runner calls its hooks through these, which recover a hook's panic: a hook must not
 // kill the host process, nor keep a task from running or its result from being recorded.
 
-func (r *Runner) taskStart(base context.Context, d work.TaskDelivery) (ctx context.Context) {
-	defer func() {
-		if v := recover(); v != nil {
-			r.hookPanicked("TaskStart", v, "task", d.Task.ID)
-			ctx = base
-		}
-	}()
-	if ctx = r.hooks.TaskStart(base, d); ctx == nil {
-		ctx = base
+func (r *Runner) taskStart(base context.Context, d work.TaskDelivery) context.Context {
+	var ctx context.Context
+	if !r.hook("TaskStart", "task", d.Task.ID, func() { ctx = r.hooks.TaskStart(base, d) }) || ctx == nil {
+		return base
 	}
 	return ctx
 }
 
 func (r *Runner) taskEnd(ctx context.Context, d work.TaskDelivery, res TaskResult) {
-	defer func() {
-		if v := recover(); v != nil {
-			r.hookPanicked("TaskEnd", v, "task", d.Task.ID)
-		}
-	}()
-	r.hooks.TaskEnd(ctx, d, res)
+	r.hook("TaskEnd", "task", d.Task.ID, func() { r.hooks.TaskEnd(ctx, d, res) })
 }
 
-func (r *Runner) wakeStart(base context.Context, d work.WakeDelivery) (ctx context.Context) {
-	defer func() {
-		if v := recover(); v != nil {
-			r.hookPanicked("WakeStart", v, "wake", d.Wake.ID)
-			ctx = base
-		}
-	}()
-	if ctx = r.hooks.WakeStart(base, d); ctx == nil {
-		ctx = base
+func (r *Runner) wakeStart(base context.Context, d work.WakeDelivery) context.Context {
+	var ctx context.Context
+	if !r.hook("WakeStart", "wake", d.Wake.ID, func() { ctx = r.hooks.WakeStart(base, d) }) || ctx == nil {
+		return base
 	}
 	return ctx
 }
 
 func (r *Runner) wakeEnd(ctx context.Context, d work.WakeDelivery, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			r.hookPanicked("WakeEnd", v, "wake", d.Wake.ID)
-		}
-	}()
-	r.hooks.WakeEnd(ctx, d, err)
+	r.hook("WakeEnd", "wake", d.Wake.ID, func() { r.hooks.WakeEnd(ctx, d, err) })
 }
 
-// hookPanicked logs a hook's recovered panic v; it runs in the hook's deferred function,
-// so the stack is the panic's.
-func (r *Runner) hookPanicked(method string, v any, attrs ...any) {
-	r.log.Error("runner: Hooks."+method+" panicked (recovered)",
-		append(attrs, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))...)
+// hook runs call, a call of the hook method named method about the task or wake id
+// (subject: "task" or "wake"), and recovers its panic: logged with the panic's stack (the
+// deferred function runs on it), and reported as false.
+func (r *Runner) hook(method, subject, id string, call func()) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("runner: Hooks."+method+" panicked (recovered)",
+				subject, id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			ok = false
+		}
+	}()
+	call()
+	return true
 }
