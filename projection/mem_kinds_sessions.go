@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -182,18 +183,8 @@ func (m *Mem) buildKindsSessions() {
 		m.kinds[k].due = sortedTree(es)
 	}
 	for _, l := range m.sessions {
-		slices.SortFunc(l.tasks, func(a, b sessionTask) int { return cmpSeq(a.seq, b.seq) })
+		slices.SortFunc(l.tasks, func(a, b sessionTask) int { return cmp.Compare(a.seq, b.seq) })
 	}
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // diffKindsSessions is Diff for the per-kind due indexes, the counts and the session lists. A kind

@@ -54,6 +54,30 @@ func (f *walFault) fs() vfs.FS {
 
 func (f *walFault) unblock() { f.once.Do(func() { close(f.gate) }) }
 
+// startHeld starts a runner of two kinds on q: "quick" succeeds at once, "held" runs until
+// release is closed. It submits one of each and returns once the quick one's result is
+// recorded and the held one is running: the freeze tests then stop the storage under it.
+func startHeld(t *testing.T, q *work.Queue) (r *runner.Runner, hooks *recordingHooks, quick, held work.Task, release chan struct{}) {
+	t.Helper()
+	hooks = newHooks()
+	release = make(chan struct{})
+	running := make(chan struct{}, 1)
+	r = start(t, q, runner.Config{Handlers: map[string]runner.Handler{
+		"quick": func(context.Context, work.Task) (json.RawMessage, error) { return json.RawMessage(`1`), nil },
+		"held": func(context.Context, work.Task) (json.RawMessage, error) {
+			running <- struct{}{}
+			<-release
+			return json.RawMessage(`2`), nil
+		},
+	}, Concurrency: 2, LeaseFor: time.Hour, Hooks: hooks})
+	quick, held = submit(t, q, "quick", "1"), submit(t, q, "held", "2")
+	if e := hooks.next(t); e.d.Task.ID != quick.ID || e.r.Result != runner.Succeeded || e.r.SettleErr != nil {
+		t.Fatalf("first end: %s %v %v, want the quick task recorded", e.d.Task.ID, e.r.Result, e.r.SettleErr)
+	}
+	<-running
+	return r, hooks, quick, held, release
+}
+
 // stopWithin runs r.Stop(ctx) and fails the test when it has not returned within limit.
 func stopWithin(t *testing.T, r *runner.Runner, ctx context.Context, limit time.Duration) (time.Duration, error) {
 	t.Helper()
@@ -82,22 +106,7 @@ func TestStopReturnsWhenTheStoreFreezes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fault.unblock()
-	hooks := newHooks()
-	release := make(chan struct{})
-	running := make(chan struct{}, 1)
-	r := start(t, q, runner.Config{Handlers: map[string]runner.Handler{
-		"quick": func(context.Context, work.Task) (json.RawMessage, error) { return json.RawMessage(`1`), nil },
-		"held": func(context.Context, work.Task) (json.RawMessage, error) {
-			running <- struct{}{}
-			<-release
-			return json.RawMessage(`2`), nil
-		},
-	}, Concurrency: 2, LeaseFor: time.Hour, Hooks: hooks})
-	quick, held := submit(t, q, "quick", "1"), submit(t, q, "held", "2")
-	if e := hooks.next(t); e.d.Task.ID != quick.ID || e.r.Result != runner.Succeeded || e.r.SettleErr != nil {
-		t.Fatalf("first end: %s %v %v, want the quick task recorded", e.d.Task.ID, e.r.Result, e.r.SettleErr)
-	}
-	<-running
+	r, hooks, quick, held, release := startHeld(t, q)
 	fault.block.Store(true) // the disk stops answering
 	close(release)          // the held task's result goes to a round that waits on it
 	select {

@@ -68,21 +68,7 @@ func TestStopReturnsWhenPostgresFreezes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooks := newHooks()
-	release, running := make(chan struct{}), make(chan struct{}, 1)
-	r := start(t, q, runner.Config{Handlers: map[string]runner.Handler{
-		"quick": func(context.Context, work.Task) (json.RawMessage, error) { return json.RawMessage(`1`), nil },
-		"held": func(context.Context, work.Task) (json.RawMessage, error) {
-			running <- struct{}{}
-			<-release
-			return json.RawMessage(`2`), nil
-		},
-	}, Concurrency: 2, LeaseFor: time.Hour, Hooks: hooks})
-	quick, held := submit(t, q, "quick", "1"), submit(t, q, "held", "2")
-	if e := hooks.next(t); e.d.Task.ID != quick.ID || e.r.Result != runner.Succeeded || e.r.SettleErr != nil {
-		t.Fatalf("first end: %s %v %v, want the quick task recorded", e.d.Task.ID, e.r.Result, e.r.SettleErr)
-	}
-	<-running
+	r, _, quick, held, release := startHeld(t, q)
 	fr.Freeze()
 	close(release) // the held task's result goes to a round the frozen server never answers
 	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

@@ -1,6 +1,7 @@
 package work
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"iter"
@@ -313,7 +314,7 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 			return err
 		}
 		// A reader may give a kind's states apart; merge them, in kind order.
-		slices.SortStableFunc(out.Kinds, func(a, b KindStats) int { return cmpString(a.Kind, b.Kind) })
+		slices.SortStableFunc(out.Kinds, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
 		out.Kinds = mergeKinds(out.Kinds)
 		return r.ScanDue(at, func(e projection.IndexEntry) bool {
 			if out.DueNow == 0 {
@@ -342,16 +343,6 @@ func (c *StateCounts) add(st events.TaskState, n int64) {
 	case events.StateCanceled:
 		c.Canceled += n
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // mergeKinds merges adjacent entries of one kind (sorted by kind).
