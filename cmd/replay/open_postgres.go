@@ -170,9 +170,8 @@ func (s *pgStore) DiskUsage() (uint64, error) { return s.r.DiskUsage(s.ctx) }
 // reports them).
 func (s *pgStore) PrunedRanges() (projection.SeqRanges, error) { return s.r.PrunedRanges(s.ctx) }
 
-// Verify ignores the progress callback: the fold runs inside one query's pages.
-func (s *pgStore) Verify(ctx context.Context, _ pebblelog.VerifyOptions) ([]string, error) {
-	return s.r.Verify(ctx)
+func (s *pgStore) Verify(ctx context.Context, vo pebblelog.VerifyOptions) ([]string, error) {
+	return s.r.Verify(ctx, postgres.VerifyOptions{Progress: vo.Progress})
 }
 
 func (s *pgStore) Close() error { return s.r.Close() }
