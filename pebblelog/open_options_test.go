@@ -1,6 +1,7 @@
 package pebblelog
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -99,7 +100,7 @@ func TestOpenOptionsDefaults(t *testing.T) {
 func TestMetricsAfterClose(t *testing.T) {
 	s := openT(t, t.TempDir(), nil)
 	seedStore(t, s)
-	if n, err := s.DiskUsage(); err != nil || n == 0 {
+	if n, err := s.DiskUsage(context.Background()); err != nil || n == 0 {
 		t.Fatalf("DiskUsage = %d, %v", n, err)
 	}
 	if m, err := s.Metrics(); err != nil || m == nil {
@@ -108,7 +109,7 @@ func TestMetricsAfterClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DiskUsage(); !errors.Is(err, ErrClosed) {
+	if _, err := s.DiskUsage(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("DiskUsage after Close = %v, want ErrClosed", err)
 	}
 	if _, err := s.Metrics(); !errors.Is(err, ErrClosed) {
