@@ -59,8 +59,8 @@ func TestOpenRefusesNewerFormatAndPartialSchemas(t *testing.T) {
 	if _, err := OpenReadOnly(ctx, pgtest.Schema(t)); !errors.Is(err, ErrNotAQueue) {
 		t.Fatalf("OpenReadOnly of an empty schema = %v, want ErrNotAQueue", err)
 	}
-	if _, err := Open(ctx, dsn, &Options{MaxConns: 1}); !errors.Is(err, work.ErrInvalidRequest) {
-		t.Fatalf("Open with MaxConns 1 = %v, want ErrInvalidRequest", err)
+	if _, err := Open(ctx, dsn, &Options{MaxConns: 1}); !errors.Is(err, work.ErrInvalidOptions) {
+		t.Fatalf("Open with MaxConns 1 = %v, want ErrInvalidOptions", err)
 	}
 }
 

@@ -276,8 +276,8 @@ func TestArchiveDirValidation(t *testing.T) {
 	store := filepath.Join(base, "store")
 	for _, a := range []string{"  ", store, filepath.Join(store, "archive"), store + "/./x/.."} {
 		_, err := Open(store, &Options{ArchiveDir: a})
-		var we *Error
-		if !errors.As(err, &we) || !errors.Is(err, ErrInvalidRequest) || we.Field != "options.ArchiveDir" {
+		var oe *OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, ErrInvalidOptions) || oe.Options != "work.Options" || oe.Field != "ArchiveDir" {
 			t.Fatalf("ArchiveDir %q: %v", a, err)
 		}
 	}
