@@ -225,8 +225,8 @@ func TestPruneForgetsOtherQueuesCaches(t *testing.T) {
 func TestBackgroundPruning(t *testing.T) {
 	ctx := context.Background()
 	for _, o := range []postgres.Options{{Retention: -time.Second}, {Retention: time.Hour, PruneInterval: -time.Second}} {
-		if _, err := postgres.Open(ctx, "postgres://invalid", &o); !errors.Is(err, work.ErrInvalidRequest) {
-			t.Errorf("Open with %+v: %v, want ErrInvalidRequest", o, err)
+		if _, err := postgres.Open(ctx, "postgres://invalid", &o); !errors.Is(err, work.ErrInvalidOptions) {
+			t.Errorf("Open with %+v: %v, want ErrInvalidOptions", o, err)
 		}
 	}
 	dsn := pgtest.Schema(t)
