@@ -51,7 +51,7 @@ func (s *Store) PlanPrune(ctx context.Context, before int64, limit int, fn func(
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
 		}
-		v, ok, err := s.RawEvent(seq)
+		v, ok, err := s.RawEvent(ctx, seq)
 		if err != nil {
 			return nil, false, fmt.Errorf("pebblelog: reading event at seq %d: %w", seq, err)
 		}

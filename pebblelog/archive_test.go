@@ -20,7 +20,7 @@ func TestPlanPruneAndPruneArchived(t *testing.T) {
 	const before, limit = 1 << 62, 2
 	var planned []uint64
 	seqs, more, err := s.PlanPrune(ctx, before, limit, func(seq uint64, raw []byte) error {
-		want, ok, err := s.RawEvent(seq)
+		want, ok, err := s.RawEvent(context.Background(), seq)
 		if err != nil || !ok || !bytes.Equal(raw, want) {
 			t.Fatalf("seq %d: planned bytes differ from the log's (%v, %v)", seq, ok, err)
 		}
@@ -40,7 +40,7 @@ func TestPlanPruneAndPruneArchived(t *testing.T) {
 	if !errors.Is(err, ErrNotArchived) {
 		t.Fatalf("a group with an unarchived event: %v", err)
 	}
-	if r, err := s.PrunedRanges(); err != nil || len(r) != 0 {
+	if r, err := s.PrunedRanges(context.Background()); err != nil || len(r) != 0 {
 		t.Fatalf("a refused group pruned %v (%v)", r, err)
 	}
 	var res PruneResult
@@ -51,7 +51,7 @@ func TestPlanPruneAndPruneArchived(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.PrunedRanges()
+	r, err := s.PrunedRanges(context.Background())
 	if err != nil || res.Events != uint64(len(seqs)) || r.Count() != uint64(len(seqs)) {
 		t.Fatalf("pruned %+v, ranges %v (%v), planned %d", res, r, err, len(seqs))
 	}

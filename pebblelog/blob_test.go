@@ -76,7 +76,7 @@ func TestBlobValuesReadBack(t *testing.T) {
 	if n := blobNames(t, vfs.Default, dir); len(n) != 2 {
 		t.Fatalf("blob files %v, want 2 (input, and the output shared by the settle and the wake)", n)
 	}
-	if du, err := s.DiskUsage(); err != nil || du < uint64(len(in)+len(out)) {
+	if du, err := s.DiskUsage(context.Background()); err != nil || du < uint64(len(in)+len(out)) {
 		t.Errorf("DiskUsage %d, %v: less than the blobs' %d bytes", du, err, len(in)+len(out))
 	}
 	check := func(s *Store, when string) {
@@ -112,7 +112,7 @@ func TestBlobValuesReadBack(t *testing.T) {
 		if len(rec.Input) != 0 || len(rec.Outcome.Output) != 0 || len(raw) > 1024 {
 			t.Errorf("%s: the task record holds %d bytes (input %d, output %d)", when, len(raw), len(rec.Input), len(rec.Outcome.Output))
 		}
-		err = s.View(func(r projection.Reader) error {
+		err = s.View(context.Background(), func(r projection.Reader) error {
 			tk, err := r.Task("t1")
 			if err != nil {
 				return err
@@ -255,9 +255,9 @@ func TestBlobDamage(t *testing.T) {
 			}
 			isDamage("ReadLog", s.ReadLog(context.Background(), 0, func(events.Event) error { return nil }))
 			isDamage("RawLog", s.RawLog(context.Background(), 0, 0, func(uint64, []byte) error { return nil }))
-			_, err := s.Event(1)
+			_, err := s.Event(context.Background(), 1)
 			isDamage("Event", err)
-			isDamage("View", s.View(func(r projection.Reader) error { _, err := r.Task("t1"); return err }))
+			isDamage("View", s.View(context.Background(), func(r projection.Reader) error { _, err := r.Task("t1"); return err }))
 			isDamage("Txn.Reader", s.Update(context.Background(), func(tx *Txn) error { _, err := tx.Reader().Task("t1"); return err }))
 			if p := verifyProblems(t, s); !hasProblem(p, file, c.detail) {
 				t.Errorf("Verify does not name %s: %q", file, p)
@@ -340,7 +340,7 @@ func TestBlobCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := openT(t, cp, &Options{})
-	err := c.View(func(r projection.Reader) error {
+	err := c.View(context.Background(), func(r projection.Reader) error {
 		tk, err := r.Task("t1")
 		if err == nil && (!bytes.Equal(tk.Input, in) || !bytes.Equal(tk.Outcome.Output, out)) {
 			t.Error("the checkpoint's task values differ")
@@ -380,7 +380,7 @@ func TestBlobCrash(t *testing.T) {
 	if n := blobNames(t, crashed, "/store"); len(n) != 0 {
 		t.Errorf("blob written, commit lost: the reopened store kept %v", n)
 	}
-	if err := c.View(func(r projection.Reader) error {
+	if err := c.View(context.Background(), func(r projection.Reader) error {
 		tk, err := r.Task("t1")
 		if tk != nil {
 			t.Error("blob written, commit lost: the task exists")
@@ -399,7 +399,7 @@ func TestBlobCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.View(func(r projection.Reader) error {
+	if err := c.View(context.Background(), func(r projection.Reader) error {
 		tk, err := r.Task("t1")
 		if err != nil {
 			return err
@@ -534,7 +534,7 @@ func TestBlobCrashNoSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.View(func(r projection.Reader) error {
+	if err := c.View(context.Background(), func(r projection.Reader) error {
 		for id, want := range map[string][]byte{"t1": staged, "t2": direct} {
 			tk, err := r.Task(id)
 			if err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // The kinds of error the store returns. Check with errors.Is; the values Open returns are
@@ -30,9 +32,11 @@ var (
 	// is known) and changes none of its files; a running store that finds damage fails
 	// (every later call returns ErrStoreFailed wrapping it).
 	ErrCorruptStore = errors.New("pebblelog: store is damaged")
-	// ErrInvalidOptions: an Options field is out of range; OpenError.Field names it. Returned
-	// by Options.Validate and by Open, which checks options before it touches the directory.
-	ErrInvalidOptions = errors.New("pebblelog: invalid options")
+	// ErrInvalidOptions: an Options field is out of range. Options.Validate returns an
+	// *OptionError naming it; Open, which checks options before it touches the directory, an
+	// *OpenError of this kind wrapping that *OptionError. It is the one sentinel of every
+	// worklog options struct (work.ErrInvalidOptions, runner.ErrInvalidConfig: the same value).
+	ErrInvalidOptions = optionerr.ErrInvalid
 	// ErrClosed: a call on a closed store (every Store method but Close and Dir).
 	ErrClosed = errors.New("pebblelog: store closed")
 	// ErrStoreFailed: a write, an fsync or a read of the store failed in a way after which
@@ -45,6 +49,11 @@ var (
 	// directory that cannot be written (a read-only mount, another user's store).
 	ErrReadOnlyStore = errors.New("pebblelog: store opened read-only")
 )
+
+// OptionError refuses one field of Options (Options "pebblelog.Options", Field, Message):
+// the one error shape of worklog's options structs, the same type as work.OptionError and
+// runner.ConfigError. It matches ErrInvalidOptions.
+type OptionError = optionerr.Error
 
 // OpenError is the error Open (and Options.Validate) returns when it refuses a directory or
 // options. errors.Is(err, Kind) holds, and errors.Unwrap gives the cause, if any: callers

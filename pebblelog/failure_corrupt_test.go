@@ -141,7 +141,7 @@ func TestCorruptBlockOnRead(t *testing.T) {
 			}
 			wantDamage(t, read, err, sst)
 			wantDamage(t, "Update after the damage was found", update(s, submitted("s1", "new", sec(1), false)), sst)
-			wantDamage(t, "View after the damage was found", s.View(func(projection.Reader) error { return nil }), sst)
+			wantDamage(t, "View after the damage was found", s.View(context.Background(), func(projection.Reader) error { return nil }), sst)
 			if err := s.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}
@@ -175,7 +175,7 @@ func TestCorruptBlockInCompaction(t *testing.T) {
 	cancel()
 	<-compacted
 	wantDamage(t, "Update after the compaction", update(s, submitted("s1", "new", sec(1), false)), sst)
-	wantDamage(t, "LastSeq after the compaction", func() error { _, err := s.LastSeq(); return err }(), sst)
+	wantDamage(t, "LastSeq after the compaction", func() error { _, err := s.LastSeq(context.Background()); return err }(), sst)
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}

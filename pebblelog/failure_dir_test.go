@@ -117,7 +117,7 @@ func TestStoreDirRemovedUnderLoad(t *testing.T) {
 	if !errors.As(errs[0], &d) {
 		t.Logf("the first failure is not the directory check's (Pebble failed first): %v", errs[0])
 	}
-	if _, err := s.LastSeq(); !errors.Is(err, ErrStoreFailed) {
+	if _, err := s.LastSeq(context.Background()); !errors.Is(err, ErrStoreFailed) {
 		t.Errorf("a read after the removal: err = %v, want ErrStoreFailed", err)
 	}
 	if err := closeWithin(t, s); !errors.Is(err, ErrStoreFailed) {
@@ -156,8 +156,8 @@ func TestStoreDirReplacedWhileIdle(t *testing.T) {
 			}
 			appendEvents(t, s, submitted("s1", "before", sec(1), false))
 			c.do(t, dir)
-			waitLong(t, "the store to fail", func() bool { _, err := s.LastSeq(); return err != nil })
-			_, err = s.LastSeq()
+			waitLong(t, "the store to fail", func() bool { _, err := s.LastSeq(context.Background()); return err != nil })
+			_, err = s.LastSeq(context.Background())
 			var d *dirGoneError
 			if !errors.Is(err, ErrStoreFailed) || !errors.As(err, &d) || d.What != c.what {
 				t.Errorf("a read: err = %v, want ErrStoreFailed with a directory error saying %q", err, c.what)

@@ -86,7 +86,7 @@ func submitN(s *Store, prefix string, workers int, ctxTimeout time.Duration, n i
 func wantTasks(t *testing.T, dir string, ids []string) {
 	t.Helper()
 	s := openT(t, dir, &Options{})
-	if err := s.View(func(r projection.Reader) error {
+	if err := s.View(context.Background(), func(r projection.Reader) error {
 		for _, id := range ids {
 			rec, err := r.Task(id)
 			if err != nil {

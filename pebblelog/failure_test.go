@@ -41,7 +41,7 @@ func TestHelperFailedSync(t *testing.T) {
 	for _, id := range []string{"doomed", "after"} {
 		say(outcome(id, update(s, submitted("s1", id, sec(20), false))))
 	}
-	say(outcome("view", s.View(func(projection.Reader) error { return nil })))
+	say(outcome("view", s.View(context.Background(), func(projection.Reader) error { return nil })))
 	say(outcome("close", s.Close()))
 	os.Exit(0)
 }
@@ -111,7 +111,7 @@ func TestFailedSync(t *testing.T) {
 		t.Fatalf("helper said:\n%s\nwant:\n%s(and Close's outcome)", out, want)
 	}
 	s := openT(t, dir, &Options{})
-	last, err := s.LastSeq()
+	last, err := s.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestManifestWriteFailure(t *testing.T) {
 		t.Fatalf("helper said:\n%s\nwant:\n%s", out, want)
 	}
 	s := openT(t, dir, &Options{})
-	if last, err := s.LastSeq(); err != nil || last != 6 {
+	if last, err := s.LastSeq(context.Background()); err != nil || last != 6 {
 		t.Fatalf("reopened: LastSeq %d, %v; want the seed's 6", last, err)
 	}
 	mustVerify(t, s)
@@ -247,7 +247,7 @@ func TestDuplicateOfFailedBatchFails(t *testing.T) {
 	s.Close()
 
 	s = openT(t, dir, &Options{})
-	if err := s.View(func(r projection.Reader) error {
+	if err := s.View(context.Background(), func(r projection.Reader) error {
 		rec, err := r.Task("k")
 		t.Logf("after reopen, task k exists: %v", rec != nil)
 		return err
@@ -374,7 +374,7 @@ func TestWALRotationAfterFailedWrite(t *testing.T) {
 		t.Fatalf("helper said:\n%s\nwant:\n%s", out, want)
 	}
 	s := openT(t, dir, &Options{})
-	if last, err := s.LastSeq(); err != nil || last < 6 {
+	if last, err := s.LastSeq(context.Background()); err != nil || last < 6 {
 		t.Fatalf("reopened: LastSeq %d, %v; want the seed's 6 at least", last, err)
 	}
 	mustVerify(t, s)

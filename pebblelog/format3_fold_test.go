@@ -175,7 +175,7 @@ func format3MatchesMem(t *testing.T, seed uint64) {
 		}
 	}
 	var got []string
-	s.View(func(r projection.Reader) error { got = format3Views(t, r, kinds, sessions, now); return nil })
+	s.View(context.Background(), func(r projection.Reader) error { got = format3Views(t, r, kinds, sessions, now); return nil })
 	check("View", got)
 	s.Update(context.Background(), func(tx *Txn) error { got = format3Views(t, tx.Reader(), kinds, sessions, now); return nil })
 	check("the writer", got)

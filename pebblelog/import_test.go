@@ -31,7 +31,7 @@ func TestAppendLogPruned(t *testing.T) {
 	if !errors.Is(err, ErrNotNext) || !strings.Contains(err.Error(), "seq 4 is missing") {
 		t.Errorf("a gap at seq 4 that no range declares: %v, want ErrNotNext naming seq 4", err)
 	}
-	if last, err := s.LastSeq(); err != nil || last != 0 {
+	if last, err := s.LastSeq(context.Background()); err != nil || last != 0 {
 		t.Errorf("the refused import left the log at seq %d (%v), want 0", last, err)
 	}
 
@@ -44,10 +44,10 @@ func TestAppendLogPruned(t *testing.T) {
 	}
 	check := func(head uint64, want projection.SeqRanges) {
 		t.Helper()
-		if last, err := s.LastSeq(); err != nil || last != head {
+		if last, err := s.LastSeq(context.Background()); err != nil || last != head {
 			t.Errorf("last seq %d (%v), want %d (a pruned range ends the log)", last, err, head)
 		}
-		if got, err := s.PrunedRanges(); err != nil || !reflect.DeepEqual(got, want) {
+		if got, err := s.PrunedRanges(context.Background()); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("pruned ranges %v (%v), want %v", got, err, want)
 		}
 		var seqs []uint64
@@ -64,11 +64,11 @@ func TestAppendLogPruned(t *testing.T) {
 	if err := s.AppendLog(ctx, nil, []projection.SeqRange{{From: 8, To: 8}, {From: 9, To: 10}}); err != nil {
 		t.Fatal(err)
 	}
-	if last, err := s.LastSeq(); err != nil || last != 10 {
+	if last, err := s.LastSeq(context.Background()); err != nil || last != 10 {
 		t.Errorf("last seq %d (%v) after a group of ranges, want 10", last, err)
 	}
 	want := projection.SeqRanges{{From: 2, To: 4}, {From: 6, To: 10}}
-	if got, err := s.PrunedRanges(); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := s.PrunedRanges(context.Background()); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("pruned ranges %v (%v), want %v", got, err, want)
 	}
 	mustVerify(t, s)
@@ -78,7 +78,7 @@ func TestAppendLogPruned(t *testing.T) {
 	check(10, want)
 	// The log goes on after the pruned tail.
 	appendEvents(t, s, submitted("s1", "task_z", sec(9), false))
-	if last, _ := s.LastSeq(); last != 11 {
+	if last, _ := s.LastSeq(context.Background()); last != 11 {
 		t.Errorf("a command after the import appended at seq %d, want 11", last)
 	}
 	mustVerify(t, s)

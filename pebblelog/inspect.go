@@ -84,8 +84,8 @@ func (s *Store) storedLog(ctx context.Context, from, to uint64, fn func(seq uint
 }
 
 // RawEvent returns a copy of the wire bytes of the event at seq, and whether there is one.
-func (s *Store) RawEvent(seq uint64) (_ []byte, _ bool, err error) {
-	if err := s.enter(); err != nil {
+func (s *Store) RawEvent(ctx context.Context, seq uint64) (_ []byte, _ bool, err error) {
+	if err := s.enterCtx(ctx); err != nil {
 		return nil, false, err
 	}
 	defer s.leave(&err)

@@ -17,6 +17,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // FormatVersion is the store format this build writes and the newest it reads: the key
@@ -144,12 +146,12 @@ func (o *Options) EnsureDefaults() {
 	}
 }
 
-// Validate returns an *OpenError of kind ErrInvalidOptions naming the first field out of
-// range (OpenError.Field), or nil. A zero field stands for its default and is valid. Open
-// calls it before it touches the directory, so bad options never leave a half-made store.
+// Validate returns an *OptionError (matching ErrInvalidOptions) naming the first field out
+// of range, or nil. A zero field stands for its default and is valid. Open calls it before
+// it touches the directory, so bad options never leave a half-made store.
 func (o *Options) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &OpenError{Kind: ErrInvalidOptions, Field: field, Offset: -1, Detail: fmt.Sprintf(format, args...)}
+		return optionerr.New("pebblelog.Options", field, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case o.CacheSize < 0 || o.CacheSize > MaxCacheSize:
@@ -166,7 +168,8 @@ func (o *Options) Validate() error {
 // that was interrupted. o may be nil (all defaults); Open does not modify *o.
 //
 // Every refusal is an *OpenError naming dir, matching its kind with errors.Is:
-//   - ErrInvalidOptions: a field of o is out of range (Validate); dir is not touched.
+//   - ErrInvalidOptions: a field of o is out of range (Validate; the *OptionError is
+//     wrapped); dir is not touched.
 //   - ErrNotAStore: dir is a file, or a non-empty directory that is not a worklog store
 //     (no WORKLOG marker, a marker of an unknown form, someone else's database), or, with
 //     ReadOnly, a missing or empty directory.
@@ -197,8 +200,8 @@ func Open(dir string, o *Options) (*Store, error) {
 	}
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
-		err.(*OpenError).Dir = dir
-		return nil, err
+		oe := err.(*OptionError)
+		return nil, &OpenError{Dir: dir, Kind: ErrInvalidOptions, Field: oe.Field, Offset: -1, Detail: oe.Message, Err: oe}
 	}
 	fs := opts.FS
 	refuse := func(kind error, format string, args ...any) *OpenError {

@@ -1,12 +1,15 @@
 package pebblelog
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // Each option out of range is refused with ErrInvalidOptions naming the field, before the
@@ -36,9 +39,9 @@ func TestOpenInvalidOptions(t *testing.T) {
 		{Options{MaxBatchCommands: MaxMaxBatchCommands + 1}, "MaxBatchCommands"},
 	} {
 		err := c.o.Validate()
-		var oe *OpenError
-		if !errors.Is(err, ErrInvalidOptions) || !errors.As(err, &oe) || oe.Field != c.field {
-			t.Errorf("Validate(%+v) = %v, want ErrInvalidOptions naming %s", c.o, err, c.field)
+		var oe *OptionError
+		if !errors.Is(err, ErrInvalidOptions) || !errors.As(err, &oe) || oe.Options != "pebblelog.Options" || oe.Field != c.field {
+			t.Errorf("Validate(%+v) = %#v, want an OptionError naming pebblelog.Options.%s", c.o, err, c.field)
 		}
 		for _, ro := range []bool{false, true} {
 			o := c.o
@@ -47,8 +50,9 @@ func TestOpenInvalidOptions(t *testing.T) {
 			for _, dir := range []string{missing, store} {
 				_, err := Open(dir, &o)
 				oe := wantOpenErr(t, err, ErrInvalidOptions, dir)
-				if oe.Field != c.field || !strings.Contains(err.Error(), c.field) {
-					t.Errorf("Open(%+v) = %v, want the field %s named", o, err, c.field)
+				var opt *OptionError
+				if oe.Field != c.field || !strings.Contains(err.Error(), c.field) || !errors.As(err, &opt) || opt.Field != c.field {
+					t.Errorf("Open(%+v) = %v, want the field %s named, the OptionError wrapped", o, err, c.field)
 				}
 			}
 			if _, err := os.Stat(filepath.Dir(missing)); !os.IsNotExist(err) {
@@ -82,9 +86,12 @@ func TestOpenOptionsDefaults(t *testing.T) {
 	var o Options
 	o.EnsureDefaults()
 	if o.FS == nil || o.Logger == nil || o.CacheSize != DefaultCacheSize || o.MemTableSize != DefaultMemTableSize ||
-		o.MaxBatchCommands != DefaultMaxBatchCommands || o.RecordCacheSize != DefaultRecordCacheSize {
+		o.MaxBatchCommands != DefaultMaxBatchCommands || o.RecordCacheSize != DefaultRecordCacheSize ||
+		o.StallTimeout != DefaultStallTimeout || o.NoSync || o.ReadOnly {
 		t.Errorf("EnsureDefaults gave %+v", o)
 	}
+	optionerr.FieldsCovered(t, Options{}, "FS", "NoSync", "ReadOnly", "CacheSize", "MemTableSize",
+		"MaxBatchCommands", "RecordCacheSize", "Logger", "StallTimeout")
 	mine := Options{MaxBatchCommands: 7}
 	s := openT(t, t.TempDir(), &mine)
 	if mine != (Options{MaxBatchCommands: 7}) {
@@ -99,7 +106,7 @@ func TestOpenOptionsDefaults(t *testing.T) {
 func TestMetricsAfterClose(t *testing.T) {
 	s := openT(t, t.TempDir(), nil)
 	seedStore(t, s)
-	if n, err := s.DiskUsage(); err != nil || n == 0 {
+	if n, err := s.DiskUsage(context.Background()); err != nil || n == 0 {
 		t.Fatalf("DiskUsage = %d, %v", n, err)
 	}
 	if m, err := s.Metrics(); err != nil || m == nil {
@@ -108,7 +115,7 @@ func TestMetricsAfterClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DiskUsage(); !errors.Is(err, ErrClosed) {
+	if _, err := s.DiskUsage(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("DiskUsage after Close = %v, want ErrClosed", err)
 	}
 	if _, err := s.Metrics(); !errors.Is(err, ErrClosed) {

@@ -1,6 +1,7 @@
 package pebblelog
 
 import (
+	"context"
 	"errors"
 	"io"
 	"maps"
@@ -55,7 +56,7 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openT(t, dir, &Options{})
-	if last, err := s.LastSeq(); err != nil || last != 6 {
+	if last, err := s.LastSeq(context.Background()); err != nil || last != 6 {
 		t.Fatalf("LastSeq after reopen = %d, %v; want 6", last, err)
 	}
 	mustVerify(t, s)
@@ -64,7 +65,7 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 func TestOpenEmptyDirectoryBecomesStore(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, &Options{})
-	if last, err := s.LastSeq(); err != nil || last != 0 {
+	if last, err := s.LastSeq(context.Background()); err != nil || last != 0 {
 		t.Fatalf("LastSeq of a new store = %d, %v", last, err)
 	}
 	mustVerify(t, s)
@@ -339,7 +340,7 @@ func TestOpenLockedInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openT(t, dir, &Options{})
-	if last, _ := s.LastSeq(); last != 7 {
+	if last, _ := s.LastSeq(context.Background()); last != 7 {
 		t.Fatalf("LastSeq = %d, want 7", last)
 	}
 	mustVerify(t, s)

@@ -2,6 +2,7 @@ package pebblelog
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -106,8 +107,8 @@ func parsePruned(it *pebble.Iterator) (projection.SeqRange, error) {
 
 // PrunedRanges returns the ranges of sequences pruned from the log (Queue.Prune): each is a
 // gap of the log that is explained, not damage. The replay tool shows them.
-func (s *Store) PrunedRanges() (_ projection.SeqRanges, err error) {
-	if err := s.enter(); err != nil {
+func (s *Store) PrunedRanges(ctx context.Context) (_ projection.SeqRanges, err error) {
+	if err := s.enterCtx(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave(&err)

@@ -34,7 +34,7 @@ func TestUpgradeBuildsRetentionIndex(t *testing.T) {
 	copyFixtureFrom(t, "format2-store", vfs.Default, dir)
 	s := openT(t, dir, &Options{})
 	defer s.Close()
-	last, err := s.LastSeq()
+	last, err := s.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestUpgradeBuildsRetentionIndex(t *testing.T) {
 	if n := countKeys(t, s.db, prefixPrunable); n != 0 {
 		t.Errorf("%d retention entries left after pruning everything", n)
 	}
-	ranges, err := s.PrunedRanges()
+	ranges, err := s.PrunedRanges(context.Background())
 	if err != nil || ranges.Count() != res.Events {
 		t.Errorf("pruned ranges %v (%v) hold %d sequences, Prune removed %d events", ranges, err, ranges.Count(), res.Events)
 	}
@@ -99,7 +99,7 @@ func TestVerifyPrunedRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustVerify(t, s)
-	ranges, err := s.PrunedRanges()
+	ranges, err := s.PrunedRanges(context.Background())
 	if err != nil || len(ranges) == 0 {
 		t.Fatalf("ranges %v, %v", ranges, err)
 	}

@@ -61,7 +61,7 @@ func scanKind(t *testing.T, r projection.Reader, kind string, maxAt int64) []str
 
 func viewKind(t *testing.T, s *Store, kind string, maxAt int64) (got []string) {
 	t.Helper()
-	if err := s.View(func(r projection.Reader) error {
+	if err := s.View(context.Background(), func(r projection.Reader) error {
 		got = scanKind(t, r, kind, maxAt)
 		return nil
 	}); err != nil {
@@ -84,7 +84,7 @@ func countsOf(t *testing.T, r projection.Reader) string {
 
 func viewCounts(t *testing.T, s *Store) (got string) {
 	t.Helper()
-	if err := s.View(func(r projection.Reader) error {
+	if err := s.View(context.Background(), func(r projection.Reader) error {
 		got = countsOf(t, r)
 		return nil
 	}); err != nil {
@@ -270,7 +270,7 @@ func TestSessionTaskLists(t *testing.T) {
 		return got
 	}
 	view := func(session string, after uint64) (got []string) {
-		s.View(func(r projection.Reader) error { got = list(r, session, after); return nil })
+		s.View(context.Background(), func(r projection.Reader) error { got = list(r, session, after); return nil })
 		return got
 	}
 	for _, c := range []struct {
@@ -293,7 +293,7 @@ func TestSessionTaskLists(t *testing.T) {
 	}
 	// Stopping early stops.
 	n := 0
-	s.View(func(r projection.Reader) error {
+	s.View(context.Background(), func(r projection.Reader) error {
 		return r.ScanSessionTasks("s", 0, func(uint64, string) bool { n++; return false })
 	})
 	if n != 1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -43,12 +44,20 @@ type Store struct {
 func (s *Store) Dir() string { return s.dir }
 
 // LastSeq returns the sequence of the last committed event.
-func (s *Store) LastSeq() (_ uint64, err error) {
-	if err := s.enter(); err != nil {
+func (s *Store) LastSeq(ctx context.Context) (_ uint64, err error) {
+	if err := s.enterCtx(ctx); err != nil {
 		return 0, err
 	}
 	defer s.leave(&err)
 	return reader{s.db, s.blobs}.LastSeq()
+}
+
+// enterCtx is enter for a read that takes a context: a done context is refused first.
+func (s *Store) enterCtx(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.enter()
 }
 
 // enter registers a call in flight; the caller must s.closeMu.RUnlock() when done. A failed
@@ -98,8 +107,8 @@ func (s *Store) Close() error {
 }
 
 // View runs fn against the committed projection.
-func (s *Store) View(fn func(projection.Reader) error) (err error) {
-	if err := s.enter(); err != nil {
+func (s *Store) View(ctx context.Context, fn func(projection.Reader) error) (err error) {
+	if err := s.enterCtx(ctx); err != nil {
 		return err
 	}
 	defer s.leave(&err)
@@ -212,7 +221,7 @@ func (s *Store) SessionSeqs(ctx context.Context, session string, from uint64, fn
 // SessionLog calls fn for each event of one session with seq >= from, in order.
 func (s *Store) SessionLog(ctx context.Context, session string, from uint64, fn func(events.Event) error) error {
 	return s.SessionSeqs(ctx, session, from, func(seq uint64) error {
-		ev, err := s.Event(seq)
+		ev, err := s.Event(ctx, seq)
 		if err != nil {
 			return err
 		}
@@ -221,8 +230,8 @@ func (s *Store) SessionLog(ctx context.Context, session string, from uint64, fn 
 }
 
 // Event reads the event at seq.
-func (s *Store) Event(seq uint64) (_ events.Event, err error) {
-	if err := s.enter(); err != nil {
+func (s *Store) Event(ctx context.Context, seq uint64) (_ events.Event, err error) {
+	if err := s.enterCtx(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave(&err)
@@ -273,7 +282,10 @@ func (s *Store) Metrics() (*pebble.Metrics, error) {
 
 // DiskUsage returns the bytes the store occupies on disk, its blob files included;
 // ErrClosed after Close.
-func (s *Store) DiskUsage() (uint64, error) {
+func (s *Store) DiskUsage(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	m, err := s.Metrics()
 	if err != nil {
 		return 0, err
@@ -281,3 +293,6 @@ func (s *Store) DiskUsage() (uint64, error) {
 	blobs, err := s.blobs.diskUsage()
 	return m.DiskSpaceUsage() + blobs, err
 }
+
+// A read-only Store is the Pebble side of source.Source, which the replay tool reads.
+var _ source.Source = (*Store)(nil)

@@ -1,6 +1,7 @@
 package pebblelog
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -98,7 +99,7 @@ func TestFormat2StoreUpgrades(t *testing.T) {
 	}
 	checkRecords(t, ro, d)
 	mustVerify(t, ro)
-	err = ro.View(func(r projection.Reader) error {
+	err = ro.View(context.Background(), func(r projection.Reader) error {
 		for _, err := range []error{
 			r.ScanDueKind("crawl", 0, func(projection.IndexEntry) bool { return true }),
 			r.ScanSessionTasks("s1", 0, func(uint64, string) bool { return true }),
@@ -129,7 +130,7 @@ func TestFormat2StoreUpgrades(t *testing.T) {
 	checkFormat3Keys(t, s, d)
 	mustVerify(t, s)
 	// The reads through the new keyspaces.
-	err = s.View(func(r projection.Reader) error {
+	err = s.View(context.Background(), func(r projection.Reader) error {
 		var crawl []string
 		if err := r.ScanDueKind("crawl", 1<<62, func(e projection.IndexEntry) bool {
 			crawl = append(crawl, e.ID)

@@ -114,7 +114,7 @@ func formats(t *testing.T, fs vfs.FS, dir string) (marker, key int) {
 // package) and ScanTasks/ScanWakes (the replay tool's) and requires it equal, values included.
 func checkRecords(t *testing.T, s *Store, d format1Dump) {
 	t.Helper()
-	err := s.View(func(r projection.Reader) error {
+	err := s.View(context.Background(), func(r projection.Reader) error {
 		for _, want := range d.Tasks {
 			got, err := r.Task(want.ID)
 			if err != nil {
@@ -157,7 +157,7 @@ func checkRecords(t *testing.T, s *Store, d format1Dump) {
 			t.Errorf("ScanTasks: task %s input %.40q, want %.40q", want.ID, scanned[want.ID], want.Input)
 		}
 	}
-	if last, err := s.LastSeq(); err != nil || last != d.LastSeq {
+	if last, err := s.LastSeq(context.Background()); err != nil || last != d.LastSeq {
 		t.Errorf("LastSeq = %d, %v; want %d", last, err, d.LastSeq)
 	}
 }
@@ -222,7 +222,7 @@ func TestFormat1StoreUpgrades(t *testing.T) {
 	if in := raw().Input; len(in) != 0 {
 		t.Errorf("the record rewritten after the upgrade carries its input (%q): still format 1", in)
 	}
-	err = s.View(func(r projection.Reader) error {
+	err = s.View(context.Background(), func(r projection.Reader) error {
 		x, err := r.Task(due.ID)
 		if err == nil && (x.State != events.StateRunning || string(x.Input) != string(due.Input)) {
 			t.Errorf("claimed task reads %s with input %q, want running with %q", x.State, x.Input, due.Input)
@@ -387,7 +387,7 @@ func TestFormat2RecordsOmitValues(t *testing.T) {
 	if v := rawWake("w2"); strings.Contains(string(v), "hello") {
 		t.Errorf("requested wake record carries its payload: %q", v)
 	}
-	err := s.View(func(r projection.Reader) error {
+	err := s.View(context.Background(), func(r projection.Reader) error {
 		x, err := r.Task("t1")
 		if err != nil {
 			return err
@@ -450,7 +450,7 @@ func TestFormat2MissingEventIsCorrupt(t *testing.T) {
 	if err := s.db.Set(idKey(prefixTask, "t2"), appendTask(nil, x), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	err = s.View(func(r projection.Reader) error {
+	err = s.View(context.Background(), func(r projection.Reader) error {
 		_, err := r.Task("t2")
 		return err
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -19,10 +20,9 @@ import (
 const maxProblems = 1000
 
 // VerifyOptions tunes Verify. The zero value is fine.
-type VerifyOptions struct {
-	// Progress, when set, is called now and then with the sequence reached and the last one.
-	Progress func(seq, last uint64)
-}
+//
+// It is source.VerifyOptions: one Verify signature for every read-only source.
+type VerifyOptions = source.VerifyOptions
 
 // Verify rebuilds the projection from the log, with the same fold the live store uses, and
 // compares it with the stored projection keyspace by keyspace. It also checks that the log is
@@ -31,7 +31,7 @@ type VerifyOptions struct {
 // temporary directory (in memory when the store is not on the OS filesystem), so memory stays
 // bounded on any log size. It reads a snapshot: writers may go on meanwhile.
 func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err error) {
-	if err := s.enter(); err != nil {
+	if err := s.enterCtx(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave(&err)

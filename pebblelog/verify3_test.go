@@ -1,6 +1,7 @@
 package pebblelog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,7 +62,7 @@ func TestDamagedCountRefused(t *testing.T) {
 	s := openT(t, dir, &Options{})
 	seedStore(t, s)
 	rawSet(t, s, countKey("test.kind", events.StatePending), []byte{1, 2, 3})
-	err := s.View(func(r projection.Reader) error {
+	err := s.View(context.Background(), func(r projection.Reader) error {
 		return r.Counts(func(string, events.TaskState, int64) bool { return true })
 	})
 	if !errors.Is(err, ErrCorruptRecord) || !strings.Contains(err.Error(), `"test.kind"`) {

@@ -107,7 +107,7 @@ func TestCorruptEvent(t *testing.T) {
 			if ferr == nil || ferr.Error() != err.Error() {
 				t.Errorf("FoldRange error %v, want ReadLog's %v", ferr, err)
 			}
-			if _, err := s.Event(3); err == nil || !strings.Contains(err.Error(), "seq 3") {
+			if _, err := s.Event(context.Background(), 3); err == nil || !strings.Contains(err.Error(), "seq 3") {
 				t.Errorf("Event(3) = %v, want an error naming seq 3", err)
 			}
 			// The events after it still read.
@@ -162,7 +162,7 @@ func TestVerifyUndecodableRecord(t *testing.T) {
 	key := idKey(prefixTask, "t3")
 	rawSet(t, s, key, []byte{0xc1, 0xff, 0x00})
 	mustHaveProblem(t, verifyProblems(t, s), "task t3: stored record does not decode")
-	err := s.View(func(r projection.Reader) error {
+	err := s.View(context.Background(), func(r projection.Reader) error {
 		_, err := r.Task("t3")
 		return err
 	})

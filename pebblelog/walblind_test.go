@@ -197,7 +197,7 @@ func TestWitnessRefusesLostTail(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	s := ledgerStore(t, mem, n)
 	defer s.Close()
-	last, err := s.LastSeq()
+	last, err := s.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestWitnessRefusesLostTail(t *testing.T) {
 			writeAll(t, clone, path, d.apply(readFileT(t, clone, path), recs))
 			s, err := Open("/store", &Options{FS: clone, ReadOnly: readOnly})
 			if err == nil {
-				got, _ := s.LastSeq()
+				got, _ := s.LastSeq(context.Background())
 				s.Close()
 				t.Fatalf("%s (read-only %v): the store opened with %d of %d acknowledged events", d.what, readOnly, got, last)
 			}
@@ -238,7 +238,7 @@ func TestWitnessRefusesLostTail(t *testing.T) {
 func TestWitnessDamageNeverRefuses(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	s := ledgerStore(t, mem, 5)
-	last, err := s.LastSeq()
+	last, err := s.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestWitnessGenerations(t *testing.T) {
 		for i := range 3 {
 			appendEvents(t, s, submitted("s1", fmt.Sprintf("t%d-%d", round, i), sec(i), false))
 		}
-		last, _ := s.LastSeq()
+		last, _ := s.LastSeq(context.Background())
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package pebblelog
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -102,7 +103,7 @@ func lastSeqOf(t *testing.T, fs vfs.FS) uint64 {
 	}
 	defer s.Close()
 	mustVerify(t, s)
-	last, err := s.LastSeq()
+	last, err := s.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

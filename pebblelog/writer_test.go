@@ -149,10 +149,10 @@ func TestCloseWaitsAndRefuses(t *testing.T) {
 		t.Errorf("Update after Close = %v, want ErrClosed", err)
 	}
 	for name, call := range map[string]func() error{
-		"View":       func() error { return s.View(nil) },
+		"View":       func() error { return s.View(context.Background(), nil) },
 		"ReadLog":    func() error { return s.ReadLog(ctx, 0, nil) },
 		"Verify":     func() error { _, err := s.Verify(ctx, VerifyOptions{}); return err },
-		"LastSeq":    func() error { _, err := s.LastSeq(); return err },
+		"LastSeq":    func() error { _, err := s.LastSeq(context.Background()); return err },
 		"Checkpoint": func() error { return s.Checkpoint(filepath.Join(t.TempDir(), "cp")) },
 	} {
 		if err := call(); !errors.Is(err, ErrClosed) {
@@ -213,7 +213,7 @@ func TestCheckpointWhileWriting(t *testing.T) {
 	for range 100 {
 		<-progress
 	}
-	lo, err := s.LastSeq()
+	lo, err := s.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,14 +231,14 @@ func TestCheckpointWhileWriting(t *testing.T) {
 	if cpErr != nil {
 		t.Fatalf("Checkpoint: %v", cpErr)
 	}
-	hi, _ := s.LastSeq()
+	hi, _ := s.LastSeq(context.Background())
 
 	if err := s.Checkpoint(cp); err == nil {
 		t.Error("a second Checkpoint into an existing directory succeeded")
 	}
 
 	c := openT(t, cp, &Options{ReadOnly: true})
-	last, err := c.LastSeq()
+	last, err := c.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestCheckpointWhileWriting(t *testing.T) {
 		t.Fatalf("checkpoint log holds %d events, LastSeq %d", len(got), last)
 	}
 	for i, ev := range got {
-		live, err := s.Event(uint64(i + 1))
+		live, err := s.Event(context.Background(), uint64(i+1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestCrashCloneStore(t *testing.T) {
 				if err != nil {
 					t.Fatalf("opening the crash clone: %v", err)
 				}
-				last, _ := c.LastSeq()
+				last, _ := c.LastSeq(context.Background())
 				if !noSync && last != uint64(2*(i+1)) {
 					t.Fatalf("crash clone after %d acknowledged commands has LastSeq %d, want %d", i+1, last, 2*(i+1))
 				}
@@ -318,7 +318,7 @@ func TestCrashCloneStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if last, _ := c.LastSeq(); last != 2*n {
+			if last, _ := c.LastSeq(context.Background()); last != 2*n {
 				t.Fatalf("after Close a crash kept LastSeq %d, want %d", last, 2*n)
 			}
 			mustVerify(t, c)
@@ -409,7 +409,7 @@ func TestOpenNewDirectorySurvivesCrash(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: opening the crash clone: %v", dir, err)
 		}
-		if last, _ := c.LastSeq(); last != 6 {
+		if last, _ := c.LastSeq(context.Background()); last != 6 {
 			t.Errorf("%s: after a crash the store has LastSeq %d, want 6: its directory was not synced", dir, last)
 		}
 		c.Close()

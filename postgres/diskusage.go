@@ -5,6 +5,9 @@ import "context"
 // DiskUsage is the size of the queue's tables on the server, their indexes and TOAST
 // included (pg_total_relation_size), for replay stats.
 func (s *Store) DiskUsage(ctx context.Context) (uint64, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
 	var n int64
 	err := s.e.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

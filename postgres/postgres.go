@@ -46,6 +46,7 @@ import (
 
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/internal/optionerr"
 	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
@@ -71,15 +72,15 @@ var (
 
 // Options configures Open. The zero value (or nil) is the defaults.
 type Options struct {
-	// MaxValueBytes is the largest JSON value accepted (input, payload, output); 0 means
-	// work.DefaultMaxValueBytes.
+	// MaxValueBytes is the largest JSON value accepted (input, payload, output). Default
+	// work.DefaultMaxValueBytes (1 MiB); at most 64 MiB, as work.Options.MaxValueBytes.
 	MaxValueBytes int
-	// Entropy is the randomness for ids and lease tokens; nil means crypto/rand.
+	// Entropy is the randomness for ids and lease tokens. Default (nil) crypto/rand.
 	Entropy io.Reader
-	// MaxBatchCommands bounds the commands one transaction runs (default 256).
+	// MaxBatchCommands bounds the commands one transaction runs. Default 256.
 	MaxBatchCommands int
-	// MaxConns is the size of the connection pool (default 8): one for the writer, the rest
-	// for reads. The change listener holds one more connection of its own.
+	// MaxConns is the size of the connection pool: one for the writer, the rest for reads
+	// (at least 2). Default 8. The change listener holds one more connection of its own.
 	MaxConns int32
 	// CommitResolveTimeout bounds how long the writer asks the server whether a COMMIT whose
 	// connection failed committed, before its callers get ErrCommitUnknown (default 30 s).
@@ -98,18 +99,27 @@ type Options struct {
 	// committed). Close itself returns within CloseTimeout plus a few seconds.
 	CloseTimeout time.Duration
 	// Retention and PruneInterval are work.Options' fields of the same names: with
-	// Retention set, the queue prunes in the background, every PruneInterval (default
-	// work.DefaultPruneInterval), what became prunable more than Retention ago. Several
+	// Retention set (default 0: keep all history), the queue prunes in the background,
+	// every PruneInterval (default work.DefaultPruneInterval, one minute), what became
+	// prunable more than Retention ago. Several
 	// processes may each do so: their prunes take turns on the log head like every write.
 	Retention, PruneInterval time.Duration
 	// Logger receives the background pruner's messages. Default: discarded.
 	Logger *slog.Logger
 }
 
+// maxMaxValueBytes is work.Options' bound on MaxValueBytes.
+const maxMaxValueBytes = 64 << 20
+
+// withDefaults returns a copy of o with every zero field set to its default; validate then
+// checks it, before Open touches the database.
 func (o *Options) withDefaults() Options {
 	var r Options
 	if o != nil {
 		r = *o
+	}
+	if r.MaxValueBytes == 0 {
+		r.MaxValueBytes = work.DefaultMaxValueBytes
 	}
 	if r.MaxBatchCommands == 0 {
 		r.MaxBatchCommands = 256
@@ -132,13 +142,12 @@ func (o *Options) withDefaults() Options {
 	return r
 }
 
+// validate returns a *work.OptionError naming the first field of o out of range, or nil.
 func (o *Options) validate() error {
-	bad := func(field, msg string) error {
-		return &work.Error{Kind: work.ErrInvalidRequest, Field: "options." + field, Message: msg}
-	}
+	bad := func(field, msg string) error { return optionerr.New("postgres.Options", field, msg) }
 	switch {
-	case o.MaxValueBytes < 0:
-		return bad("MaxValueBytes", "must not be negative")
+	case o.MaxValueBytes < 0 || o.MaxValueBytes > maxMaxValueBytes:
+		return bad("MaxValueBytes", fmt.Sprintf("must be between 1 and %d, or 0 for the default %d", maxMaxValueBytes, work.DefaultMaxValueBytes))
 	case o.MaxBatchCommands < 1:
 		return bad("MaxBatchCommands", "must be positive")
 	case o.MaxConns < 2:
@@ -209,7 +218,8 @@ var (
 // naming the schema, without changing it; a system schema, a malformed search_path, or no
 // search_path while a queue of an older version is in public (name it: search_path=public)
 // are a *DSNError (ErrInvalidDSN). Errors are ErrBackend errors wrapping those; invalid
-// options are ErrInvalidRequest naming the field ("options.MaxConns").
+// options are a *work.OptionError (work.ErrInvalidOptions) naming the field (Options
+// "postgres.Options", Field "MaxConns"), before the database is touched.
 func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {

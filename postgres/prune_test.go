@@ -147,7 +147,7 @@ func TestPruneBesideConcurrentSubmits(t *testing.T) {
 	if rs, err := ro.PrunedRanges(ctx); err != nil || rs.Count() != 3*old || rs[0].From != 1 {
 		t.Fatalf("PrunedRanges: %v (%d sequences), %v; want %d from 1", rs, rs.Count(), err, 3*old)
 	}
-	if p, err := ro.Verify(ctx); err != nil || len(p) > 0 {
+	if p, err := ro.Verify(ctx, postgres.VerifyOptions{}); err != nil || len(p) > 0 {
 		t.Fatalf("Verify of the read-only store: %v, %v", p, err)
 	}
 	for _, q := range []*work.Queue{q1, q2} {
@@ -225,8 +225,8 @@ func TestPruneForgetsOtherQueuesCaches(t *testing.T) {
 func TestBackgroundPruning(t *testing.T) {
 	ctx := context.Background()
 	for _, o := range []postgres.Options{{Retention: -time.Second}, {Retention: time.Hour, PruneInterval: -time.Second}} {
-		if _, err := postgres.Open(ctx, "postgres://invalid", &o); !errors.Is(err, work.ErrInvalidRequest) {
-			t.Errorf("Open with %+v: %v, want ErrInvalidRequest", o, err)
+		if _, err := postgres.Open(ctx, "postgres://invalid", &o); !errors.Is(err, work.ErrInvalidOptions) {
+			t.Errorf("Open with %+v: %v, want ErrInvalidOptions", o, err)
 		}
 	}
 	dsn := pgtest.Schema(t)

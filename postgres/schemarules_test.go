@@ -323,7 +323,7 @@ func TestDatabaseTimeoutsDoNotReachTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if p, err := ro.Verify(ctx); err != nil || len(p) != 0 {
+	if p, err := ro.Verify(ctx, VerifyOptions{}); err != nil || len(p) != 0 {
 		t.Fatalf("read-only Verify = %v, %v", p, err)
 	}
 	e, _ := openEngine(t, dsn, nil)

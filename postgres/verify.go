@@ -20,7 +20,10 @@ import (
 // latest: after a prune the state is the fold of the retained events, continued across each
 // pruned gap (a subject is pruned whole, so no retained event needs a pruned one). It holds
 // both states in memory: O(stored state).
-func (e *engine) Verify(ctx context.Context) ([]string, error) {
+func (e *engine) Verify(ctx context.Context) ([]string, error) { return e.verify(ctx, nil) }
+
+// verify is Verify calling progress, when not nil, after each page of the log it folds.
+func (e *engine) verify(ctx context.Context, progress func(seq, last uint64)) ([]string, error) {
 	if e.isClosed() {
 		return nil, errClosed()
 	}
@@ -29,11 +32,11 @@ func (e *engine) Verify(ctx context.Context) ([]string, error) {
 		return nil, backendError(err)
 	}
 	defer tx.Rollback(context.Background())
-	p, err := verify(ctx, tx, e.st)
+	p, err := verify(ctx, tx, e.st, progress)
 	return p, backendError(err)
 }
 
-func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
+func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, last uint64)) ([]string, error) {
 	var problems []string
 	fold := projection.NewMem()
 	fold.DeferIndexes() // Diff builds them from the records
@@ -43,9 +46,17 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	var head int64
+	if err := tx.QueryRow(ctx, st.lastSeq).Scan(&head); err != nil {
+		return nil, err
+	}
 	var d events.Decoder
 	var stop error
+	folded := 0
 	err = readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
+		if folded++; progress != nil && folded%readLogPage == 0 {
+			progress(seq, uint64(head))
+		}
 		ev, err := d.Decode(body, seq)
 		if err != nil {
 			stop = fmt.Errorf("events row %d: %v", seq, err)
@@ -73,11 +84,11 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 		return nil, err
 	}
 
-	stored := projection.NewMem()
-	var head int64
-	if err := tx.QueryRow(ctx, st.lastSeq).Scan(&head); err != nil {
-		return nil, err
+	if progress != nil {
+		last, _ := fold.LastSeq()
+		progress(last, uint64(head))
 	}
+	stored := projection.NewMem()
 	stored.SetLastSeq(uint64(head))
 	if n := len(pruned); n > 0 {
 		last, _ := fold.LastSeq()

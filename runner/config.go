@@ -3,14 +3,15 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/optionerr"
 	"github.com/worklog/worklog/work"
 )
 
@@ -35,7 +36,8 @@ const (
 )
 
 // Config configures a Runner. Handlers, Concurrency and LeaseFor are required; every other
-// field has a default.
+// field has a default, which its zero value stands for. New checks every field in one step
+// (a *ConfigError naming the first out of range) before the runner starts.
 type Config struct {
 	// Handlers maps each task kind the runner runs to its handler; the runner claims only
 	// these kinds. It may be empty when WakeHandler is set: the runner then handles wakes
@@ -87,68 +89,65 @@ type Config struct {
 	// Logger receives the runner's log; nil: slog.Default().
 	Logger *slog.Logger
 	// Hooks, when set, is told about every task and wake the runner handles (metrics,
-	// tracing).
+	// tracing); nil: none (NoHooks).
 	Hooks Hooks
 }
 
-// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
-var ErrInvalidConfig = errors.New("runner: invalid configuration")
+// ErrInvalidConfig is matched (errors.Is) by every *ConfigError. It is work.ErrInvalidOptions
+// (the same value): the one sentinel of every worklog options struct.
+var ErrInvalidConfig = optionerr.ErrInvalid
 
-// ConfigError is New's refusal of a Config; Field names the field.
-type ConfigError struct {
-	Field, Message string
-}
+// ConfigError is New's refusal of a Config: Options is "runner.Config", Field names the field
+// and Message says what is wrong. It is work.OptionError (the same type): the one error shape
+// of every worklog options struct.
+type ConfigError = optionerr.Error
 
-func (e *ConfigError) Error() string { return "runner: invalid Config." + e.Field + ": " + e.Message }
-
-// Is matches ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// New checks cfg and returns a runner over q. A bad configuration is a *ConfigError naming
-// the field.
-func New(q *work.Queue, cfg Config) (*Runner, error) {
-	if q == nil {
-		return nil, &ConfigError{Field: "Queue", Message: "must not be nil"}
-	}
+// validate returns a *ConfigError naming the first field of cfg out of range, or nil. A zero
+// optional field stands for its default and is valid. New calls it before anything starts.
+func (cfg *Config) validate() error {
+	bad := func(field, msg string) error { return optionerr.New("runner.Config", field, msg) }
 	if len(cfg.Handlers) == 0 && cfg.WakeHandler == nil {
 		// A runner of wakes alone has no kinds: it claims no tasks.
-		return nil, &ConfigError{Field: "Handlers", Message: "must register at least one kind (or set WakeHandler)"}
+		return bad("Handlers", "must register at least one kind (or set WakeHandler)")
 	}
-	kinds := make([]string, 0, len(cfg.Handlers))
 	for k, h := range cfg.Handlers {
 		if strings.TrimSpace(k) == "" {
-			return nil, &ConfigError{Field: "Handlers", Message: "has a blank kind"}
+			return bad("Handlers", "has a blank kind")
 		}
 		if h == nil {
-			return nil, &ConfigError{Field: "Handlers", Message: fmt.Sprintf("kind %q has a nil handler", k)}
+			return bad("Handlers", fmt.Sprintf("kind %q has a nil handler", k))
 		}
-		kinds = append(kinds, k)
 	}
-	slices.Sort(kinds)
 	switch {
-	case cfg.Concurrency < 0 || cfg.Concurrency == 0 && len(kinds) > 0:
-		return nil, &ConfigError{Field: "Concurrency", Message: "must be positive"}
+	case cfg.Concurrency < 0 || cfg.Concurrency == 0 && len(cfg.Handlers) > 0:
+		return bad("Concurrency", "must be positive")
+	case cfg.Prefetch < 0:
+		return bad("Prefetch", "must not be negative")
+	case cfg.LeaseFor <= 0:
+		return bad("LeaseFor", "must be positive")
+	case cfg.Heartbeat < 0:
+		return bad("Heartbeat", "must not be negative (0 is the default, LeaseFor/3)")
+	case cfg.Heartbeat >= cfg.LeaseFor:
+		return bad("Heartbeat", "must be shorter than LeaseFor")
+	case cfg.MaxAttempts < 0:
+		return bad("MaxAttempts", fmt.Sprintf("must not be negative (0 is the default, %d)", DefaultMaxAttempts))
+	case cfg.WakeConcurrency < 0:
+		return bad("WakeConcurrency", fmt.Sprintf("must not be negative (0 is the default, %d)", DefaultWakeConcurrency))
+	case cfg.WakeLeaseFor < 0:
+		return bad("WakeLeaseFor", "must not be negative (0 is the default, LeaseFor)")
+	case len(cfg.WorkerID) > events.MaxWorker:
+		return bad("WorkerID", fmt.Sprintf("is %d bytes, longer than %d", len(cfg.WorkerID), events.MaxWorker))
 	}
-	if cfg.Prefetch < 0 {
-		return nil, &ConfigError{Field: "Prefetch", Message: "must not be negative"}
-	}
-	if cfg.LeaseFor <= 0 {
-		return nil, &ConfigError{Field: "LeaseFor", Message: "must be positive"}
-	}
-	hb := cfg.Heartbeat
-	switch {
-	case hb < 0:
-		return nil, &ConfigError{Field: "Heartbeat", Message: "must not be negative"}
-	case hb == 0:
-		hb = cfg.LeaseFor / 3
-		if hb <= 0 {
-			hb = cfg.LeaseFor
+	return nil
+}
+
+// withDefaults returns cfg with every zero optional field set to its default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = cfg.LeaseFor / 3
+		if cfg.Heartbeat <= 0 {
+			cfg.Heartbeat = cfg.LeaseFor
 		}
-	case hb >= cfg.LeaseFor:
-		return nil, &ConfigError{Field: "Heartbeat", Message: "must be shorter than LeaseFor"}
-	}
-	if cfg.MaxAttempts < 0 {
-		return nil, &ConfigError{Field: "MaxAttempts", Message: "must not be negative"}
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -156,21 +155,33 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	if cfg.Backoff == nil {
 		cfg.Backoff = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)
 	}
-	if cfg.WakeConcurrency < 0 {
-		return nil, &ConfigError{Field: "WakeConcurrency", Message: "must not be negative"}
-	}
 	if cfg.WakeConcurrency == 0 {
 		cfg.WakeConcurrency = DefaultWakeConcurrency
-	}
-	if cfg.WakeLeaseFor < 0 {
-		return nil, &ConfigError{Field: "WakeLeaseFor", Message: "must not be negative"}
 	}
 	if cfg.WakeLeaseFor == 0 {
 		cfg.WakeLeaseFor = cfg.LeaseFor
 	}
-	if len(cfg.WorkerID) > events.MaxWorker {
-		return nil, &ConfigError{Field: "WorkerID", Message: fmt.Sprintf("is %d bytes, longer than %d", len(cfg.WorkerID), events.MaxWorker)}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
+	if cfg.Hooks == nil {
+		cfg.Hooks = NoHooks{}
+	}
+	return cfg
+}
+
+// New checks cfg and returns a runner over q. A bad configuration is a *ConfigError naming
+// the field (a nil q: Options "runner.New", Field "q").
+func New(q *work.Queue, cfg Config) (*Runner, error) {
+	if q == nil {
+		return nil, optionerr.New("runner.New", "q", "must not be nil")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	kinds := slices.Sorted(maps.Keys(cfg.Handlers))
+	hb := cfg.Heartbeat
 	// Every call to the queue derives its context from base, so every claim records the
 	// runner's worker identity.
 	base := context.Background()
@@ -180,12 +191,6 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	r := &Runner{q: q, cfg: cfg, kinds: kinds, log: cfg.Logger, hooks: cfg.Hooks, heartbeat: hb,
 		maxAttempts: uint32(min(cfg.MaxAttempts, 1<<31)), free: cfg.Concurrency + cfg.Prefetch, slots: cfg.Concurrency,
 		running: make(map[*task]struct{}), kick: make(chan struct{}, 1)}
-	if r.log == nil {
-		r.log = slog.Default()
-	}
-	if r.hooks == nil {
-		r.hooks = NoHooks{}
-	}
 	r.claimCtx, r.claimCancel = context.WithCancel(base)
 	r.runCtx, r.runCancel = context.WithCancel(context.Background())
 	r.lifeCtx, r.giveUp = context.WithCancelCause(base)

@@ -141,7 +141,7 @@ func TestConfigErrors(t *testing.T) {
 		c.edit(&cfg)
 		_, err := runner.New(q, cfg)
 		var ce *runner.ConfigError
-		if !errors.As(err, &ce) || !errors.Is(err, runner.ErrInvalidConfig) || ce.Field != c.field {
+		if !errors.As(err, &ce) || !errors.Is(err, runner.ErrInvalidConfig) || ce.Options != "runner.Config" || ce.Field != c.field {
 			t.Errorf("%s: got %v, want a ConfigError naming %s", c.field, err, c.field)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	engineapi "github.com/worklog/worklog/internal/engine"
 
 	"github.com/worklog/worklog/archive"
+	"github.com/worklog/worklog/internal/optionerr"
 	"github.com/worklog/worklog/pebblelog"
 )
 
@@ -48,7 +49,7 @@ func checkArchiveDir(dir, archiveDir string) error {
 	if archiveDir == "" {
 		return nil
 	}
-	bad := func(msg string) error { return invalid("options.ArchiveDir", msg) }
+	bad := func(msg string) error { return optionerr.New("work.Options", "ArchiveDir", msg) }
 	if strings.TrimSpace(archiveDir) == "" {
 		return bad("must not be blank (\"\" means no archive)")
 	}

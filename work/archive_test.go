@@ -119,7 +119,7 @@ func wireLog(t *testing.T, q *Queue) map[uint64][]byte {
 func checkArchive(t *testing.T, fs vfs.FS, dir string, q *Queue, before map[uint64][]byte) {
 	t.Helper()
 	pe, _ := q.pebble()
-	pruned, err := pe.st.PrunedRanges()
+	pruned, err := pe.st.PrunedRanges(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func testArchiveCrash(t *testing.T, sync SyncMode) {
 			t.Fatalf("clone %d: %v", i, err)
 		}
 		pe, _ := q.pebble()
-		pruned, _ := pe.st.PrunedRanges()
+		pruned, _ := pe.st.PrunedRanges(context.Background())
 		r, err := archive.OpenFS(clone, arch)
 		if err != nil {
 			t.Fatalf("clone %d: %v", i, err)
@@ -276,8 +276,8 @@ func TestArchiveDirValidation(t *testing.T) {
 	store := filepath.Join(base, "store")
 	for _, a := range []string{"  ", store, filepath.Join(store, "archive"), store + "/./x/.."} {
 		_, err := Open(store, &Options{ArchiveDir: a})
-		var we *Error
-		if !errors.As(err, &we) || !errors.Is(err, ErrInvalidRequest) || we.Field != "options.ArchiveDir" {
+		var oe *OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, ErrInvalidOptions) || oe.Options != "work.Options" || oe.Field != "ArchiveDir" {
 			t.Fatalf("ArchiveDir %q: %v", a, err)
 		}
 	}

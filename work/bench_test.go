@@ -476,7 +476,7 @@ func BenchmarkRebuild(b *testing.B) {
 func benchRebuildApply(b *testing.B, dir string, sized bool) {
 	st := openReadOnly(b, dir)
 	defer st.Close()
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func benchRebuildApply(b *testing.B, dir string, sized bool) {
 // read.
 func benchRebuildFold(b *testing.B, dir string) {
 	st := openReadOnly(b, dir)
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}

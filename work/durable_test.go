@@ -174,6 +174,19 @@ func wantField(t *testing.T, what string, err error, field string) {
 	}
 }
 
+// wantOption fails t unless err is an *OptionError naming options.field and matching
+// ErrInvalidOptions (and no kind of *work.Error).
+func wantOption(t *testing.T, what string, err error, options, field string) {
+	t.Helper()
+	var oe *work.OptionError
+	if !errors.As(err, &oe) || !errors.Is(err, work.ErrInvalidOptions) || oe.Options != options || oe.Field != field {
+		t.Fatalf("%s: %v, want an OptionError naming %s.%s", what, err, options, field)
+	}
+	if errors.Is(err, work.ErrInvalidRequest) || errors.Is(err, work.ErrBackend) {
+		t.Fatalf("%s: %v also matches a request kind", what, err)
+	}
+}
+
 // --- Open and its options ---
 
 func TestOpenOptionsValidation(t *testing.T) {
@@ -181,22 +194,22 @@ func TestOpenOptionsValidation(t *testing.T) {
 		opts  work.Options
 		field string
 	}{
-		{work.Options{Sync: work.SyncMode(7)}, "options.Sync"},
-		{work.Options{Sync: -1}, "options.Sync"},
-		{work.Options{MaxValueBytes: -1}, "options.MaxValueBytes"},
-		{work.Options{MaxValueBytes: 64<<20 + 1}, "options.MaxValueBytes"},
-		{work.Options{CacheSize: -1}, "options.CacheSize"},
-		{work.Options{MemTableSize: 1<<30 + 1}, "options.MemTableSize"},
-		{work.Options{MemTableSize: 1000}, "options.MemTableSize"}, // below Pebble's minimum: it panicked in Open
-		{work.Options{MaxBatchCommands: -1}, "options.MaxBatchCommands"},
+		{work.Options{Sync: work.SyncMode(7)}, "Sync"},
+		{work.Options{Sync: -1}, "Sync"},
+		{work.Options{MaxValueBytes: -1}, "MaxValueBytes"},
+		{work.Options{MaxValueBytes: 64<<20 + 1}, "MaxValueBytes"},
+		{work.Options{CacheSize: -1}, "CacheSize"},
+		{work.Options{MemTableSize: 1<<30 + 1}, "MemTableSize"},
+		{work.Options{MemTableSize: 1000}, "MemTableSize"}, // below Pebble's minimum: it panicked in Open
+		{work.Options{MaxBatchCommands: -1}, "MaxBatchCommands"},
 	} {
 		dir := filepath.Join(t.TempDir(), "store")
 		q, err := work.Open(dir, &c.opts)
 		if err == nil {
 			q.Close()
 		}
-		wantField(t, fmt.Sprintf("Open with %+v", c.opts), err, c.field)
-		if !strings.Contains(err.Error(), c.field) {
+		wantOption(t, fmt.Sprintf("Open with %+v", c.opts), err, "work.Options", c.field)
+		if !strings.Contains(err.Error(), "work.Options."+c.field) {
 			t.Errorf("error %q does not name %s", err, c.field)
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {

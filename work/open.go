@@ -20,10 +20,10 @@ import (
 // a store of a newer format (ErrFormatTooNew), a store another process holds open
 // (ErrLocked), a store with a missing or damaged file (ErrCorruptStore, which names the
 // file), a directory that cannot be written (ErrReadOnlyStore). A refused Open changes none
-// of the store's files. Invalid options give ErrInvalidRequest naming the field
-// ("options.MaxValueBytes", "options.MemTableSize"), before dir is touched, and so does a
-// dir shaped like a URL ("postgres://…", any "scheme://…"; Field "dir"): a PostgreSQL queue
-// is opened with postgres.Open.
+// of the store's files. Invalid options give an *OptionError (ErrInvalidOptions) naming the
+// field (Options "work.Options", Field "MaxValueBytes"), before dir is touched; a blank dir,
+// or one shaped like a URL ("postgres://…", any "scheme://…"), is ErrInvalidRequest with
+// Field "dir": a PostgreSQL queue is opened with postgres.Open.
 //
 // Open does not replay the log: the projection is on disk. With the default SyncAlways every
 // call returns only after its events are fsynced, and a crash of the process or the machine

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/worklog/worklog/internal/optionerr"
 	"github.com/worklog/worklog/pebblelog"
 )
 
@@ -42,6 +43,18 @@ func (m SyncMode) String() string {
 	}
 	return fmt.Sprintf("SyncMode(%d)", int(m))
 }
+
+// OptionError refuses one field of an options struct: Options names the struct
+// ("work.Options", "postgres.Options", "runner.Config", "pebblelog.Options"), Field the
+// field as spelled in Go ("MaxValueBytes"), Message what is wrong and what is allowed. It is
+// the one error shape of every worklog options struct (pebblelog.OptionError and
+// runner.ConfigError are the same type), and matches ErrInvalidOptions. Open, NewInMemory's
+// siblings and postgres.Open check their options in one step, before anything is touched.
+type OptionError = optionerr.Error
+
+// ErrInvalidOptions is matched by every *OptionError (pebblelog.ErrInvalidOptions and
+// runner.ErrInvalidConfig are the same value).
+var ErrInvalidOptions = optionerr.ErrInvalid
 
 // Options configures Open. A nil *Options means all defaults; a zero field means that
 // field's default.
@@ -143,12 +156,12 @@ func (o *Options) storeOptions() pebblelog.Options {
 // validate names the first field that is out of range: work's own here, the store's by
 // pebblelog's Options.Validate, whose bounds are the ones Pebble accepts.
 func (o *Options) validate() error {
-	bad := func(field, msg string) error { return invalid("options."+field, msg) }
+	bad := func(field, msg string) error { return optionerr.New("work.Options", field, msg) }
 	switch {
 	case o.Sync != SyncAlways && o.Sync != SyncNever:
 		return bad("Sync", fmt.Sprintf("unknown mode %d", int(o.Sync)))
 	case o.MaxValueBytes < 0 || o.MaxValueBytes > maxMaxValueBytes:
-		return bad("MaxValueBytes", fmt.Sprintf("must be between 1 and %d", maxMaxValueBytes))
+		return bad("MaxValueBytes", fmt.Sprintf("must be between 1 and %d, or 0 for the default %d", maxMaxValueBytes, DefaultMaxValueBytes))
 	case o.Retention < 0:
 		return bad("Retention", "must not be negative (0 keeps all history)")
 	case o.PruneInterval < 0:
@@ -157,9 +170,9 @@ func (o *Options) validate() error {
 		return bad("ArchiveDir", "must not be blank (\"\" means no archive)")
 	}
 	so := o.storeOptions()
-	var oe *pebblelog.OpenError
+	var oe *OptionError
 	if err := so.Validate(); errors.As(err, &oe) {
-		return bad(oe.Field, oe.Detail)
+		return bad(oe.Field, oe.Message) // the store's fields have the same names here
 	} else if err != nil {
 		return bad("", err.Error())
 	}

@@ -2,7 +2,7 @@ package work_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -73,14 +73,11 @@ func TestPruneOptionsValidation(t *testing.T) {
 		o     work.Options
 		field string
 	}{
-		{work.Options{Retention: -time.Second}, "options.Retention"},
-		{work.Options{Retention: time.Hour, PruneInterval: -time.Second}, "options.PruneInterval"},
+		{work.Options{Retention: -time.Second}, "Retention"},
+		{work.Options{Retention: time.Hour, PruneInterval: -time.Second}, "PruneInterval"},
 	} {
 		_, err := work.Open(t.TempDir(), &c.o)
-		var we *work.Error
-		if !errors.Is(err, work.ErrInvalidRequest) || !errors.As(err, &we) || we.Field != c.field {
-			t.Errorf("Open(%+v): %v, want ErrInvalidRequest naming %s", c.o, err, c.field)
-		}
+		wantOption(t, fmt.Sprintf("Open(%+v)", c.o), err, "work.Options", c.field)
 	}
 }
 

@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/worklog/worklog/archive"
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -41,17 +40,13 @@ type archivedStore struct {
 
 // openArchived opens the archive in dir and wraps st with it.
 func openArchived(st store, dir string) (*archivedStore, error) {
-	ps, ok := st.(prunedSource)
-	if !ok {
-		return nil, fmt.Errorf("--archive %s: this store records no pruned ranges (only a Pebble store writes an archive: work.Options.ArchiveDir)", dir)
-	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		if err == nil {
 			err = errors.New("not a directory")
 		}
 		return nil, fmt.Errorf("--archive %s: %v", dir, unwrapPathError(err))
 	}
-	pruned, err := ps.PrunedRanges()
+	pruned, err := st.PrunedRanges(context.Background()) // as openPostgres, at open: the commands' reads take theirs
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +60,9 @@ func openArchived(st store, dir string) (*archivedStore, error) {
 func (s *archivedStore) Close() error { return errors.Join(s.arch.Close(), s.store.Close()) }
 
 // PrunedRanges returns the pruned ranges the archive does not cover.
-func (s *archivedStore) PrunedRanges() (projection.SeqRanges, error) { return s.left, nil }
+func (s *archivedStore) PrunedRanges(context.Context) (projection.SeqRanges, error) {
+	return s.left, nil
+}
 
 // archived reports whether seq is read from the archive: pruned from the store and held by
 // the archive. (The archive may also hold copies of live events, left by a crash between a
@@ -74,7 +71,7 @@ func (s *archivedStore) archived(seq uint64) bool {
 	return s.pruned.Contains(seq) && !s.left.Contains(seq)
 }
 
-func (s *archivedStore) RawEvent(seq uint64) ([]byte, bool, error) {
+func (s *archivedStore) RawEvent(ctx context.Context, seq uint64) ([]byte, bool, error) {
 	if s.archived(seq) {
 		b, ok, err := s.arch.Get(seq)
 		if err != nil {
@@ -82,14 +79,14 @@ func (s *archivedStore) RawEvent(seq uint64) ([]byte, bool, error) {
 		}
 		return b, ok, nil
 	}
-	return s.store.RawEvent(seq)
+	return s.store.RawEvent(ctx, seq)
 }
 
-func (s *archivedStore) Event(seq uint64) (events.Event, error) {
+func (s *archivedStore) Event(ctx context.Context, seq uint64) (events.Event, error) {
 	if !s.archived(seq) {
-		return s.store.Event(seq)
+		return s.store.Event(ctx, seq)
 	}
-	b, ok, err := s.RawEvent(seq)
+	b, ok, err := s.RawEvent(ctx, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -223,9 +220,7 @@ func (s *archivedStore) Sessions(ctx context.Context, fn func(session string) er
 			all = append(all, id)
 		}
 	}
-	// The store's order: its session index's keys, the id's length (uvarint) then its bytes.
-	key := func(id string) string { return string(binary.AppendUvarint(nil, uint64(len(id)))) + id }
-	slices.SortFunc(all, func(x, y string) int { return strings.Compare(key(x), key(y)) })
+	slices.SortFunc(all, source.SessionOrder) // every source's order
 	for _, id := range all {
 		if err := fn(id); err != nil {
 			return err
@@ -260,7 +255,7 @@ func (s *archivedStore) SessionSeqs(ctx context.Context, session string, from ui
 
 func (s *archivedStore) SessionLog(ctx context.Context, session string, from uint64, fn func(events.Event) error) error {
 	return s.SessionSeqs(ctx, session, from, func(seq uint64) error {
-		ev, err := s.Event(seq)
+		ev, err := s.Event(ctx, seq)
 		if err != nil {
 			return err
 		}

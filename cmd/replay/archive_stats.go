@@ -91,7 +91,7 @@ func verifyArchive(ctx context.Context, as *archivedStore, last uint64) (*archiv
 		case seq > last:
 			problems = append(problems, fmt.Sprintf("archive %s: seq %d is beyond the log's last sequence %d", as.dir, seq, last))
 		default:
-			live, ok, err := as.store.RawEvent(seq)
+			live, ok, err := as.store.RawEvent(ctx, seq)
 			if err != nil {
 				return err
 			}

@@ -157,7 +157,7 @@ func (a *app) demoIn(ctx context.Context, dir string, seed uint64, seeded, kept 
 		return err
 	}
 	defer st.Close()
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		return err
 	}

@@ -32,13 +32,13 @@ func (a *app) exportWire(c *cobra.Command, dir string) error {
 
 // writeWire writes st's whole log to a.out as a wire log.
 func (a *app) writeWire(ctx context.Context, st store, dir string) error {
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		return readError(dir, err)
 	}
 	// The pruned ranges go into the file in their places (version 2), so that the importing
 	// store records them: its Verify explains the gaps, and its replay shows them.
-	pruned, err := prunedRanges(st)
+	pruned, err := st.PrunedRanges(ctx)
 	if err != nil {
 		return readError(dir, err)
 	}
@@ -58,7 +58,7 @@ func (a *app) writeWire(ctx context.Context, st store, dir string) error {
 	if errors.Is(err, errUndeclaredGap) {
 		// A queue that prunes while export reads (a PostgreSQL queue's processes may run)
 		// leaves a gap the ranges read first do not hold: that is not damage.
-		if now, rerr := prunedRanges(st); rerr == nil && !slices.Equal(now, pruned) {
+		if now, rerr := st.PrunedRanges(ctx); rerr == nil && !slices.Equal(now, pruned) {
 			return fmt.Errorf("%s was pruned while export read it (the log lacks events that were there when it began): stop the queue's processes and export again", dir)
 		}
 	}
@@ -267,7 +267,7 @@ func (s pgSink) close() error                                 { return s.im.Clos
 // numbers.
 type pebbleSink struct{ st *pebblelog.Store }
 
-func (s pebbleSink) lastSeq(context.Context) (uint64, error) { return s.st.LastSeq() }
+func (s pebbleSink) lastSeq(ctx context.Context) (uint64, error) { return s.st.LastSeq(ctx) }
 
 func (s pebbleSink) append(ctx context.Context, evs []events.Event, pruned []projection.SeqRange) error {
 	return s.st.AppendLog(ctx, evs, pruned)

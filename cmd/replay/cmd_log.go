@@ -157,7 +157,7 @@ func (f *eventFilter) match(ev events.Event) (bool, error) {
 
 // kindLookup finds the kind of the task an event is about, from the stored projection (a
 // task's kind never changes), remembering a bounded number of answers.
-func kindLookup(st store) func(ev events.Event) (string, error) {
+func kindLookup(ctx context.Context, st store) func(ev events.Event) (string, error) {
 	kinds := map[string]string{}    // task id -> kind
 	wakeTask := map[string]string{} // wake id -> task id ("" for a direct wake)
 	taskKind := func(id string) (string, error) {
@@ -165,7 +165,7 @@ func kindLookup(st store) func(ev events.Event) (string, error) {
 			return k, nil
 		}
 		var kind string
-		err := st.View(func(r projection.Reader) error {
+		err := st.View(ctx, func(r projection.Reader) error {
 			t, err := r.Task(id)
 			if t != nil {
 				kind = t.Kind
@@ -194,7 +194,7 @@ func kindLookup(st store) func(ev events.Event) (string, error) {
 		}
 		tid, ok := wakeTask[wakeID]
 		if !ok {
-			err := st.View(func(r projection.Reader) error {
+			err := st.View(ctx, func(r projection.Reader) error {
 				w, err := r.Wake(wakeID)
 				if w != nil {
 					tid = w.TaskID
@@ -257,8 +257,8 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 			return err
 		}
 	}
-	f.kindOf = kindLookup(st)
-	last, err := st.LastSeq()
+	f.kindOf = kindLookup(c.Context(), st)
+	last, err := st.LastSeq(c.Context())
 	if err != nil {
 		return readError(dir, err)
 	}
@@ -271,7 +271,7 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 	// where its events were: the reader sees that history is missing there, and why.
 	var gaps projection.SeqRanges
 	if o.session == "" && o.task == "" && o.wake == "" {
-		pruned, err := prunedRanges(st)
+		pruned, err := st.PrunedRanges(c.Context())
 		if err != nil {
 			return readError(dir, err)
 		}
@@ -402,7 +402,7 @@ func (a *app) walk(ctx context.Context, st store, s walkScope, fn func(events.Ev
 	if session == "" && (s.task != "" || s.wake != "") {
 		// Find the owning session and the first event in the stored projection; without a
 		// record (an unknown id, or a damaged projection), fall back to the full log.
-		err := st.View(func(r projection.Reader) error {
+		err := st.View(ctx, func(r projection.Reader) error {
 			if s.task != "" {
 				t, err := r.Task(s.task)
 				if t != nil {
@@ -425,7 +425,7 @@ func (a *app) walk(ctx context.Context, st store, s walkScope, fn func(events.Ev
 			if seq > s.to {
 				return errStop
 			}
-			ev, err := st.Event(seq)
+			ev, err := st.Event(ctx, seq)
 			if err != nil {
 				return err
 			}
@@ -480,7 +480,7 @@ func (a *app) exportCommand() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			last, err := st.LastSeq()
+			last, err := st.LastSeq(c.Context())
 			if err != nil {
 				return readError(dir, err)
 			}

@@ -100,7 +100,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 		return err
 	}
 	defer st.Close()
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(c.Context())
 	if err != nil {
 		return readError(dir, err)
 	}
@@ -112,7 +112,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 	case !ct.byTime:
 		ct.seq = last
 	}
-	if err := checkHorizon(st, dir, ct, hasSeq); err != nil {
+	if err := checkHorizon(c.Context(), st, dir, ct, hasSeq); err != nil {
 		return err
 	}
 
@@ -130,7 +130,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 			if root == "" {
 				root = defaultCacheRoot()
 			}
-			cache, why, err = openCache(st, dir, root, o.every, a.stderr)
+			cache, why, err = openCache(c.Context(), st, dir, root, o.every, a.stderr)
 			if err != nil {
 				return err
 			}
@@ -164,7 +164,7 @@ func requireSession(ctx context.Context, st store, dir, session string) error {
 	if found {
 		return nil
 	}
-	return fmt.Errorf("session %q has no events in %s%s; %s", session, dir, prunedNote(st), sessionsOf(ctx, st, dir))
+	return fmt.Errorf("session %q has no events in %s%s; %s", session, dir, prunedNote(ctx, st), sessionsOf(ctx, st, dir))
 }
 
 // sessionsOf names up to ten sessions of the store, for error messages.

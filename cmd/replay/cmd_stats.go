@@ -15,6 +15,7 @@ import (
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/postgres"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -111,22 +112,22 @@ func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, erro
 		}
 		return s, err
 	}
-	disk, err := st.DiskUsage()
+	disk, err := st.DiskUsage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s := &statsJSON{Dir: dir, DiskBytes: disk, Events: map[string]uint64{}}
-	if pg, ok := st.(*pgStore); ok {
-		s.Format = pg.format()
+	if pg, ok := st.(*postgres.Store); ok {
+		s.Format = pgFormat(pg)
 	} else if b, err := os.ReadFile(filepath.Join(dir, pebblelog.MarkerFile)); err == nil {
 		s.Format = strings.TrimSpace(string(b))
 	}
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.LastSeq = last
-	pruned, err := prunedRanges(st)
+	pruned, err := st.PrunedRanges(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -140,11 +141,11 @@ func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, erro
 	}
 	if last > 0 && firstSeq <= lastSeq {
 		s.FirstSeq = firstSeq
-		first, err := st.Event(firstSeq)
+		first, err := st.Event(ctx, firstSeq)
 		if err != nil {
 			return nil, err
 		}
-		lastEv, err := st.Event(lastSeq)
+		lastEv, err := st.Event(ctx, lastSeq)
 		if err != nil {
 			return nil, err
 		}

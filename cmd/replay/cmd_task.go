@@ -71,7 +71,7 @@ func (a *app) runTask(c *cobra.Command, dir, id string, o *taskOptions) error {
 		return readError(dir, err)
 	}
 	if x == nil {
-		return fmt.Errorf("no task or wake %q in %s%s", id, dir, prunedNote(st))
+		return fmt.Errorf("no task or wake %q in %s%s", id, dir, prunedNote(c.Context(), st))
 	}
 	if o.json {
 		return a.writeExplanationJSON(x)
@@ -88,7 +88,7 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 	from := uint64(0)
 	// A completion wake cannot be folded without its task: its task's events come along.
 	related := ""
-	err := st.View(func(r projection.Reader) error {
+	err := st.View(ctx, func(r projection.Reader) error {
 		t, err := r.Task(id)
 		if err != nil || t != nil {
 			storedTask = t
@@ -148,7 +148,7 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 	} else {
 		// Not in the projection (unknown, or pruned and read from an archive): look through
 		// the whole log. A completion wake's task comes before it, so find the task first.
-		err = st.ReadLog(ctx, 0, func(ev events.Event) error {
+		err = st.ReadRange(ctx, 0, 0, func(ev events.Event) error {
 			if wr, ok := ev.(*events.WakeRecorded); ok && wr.WakeID == id && wr.Reason == events.WakeTaskFinished {
 				related = wr.TaskID
 				return errStop
@@ -159,7 +159,7 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 			err = nil
 		}
 		if err == nil {
-			err = st.ReadLog(ctx, 0, collect)
+			err = st.ReadRange(ctx, 0, 0, collect)
 		}
 	}
 	if err != nil {

@@ -79,7 +79,7 @@ func (a *app) verify(ctx context.Context, st store) (*verifyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		problems = append(problems, "last sequence: "+err.Error())
 	}
@@ -92,7 +92,7 @@ func (a *app) verify(ctx context.Context, st store) (*verifyResult, error) {
 	r := &verifyResult{OK: len(problems) == 0, LastSeq: last, Problems: problems, Archive: av}
 	if as, ok := st.(*archivedStore); ok {
 		r.pruned = as.pruned
-	} else if r.pruned, err = prunedRanges(st); err != nil {
+	} else if r.pruned, err = st.PrunedRanges(ctx); err != nil {
 		return nil, err
 	}
 	r.PrunedEvents = r.pruned.Count()

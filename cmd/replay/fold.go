@@ -88,7 +88,7 @@ func sessionFold(ctx context.Context, st store, session string, c cut) (*foldRes
 		if !c.byTime && seq > c.seq {
 			return errStop
 		}
-		ev, err := st.Event(seq)
+		ev, err := st.Event(ctx, seq)
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func (r *recorder) WakeEdited(w *projection.Wake) error {
 // cached snapshot at or before the cut (if any), folds the log from there, and on the way
 // writes a snapshot segment at every boundary it passes that the cache lacks.
 func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*foldResult, error) {
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 	var start uint64
 	if cache != nil {
 		t0 := time.Now()
-		mem, seq, n, records, err := cache.load(st, target, c)
+		mem, seq, n, records, err := cache.load(ctx, st, target, c)
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +172,7 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 			nt, nw := mem.Len()
 			res.cost.recordsCurrent = nt + nw
 			res.cost.loadTime = time.Since(t0)
-			ev, err := st.Event(seq)
+			ev, err := st.Event(ctx, seq)
 			if err != nil {
 				return nil, err
 			}
@@ -185,7 +185,7 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 	}
 
 	// The fold steps over the pruned ranges: a pruned subject is simply absent.
-	pruned, err := prunedRanges(st)
+	pruned, err := st.PrunedRanges(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +211,7 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 		res.cost.eventsFolded++
 		window.see(h.At)
 		if cache != nil && h.Seq%cache.k == 0 {
-			if cache.write(st, res.mem, rec, h.Seq, window.maxAt) {
+			if cache.write(ctx, st, res.mem, rec, h.Seq, window.maxAt) {
 				res.cost.segmentsWritten++
 			}
 			clear(rec.tasks)

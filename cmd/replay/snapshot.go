@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -85,12 +86,12 @@ func defaultCacheRoot() string {
 // On a pruned store it is the first retained event's and the pruned ranges': a segment
 // written before a prune holds the subjects the prune removed, and a fold of the retained
 // events lacks them, so a prune starts a new cache.
-func storeIdentity(st store) (string, bool, error) {
-	pruned, err := prunedRanges(st)
+func storeIdentity(ctx context.Context, st store) (string, bool, error) {
+	pruned, err := st.PrunedRanges(ctx)
 	if err != nil {
 		return "", false, err
 	}
-	raw, ok, err := st.RawEvent(horizon(pruned))
+	raw, ok, err := st.RawEvent(ctx, horizon(pruned))
 	if err != nil || !ok {
 		return "", false, err
 	}
@@ -106,11 +107,11 @@ func storeIdentity(st store) (string, bool, error) {
 // openCache returns the cache of the store in storeDir under root, or nil (with a reason)
 // when it cannot be used. It refuses a cache inside the store directory: replay never writes
 // into a store.
-func openCache(st store, storeDir, root string, k uint64, warn io.Writer) (*segCache, string, error) {
+func openCache(ctx context.Context, st store, storeDir, root string, k uint64, warn io.Writer) (*segCache, string, error) {
 	if root == "" {
 		return nil, "no cache directory (os.UserCacheDir failed; use --cache-dir)", nil
 	}
-	id, ok, err := storeIdentity(st)
+	id, ok, err := storeIdentity(ctx, st)
 	if err != nil {
 		return nil, "", err
 	}
@@ -179,7 +180,7 @@ func readHeader(path string) (*segHeader, error) {
 // chain returns the headers of the usable segments K, 2K, ... at or before target (and, for a
 // time cut, whose events are all at or before the cut's time), stopping at the first missing,
 // foreign or stale one.
-func (c *segCache) chain(st store, target uint64, ct cut) []*segHeader {
+func (c *segCache) chain(ctx context.Context, st store, target uint64, ct cut) []*segHeader {
 	var out []*segHeader
 	for end := c.k; end <= target; end += c.k {
 		h, err := readHeader(c.segPath(end))
@@ -193,7 +194,7 @@ func (c *segCache) chain(st store, target uint64, ct cut) []*segHeader {
 			c.note = fmt.Sprintf("ignored the foreign snapshot segment at seq %d", end)
 			break
 		}
-		raw, ok, err := st.RawEvent(end)
+		raw, ok, err := st.RawEvent(ctx, end)
 		if err != nil || !ok || !bytes.Equal(fingerprint(raw), h.Fingerprint) {
 			c.note = fmt.Sprintf("ignored the stale snapshot segment at seq %d (the log differs)", end)
 			break
@@ -210,8 +211,8 @@ func (c *segCache) chain(st store, target uint64, ct cut) []*segHeader {
 // sequence (0 when no segment is usable), the segments and the records read. It reads the
 // segments newest first and decodes only the newest version of each record: an older one is
 // skipped by its id without decoding it.
-func (c *segCache) load(st store, target uint64, ct cut) (*projection.Mem, uint64, int, int, error) {
-	hs := c.chain(st, target, ct)
+func (c *segCache) load(ctx context.Context, st store, target uint64, ct cut) (*projection.Mem, uint64, int, int, error) {
+	hs := c.chain(ctx, st, target, ct)
 	for i, h := range hs {
 		if err := c.checkSegment(h.End); err != nil {
 			c.note = fmt.Sprintf("ignored the damaged snapshot segment at seq %d (%v)", h.End, err)
@@ -346,18 +347,18 @@ func memFrom(tasks map[string]*projection.Task, wakes map[string]*projection.Wak
 // write stores the segment ending at end: the records the window changed, as they are now.
 // It reports whether a segment was written. A failure disables the cache for the rest of the
 // run, with one note on stderr: the cache is an optimisation, never a reason to fail.
-func (c *segCache) write(st store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) bool {
+func (c *segCache) write(ctx context.Context, st store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) bool {
 	if c.failed {
 		return false
 	}
 	if _, err := os.Stat(c.segPath(end)); err == nil {
 		if h, err := readHeader(c.segPath(end)); err == nil && h.Magic == segMagic && h.Version == segVersion {
-			if raw, ok, err := st.RawEvent(end); err == nil && ok && bytes.Equal(fingerprint(raw), h.Fingerprint) {
+			if raw, ok, err := st.RawEvent(ctx, end); err == nil && ok && bytes.Equal(fingerprint(raw), h.Fingerprint) {
 				return false // already there
 			}
 		}
 	}
-	err := c.writeSegment(st, m, rec, end, maxAt)
+	err := c.writeSegment(ctx, st, m, rec, end, maxAt)
 	if err != nil {
 		c.failed = true
 		c.note = "not caching snapshots: " + err.Error()
@@ -369,8 +370,8 @@ func (c *segCache) write(st store, m *projection.Mem, rec *recorder, end uint64,
 	return true
 }
 
-func (c *segCache) writeSegment(st store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) error {
-	raw, ok, err := st.RawEvent(end)
+func (c *segCache) writeSegment(ctx context.Context, st store, m *projection.Mem, rec *recorder, end uint64, maxAt int64) error {
+	raw, ok, err := st.RawEvent(ctx, end)
 	if err != nil {
 		return err
 	}

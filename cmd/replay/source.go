@@ -5,54 +5,21 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/pebblelog"
+	"github.com/worklog/worklog/postgres"
 	"github.com/worklog/worklog/projection"
 )
 
 // store is what replay reads: a Pebble store opened read-only (*pebblelog.Store) or a
-// PostgreSQL queue read through one read-only snapshot (*pgStore, open_postgres.go). The
-// commands see only this, so they print the same output for the same log on either.
-type store interface {
-	LastSeq() (uint64, error)
-	// View calls fn with the stored projection, values (inputs, payloads) filled.
-	View(fn func(projection.Reader) error) error
-	Event(seq uint64) (events.Event, error)
-	RawEvent(seq uint64) ([]byte, bool, error)
-	ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error
-	ReadRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error
-	// FoldRange is ReadRange for a caller that keeps no event (Pebble's may reuse memory).
-	FoldRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error
-	RawLog(ctx context.Context, from, to uint64, fn func(seq uint64, raw []byte) error) error
-	Sessions(ctx context.Context, fn func(session string) error) error
-	SessionSeqs(ctx context.Context, session string, from uint64, fn func(seq uint64) error) error
-	SessionLog(ctx context.Context, session string, from uint64, fn func(events.Event) error) error
-	ScanTasks(ctx context.Context, fn func(*projection.Task) error) error
-	ScanWakes(ctx context.Context, fn func(*projection.Wake) error) error
-	DiskUsage() (uint64, error)
-	Verify(ctx context.Context, vo pebblelog.VerifyOptions) ([]string, error)
-	Close() error
-}
+// PostgreSQL queue opened read-only (*postgres.Store), both a source.Source. The commands
+// see only this, so they print the same output for the same log on either.
+type store = source.Source
 
-var _ store = (*pebblelog.Store)(nil)
-
-// prunedSource is a store that records the ranges of its log that Queue.Prune removed
-// (docs/design.md, "Retention"). It is optional: a store without it (a backend that does not
-// record them yet) reads as an unpruned log, as before retention, and a gap in it stays an
-// error.
-type prunedSource interface {
-	PrunedRanges() (projection.SeqRanges, error)
-}
-
-var _ prunedSource = (*pebblelog.Store)(nil)
-
-// prunedRanges returns st's pruned ranges, nil when it records none.
-func prunedRanges(st store) (projection.SeqRanges, error) {
-	if p, ok := st.(prunedSource); ok {
-		return p.PrunedRanges()
-	}
-	return nil, nil
-}
+var (
+	_ store = (*pebblelog.Store)(nil)
+	_ store = (*postgres.Store)(nil)
+)
 
 // horizon is where st's history begins: the first sequence not pruned away at the start of
 // the log (1 when nothing before it was pruned).
@@ -86,8 +53,8 @@ var errBeforeHorizon = errors.New("before the start of the retained history")
 // saying where history begins, rather than folding the retained events into a wrong past.
 // A cut after a pruned range in the middle of the log is fine: the subjects pruned there
 // are simply absent from the state.
-func checkHorizon(st store, dir string, ct cut, bySeq bool) error {
-	pruned, err := prunedRanges(st)
+func checkHorizon(ctx context.Context, st store, dir string, ct cut, bySeq bool) error {
+	pruned, err := st.PrunedRanges(ctx)
 	if err != nil {
 		return readError(dir, err)
 	}
@@ -95,14 +62,14 @@ func checkHorizon(st store, dir string, ct cut, bySeq bool) error {
 	if h == 1 {
 		return nil
 	}
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		return readError(dir, err)
 	}
 	if h > last {
 		return fmt.Errorf("%w: every event of %s (seqs 1–%d) was pruned: no history is left", errBeforeHorizon, dir, last)
 	}
-	first, err := st.Event(h)
+	first, err := st.Event(ctx, h)
 	if err != nil {
 		return readError(dir, err)
 	}
@@ -120,8 +87,8 @@ func checkHorizon(st store, dir string, ct cut, bySeq bool) error {
 
 // prunedNote is what an error for an id or a session not found adds on a pruned store: it
 // may have been pruned, and where history begins. It is "" on a store with nothing pruned.
-func prunedNote(st store) string {
-	pruned, err := prunedRanges(st)
+func prunedNote(ctx context.Context, st store) string {
+	pruned, err := st.PrunedRanges(ctx)
 	if err != nil || len(pruned) == 0 {
 		return ""
 	}

@@ -497,7 +497,7 @@ func TestMemFromMatchesFold(t *testing.T) {
 	defer st.Close()
 	m := projection.NewMem()
 	n := 0
-	err = st.ReadLog(context.Background(), 0, func(ev events.Event) error {
+	err = st.ReadRange(context.Background(), 0, 0, func(ev events.Event) error {
 		if err := projection.Apply(m, ev); err != nil {
 			return err
 		}

@@ -143,13 +143,13 @@ func readStory(ctx context.Context, st store, session string) (*sessionStory, er
 	if err != nil {
 		return nil, err
 	}
-	last, err := st.LastSeq()
+	last, err := st.LastSeq(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.EndAt = s.LastAt
 	if last > 0 {
-		ev, err := st.Event(last)
+		ev, err := st.Event(ctx, last)
 		if err != nil {
 			return nil, err
 		}

@@ -266,13 +266,13 @@ func TestImportOldExport(t *testing.T) {
 // pruneFirst is a real PostgreSQL queue's store whose RawLog lets a prune commit first, as a
 // running queue's processes may between export's read of the pruned ranges and of the log.
 type pruneFirst struct {
-	*pgStore
+	*postgres.Store
 	prune func()
 }
 
 func (p pruneFirst) RawLog(ctx context.Context, from, to uint64, fn func(uint64, []byte) error) error {
 	p.prune()
-	return p.pgStore.RawLog(ctx, from, to, fn)
+	return p.Store.RawLog(ctx, from, to, fn)
 }
 
 // TestExportWhilePruned: export --wire of a queue pruned while it reads is refused as that
@@ -287,7 +287,7 @@ func TestExportWhilePruned(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	s := pruneFirst{pgStore: st.(*pgStore), prune: func() {
+	s := pruneFirst{Store: st.(*postgres.Store), prune: func() {
 		q, err := postgres.Open(ctx, dsn, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,70 @@
+// Package optionerr is the one error shape of worklog's option structs (work.Options,
+// postgres.Options, runner.Config, pebblelog.Options): each package validates its struct in
+// one step, before anything is opened or started, and refuses the first field out of range
+// with an *Error naming the struct and the field. Every package exports the type under its
+// own name (work.OptionError, pebblelog.OptionError, runner.ConfigError: aliases, so one
+// errors.As target catches all of them) and ErrInvalid under its own
+// (work.ErrInvalidOptions, pebblelog.ErrInvalidOptions, runner.ErrInvalidConfig: the same
+// value). It is internal so that pebblelog, which work imports, can share it.
+package optionerr
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+)
+
+// ErrInvalid is matched (errors.Is) by every *Error.
+var ErrInvalid = errors.New("worklog: invalid options")
+
+// Error refuses one field of an options struct.
+type Error struct {
+	Options string // the struct, package-qualified: "work.Options", "runner.Config"
+	Field   string // the field as spelled in Go: "MaxConns", "Heartbeat"
+	Message string // what is wrong, and what is allowed
+}
+
+func (e *Error) Error() string {
+	name := e.Field
+	if e.Options != "" {
+		name = e.Options + "." + e.Field
+	}
+	return "invalid " + name + ": " + e.Message
+}
+
+// Is matches ErrInvalid.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+// New returns an *Error for field of options (the struct's qualified name).
+func New(options, field, message string) *Error {
+	return &Error{Options: options, Field: field, Message: message}
+}
+
+// T is the part of testing.TB the table tests' helpers use.
+type T interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// Want reports to t unless err is an *Error naming options.field and matching ErrInvalid.
+// what says which case of a table failed.
+func Want(t T, what string, err error, options, field string) {
+	t.Helper()
+	var oe *Error
+	if !errors.As(err, &oe) || !errors.Is(err, ErrInvalid) || oe.Options != options || oe.Field != field {
+		t.Errorf("%s: %v, want an option error naming %s.%s", what, err, options, field)
+	}
+}
+
+// FieldsCovered reports to t every field of the struct v that covered does not name: each
+// options struct's table test lists every field (its refusals, its default, or both), so a
+// new field cannot join the struct without joining the test.
+func FieldsCovered(t T, v any, covered ...string) {
+	t.Helper()
+	rt := reflect.TypeOf(v)
+	for i := range rt.NumField() {
+		if f := rt.Field(i).Name; !slices.Contains(covered, f) {
+			t.Errorf("%s.%s is in no case of its table test: add its refusals and its default", rt.Name(), f)
+		}
+	}
+}
