@@ -94,6 +94,9 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements) ([]string, error) {
 	if err := loadIndexes(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
+	if err := loadSessionWakes(ctx, tx, st, stored); err != nil {
+		return nil, err
+	}
 	// Diff says "stored vs rebuilt".
 	return append(problems, stored.Diff(fold)...), nil
 }

@@ -323,6 +323,14 @@ func (s *spy) DeleteKindDue(k string, e IndexEntry) error {
 	s.writes++
 	return s.State.DeleteKindDue(k, e)
 }
+func (s *spy) PutSessionWake(sess string, e IndexEntry) error {
+	s.writes++
+	return s.State.PutSessionWake(sess, e)
+}
+func (s *spy) DeleteSessionWake(sess string, e IndexEntry) error {
+	s.writes++
+	return s.State.DeleteSessionWake(sess, e)
+}
 func (s *spy) PutSessionTask(sess string, seq uint64, id string) error {
 	s.writes++
 	return s.State.PutSessionTask(sess, seq, id)
