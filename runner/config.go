@@ -78,6 +78,10 @@ type Config struct {
 	WakeHandler     WakeHandler
 	WakeConcurrency int
 	WakeLeaseFor    time.Duration
+	// WakeSessions, when not empty, restricts the wake handler to the wakes of these sessions
+	// (work.Queue.ClaimSessionWakes): a runtime that serves some sessions leaves the others'
+	// wakes to other runners. Empty: every session's wakes (ClaimWakes). It needs WakeHandler.
+	WakeSessions []string
 
 	// WorkerID is the worker identity every claim of this runner records (work.WithWorker:
 	// the claim events, the deliveries' Worker, replay's attempts); at most 256 bytes.
@@ -168,6 +172,15 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	if cfg.WakeLeaseFor == 0 {
 		cfg.WakeLeaseFor = cfg.LeaseFor
 	}
+	if len(cfg.WakeSessions) > 0 && cfg.WakeHandler == nil {
+		return nil, &ConfigError{Field: "WakeSessions", Message: "needs WakeHandler"}
+	}
+	for _, sess := range cfg.WakeSessions {
+		if strings.TrimSpace(sess) == "" {
+			return nil, &ConfigError{Field: "WakeSessions", Message: "has a blank session"}
+		}
+	}
+	cfg.WakeSessions = slices.Clone(cfg.WakeSessions)
 	if len(cfg.WorkerID) > events.MaxWorker {
 		return nil, &ConfigError{Field: "WorkerID", Message: fmt.Sprintf("is %d bytes, longer than %d", len(cfg.WorkerID), events.MaxWorker)}
 	}
