@@ -128,7 +128,8 @@ func (t Tools) KeyspaceUsage() (_ map[byte]uint64, err error) {
 	defer s.leave(&err)
 	out := map[byte]uint64{}
 	for _, p := range []byte{prefixMeta, prefixEvent, prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey,
-		prefixDue, prefixAvailable, prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixPruned, prefixSubject} {
+		prefixDue, prefixAvailable, prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixPruned, prefixSubject,
+		prefixSessionWake} {
 		n, err := s.db.EstimateDiskUsage([]byte{p}, []byte{p + 1})
 		if err != nil {
 			return nil, fmt.Errorf("pebblelog: estimating the size of keyspace %q: %w", p, err)

@@ -28,6 +28,9 @@ const (
 
 	// Format 4.
 	prefixBlob = 'b' // b<uvarint len><task or wake id><blob name>: blob index (empty value): blob.go
+
+	// Format 5.
+	prefixSessionWake = 'W' // W<uvarint len><session><at 8B ordered><record seq 8B BE>: wake id: session_wakes.go
 )
 
 var (
@@ -38,7 +41,7 @@ var (
 // projectionPrefixes are the keyspaces derived from the log: Verify rebuilds and compares
 // them (the last sequence too).
 var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
-	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob}
+	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob, prefixSessionWake}
 
 // format3Prefixes are the keyspaces format 3 added. A store of an older format opened
 // read-only has none of them (the upgrade builds them: upgrade.go).

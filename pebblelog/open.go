@@ -28,8 +28,10 @@ import (
 // the session task lists and the counts by kind and state (state_kinds_sessions.go), which the
 // upgrade from 1 or 2 builds from the records. Version 4 stores values of BlobMin bytes or
 // more in blob files (blob.go); the upgrade from 3 writes nothing but the version, since a
-// format-3 store holds no blob and its events and records read as they are.
-const FormatVersion = 4
+// format-3 store holds no blob and its events and records read as they are. Version 5 adds
+// the per-session available-wake index (session_wakes.go), which the upgrade from any older
+// format builds from the wake records.
+const FormatVersion = 5
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every

@@ -122,6 +122,9 @@ func (s *Store) viewReader(r pebble.Reader) projection.Reader {
 	if s.format < 3 {
 		return olderReader{reader{r, s.blobs}, s}
 	}
+	if s.format < 5 {
+		return format4Reader{reader{r, s.blobs}, s}
+	}
 	return reader{r, s.blobs}
 }
 

@@ -81,6 +81,11 @@ func (s *Store) upgrade() error {
 			return fmt.Errorf("pebblelog: %s: upgrading to format 3 (building the kind index, session task lists and counts): %w", s.dir, err)
 		}
 	}
+	if key < 5 {
+		if err := s.buildFormat5(); err != nil {
+			return fmt.Errorf("pebblelog: %s: upgrading to format 5 (building the per-session wake index): %w", s.dir, err)
+		}
+	}
 	if key < FormatVersion {
 		err := s.db.Set(keyFormat, []byte(markerPrefix+strconv.Itoa(FormatVersion)), pebble.Sync)
 		if err == nil {

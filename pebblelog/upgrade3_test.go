@@ -104,6 +104,7 @@ func TestFormat2StoreUpgrades(t *testing.T) {
 			r.ScanDueKind("crawl", 0, func(projection.IndexEntry) bool { return true }),
 			r.ScanSessionTasks("s1", 0, func(uint64, string) bool { return true }),
 			r.Counts(func(string, events.TaskState, int64) bool { return true }),
+			r.ScanSessionWakes("s1", 0, func(projection.IndexEntry) bool { return true }),
 		} {
 			if !errors.Is(err, ErrNeedsUpgrade) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "format 2") {
 				t.Errorf("a format-3 read of a read-only format-2 store: %v, want ErrNeedsUpgrade naming the store and its format", err)

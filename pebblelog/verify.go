@@ -77,9 +77,9 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	if err := s.rebuild(ctx, snap, rebuilt, storedLast, vo, add); err != nil {
 		return nil, err
 	}
-	// A store of an older format opened read-only has none of format 3's keyspaces yet: they
-	// are compared once an upgrade has built them.
-	if err := compare(snap, rebuilt, s.format >= 3, s.blobs, add); err != nil {
+	// A store of an older format opened read-only has none of format 3's (or 5's) keyspaces
+	// yet: they are compared once an upgrade has built them.
+	if err := compare(snap, rebuilt, s.format, s.blobs, add); err != nil {
 		return nil, err
 	}
 	return problems, nil
@@ -232,10 +232,14 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 }
 
 // compare walks each projection keyspace of the stored and the rebuilt store side by side;
-// format 3's only when format3 is set.
-func compare(stored pebble.Reader, rebuilt pebble.Reader, format3 bool, bl *blobStore, add func(string, ...any) bool) error {
+// those a later format added only when the store's format has them.
+func compare(stored pebble.Reader, rebuilt pebble.Reader, format int, bl *blobStore, add func(string, ...any) bool) error {
+	format3 := format >= 3
 	for _, p := range projectionPrefixes {
 		if !format3 && bytes.IndexByte(format3Prefixes, p) >= 0 {
+			continue
+		}
+		if format < 5 && p == prefixSessionWake {
 			continue
 		}
 		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, bl, add); err != nil {
@@ -390,6 +394,12 @@ func describeKey(k []byte) string {
 		if kind, rest, ok := splitScoped(k); ok {
 			if at, seq, ok := parseIndexTail([]byte(rest), 0); ok {
 				return fmt.Sprintf("kind index entry (kind %q, at %d, seq %d)", kind, at, seq)
+			}
+		}
+	case prefixSessionWake:
+		if session, rest, ok := splitScoped(k); ok {
+			if at, seq, ok := parseIndexTail([]byte(rest), 0); ok {
+				return fmt.Sprintf("session wake index entry (session %q, at %d, seq %d)", session, at, seq)
 			}
 		}
 	case prefixSessionTask:

@@ -45,6 +45,15 @@ func TestVerifyFormat3Damage(t *testing.T) {
 			[]string{`session task list (session "s1", submit seq 6): missing from the store`}},
 		{"extra session task", func(t *testing.T, s *Store) { rawSet(t, s, sessionTaskKey("s2", 9), []byte("t9")) },
 			[]string{`session task list (session "s2", submit seq 9): stored, but not in the rebuild`}},
+		// Format 5: the per-session wake index (w1 of s1, available at 5, record seq 5).
+		{"session wake entry missing", func(t *testing.T, s *Store) { rawDelete(t, s, sessionWakeKey("s1", sec(5), 5)) },
+			[]string{fmt.Sprintf(`session wake index entry (session "s1", at %d, seq 5): missing from the store`, sec(5))}},
+		{"session wake entry under another session", func(t *testing.T, s *Store) {
+			rawDelete(t, s, sessionWakeKey("s1", sec(5), 5))
+			rawSet(t, s, sessionWakeKey("s2", sec(5), 5), []byte("w1"))
+		}, []string{`session wake index entry (session "s2", at`, `seq 5): stored, but not in the rebuild`}},
+		{"session wake entry naming another wake", func(t *testing.T, s *Store) { rawSet(t, s, sessionWakeKey("s1", sec(5), 5), []byte("w9")) },
+			[]string{fmt.Sprintf(`session wake index entry (session "s1", at %d, seq 5): stored "w9", rebuilt "w1"`, sec(5))}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,6 +74,8 @@ type statements struct {
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 	setMark, getMark, delMark, waitHead                                     string
+
+	sw sessionWakeStatements // the per-session wake index (session_wakes.go)
 }
 
 func newStatements(schema string) *statements {
@@ -169,6 +171,7 @@ func newStatements(schema string) *statements {
 		allPrunable:  q(`SELECT at, seq, id, wake FROM {s}.prunable ORDER BY at, seq`),
 
 		// The writers' commit marks (writer.go, commitMark).
+		sw: newSessionWakeStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
@@ -352,12 +355,13 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 	for _, n := range tableNames {
 		ours[n] = true
 	}
-	hasMarks := false
+	hasMarks, hasSessionWakes := false, false
 	for _, n := range names {
 		if ours[n] {
 			have = append(have, n)
 		}
 		hasMarks = hasMarks || n == "commit_marks"
+		hasSessionWakes = hasSessionWakes || n == "session_wakes"
 	}
 	if len(have) == 0 {
 		if defaulted {
@@ -378,6 +382,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return fmt.Errorf("creating the worklog tables in schema %q: %w", schema, err)
 		}
 		if err := ensureMarks(ctx, tx, schema, false); err != nil {
+			return err
+		}
+		if err := ensureSessionWakes(ctx, tx, schema, false); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -404,6 +411,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 	}
 	if !readOnly {
 		if err := ensureMarks(ctx, tx, schema, hasMarks); err != nil {
+			return err
+		}
+		if err := ensureSessionWakes(ctx, tx, schema, hasSessionWakes); err != nil {
 			return err
 		}
 	}

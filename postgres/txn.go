@@ -102,6 +102,7 @@ type txn struct {
 	newWakeKeys          []skey
 	due, wakeIdx         map[dueKey]idxOp
 	kindDue              map[kindKey]idxOp
+	sessWakes            map[sessWakeKey]idxOp // session_wakes.go
 	sessions             []sessKey
 	sessionIDs           []string
 	counts               map[countKey]int64
@@ -205,6 +206,7 @@ func (t *txn) LastSeq() (uint64, error) { return t.seq, nil }
 // the same batch sees the group's own changes.
 func (t *txn) flushIndexes(b *pgx.Batch) {
 	t.flushPrune(b)
+	t.flushSessionWakes(b)
 	if len(t.due) > 0 {
 		queueDue(b, t.st.insDue, t.st.delDue, t.due)
 		clear(t.due)

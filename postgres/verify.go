@@ -14,7 +14,7 @@ import (
 // Verify folds the events table from empty (projection.Apply into a projection.Mem) and
 // compares the result with every stored table (loaded into another Mem; Mem.Diff compares),
 // in one read-only repeatable-read transaction: records field by field, keys, the due,
-// per-kind due and wake indexes, the session lists, the counts, the retention index and the
+// per-kind due, wake and per-session wake indexes, the session lists, the counts, the retention index and the
 // log head. It also checks that every event decodes and that the log has no gap but the
 // ranges a prune recorded (table pruned), which hold no event and end at the log head at the
 // latest: after a prune the state is the fold of the retained events, continued across each
@@ -103,6 +103,9 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 		return nil, err
 	}
 	if err := loadIndexes(ctx, tx, st, stored); err != nil {
+		return nil, err
+	}
+	if err := loadSessionWakes(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
 	// Diff says "stored vs rebuilt".

@@ -471,19 +471,28 @@ func putDue(s State, t *Task, at int64) error {
 	return s.PutKindDue(t.Kind, e)
 }
 
-// moveWakeIndex is moveTask for the available-wake index (wakes have no counts).
+// moveWakeIndex is moveTask for the available-wake index and the wake's session's (wakes
+// have no counts). Both indexes always hold the same wakes at the same keys.
 func moveWakeIndex(s State, oldAt int64, oldIn bool, w *Wake) error {
 	newAt, newIn := w.AvailableAt()
 	if oldIn {
 		if newIn && oldAt == newAt {
 			return nil
 		}
-		if err := s.DeleteWakeIndex(IndexEntry{At: oldAt, Seq: w.RecordSeq, ID: w.ID}); err != nil {
+		e := IndexEntry{At: oldAt, Seq: w.RecordSeq, ID: w.ID}
+		if err := s.DeleteWakeIndex(e); err != nil {
+			return err
+		}
+		if err := s.DeleteSessionWake(w.SessionID, e); err != nil {
 			return err
 		}
 	}
 	if newIn {
-		return s.PutWakeIndex(IndexEntry{At: newAt, Seq: w.RecordSeq, ID: w.ID})
+		e := IndexEntry{At: newAt, Seq: w.RecordSeq, ID: w.ID}
+		if err := s.PutWakeIndex(e); err != nil {
+			return err
+		}
+		return s.PutSessionWake(w.SessionID, e)
 	}
 	return nil
 }

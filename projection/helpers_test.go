@@ -216,6 +216,7 @@ func checkInvariants(t testing.TB, m *Mem) {
 		t.Errorf("wake index\n got  %v\n want %v", got, avail)
 	}
 	checkPart2Invariants(t, m, due)
+	checkSessionWakes(t, m, avail)
 	for k, id := range m.taskKeys {
 		if x := m.tasks[id]; x == nil || x.SessionID != k.session || x.IdempotencyKey != k.key {
 			t.Errorf("task key %v names %s: %+v", k, id, x)
@@ -323,6 +324,14 @@ func (s *spy) DeleteKindDue(k string, e IndexEntry) error {
 	s.writes++
 	return s.State.DeleteKindDue(k, e)
 }
+func (s *spy) PutSessionWake(sess string, e IndexEntry) error {
+	s.writes++
+	return s.State.PutSessionWake(sess, e)
+}
+func (s *spy) DeleteSessionWake(sess string, e IndexEntry) error {
+	s.writes++
+	return s.State.DeleteSessionWake(sess, e)
+}
 func (s *spy) PutSessionTask(sess string, seq uint64, id string) error {
 	s.writes++
 	return s.State.PutSessionTask(sess, seq, id)
@@ -343,3 +352,28 @@ func (c copying) TaskEdited(t *Task) error          { return c.Mem.PutTask(t) }
 func (c copying) WakeEdited(w *Wake) error          { return c.Mem.PutWake(w) }
 func (c copying) NewTask() *Task                    { return new(Task) }
 func (c copying) NewWake() *Wake                    { return new(Wake) }
+
+// checkSessionWakes: each session's available-wake index holds exactly the wake index's
+// entries of its wakes, in order, and no session's holds another's (part 3).
+func checkSessionWakes(t testing.TB, m *Mem, avail []IndexEntry) {
+	t.Helper()
+	want := map[string][]IndexEntry{}
+	for _, e := range avail {
+		s := m.wakes[e.ID].SessionID
+		want[s] = append(want[s], e)
+	}
+	for s, es := range want {
+		var got []IndexEntry
+		if err := m.ScanSessionWakes(s, math.MaxInt64, func(e IndexEntry) bool { got = append(got, e); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, es) {
+			t.Errorf("wake index of session %q\n got  %v\n want %v", s, got, es)
+		}
+	}
+	for s, tr := range m.sessionWakes {
+		if tr.Len() != len(want[s]) {
+			t.Errorf("wake index of session %q holds %d entries, want %d", s, tr.Len(), len(want[s]))
+		}
+	}
+}

@@ -38,6 +38,8 @@ type Mem struct {
 	lastKind    *kindIndex
 	sessions    map[string]*sessionList
 	lastSession *sessionList
+	// sessionWakes is the per-session available-wake index (mem_session_wakes.go).
+	sessionWakes map[string]*btree.BTreeG[IndexEntry]
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -64,6 +66,8 @@ func NewMemSized(tasks, wakes int) *Mem {
 		prune:    newPruneIndex(),
 		kinds:    map[string]*kindIndex{},
 		sessions: map[string]*sessionList{},
+
+		sessionWakes: map[string]*btree.BTreeG[IndexEntry]{},
 	}
 }
 
@@ -126,6 +130,7 @@ func (m *Mem) BuildIndexes() {
 	}
 	m.due, m.avail = sortedTree(due), sortedTree(avail)
 	m.buildKindsSessions()
+	m.buildSessionWakes(avail)
 	m.buildPrune()
 }
 
@@ -251,6 +256,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffIndex("due index", m.due, o.due)...)
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
 	out = append(out, m.diffKindsSessions(o)...)
+	out = append(out, m.diffSessionWakes(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

@@ -51,6 +51,7 @@ func TestDiffRecordsAndKeys(t *testing.T) {
 		`due index of kind "k" (1, 3, u): missing on the left`,
 		`count of kind "k" pending: 1 vs 2`,
 		`task list of session "s1" (3, u): missing on the left`,
+		`wake index of session "s1" (1, 4, v): missing on the left`,
 	}
 	if got := a.Diff(b); !slices.Equal(got, want) {
 		t.Errorf("Diff:\n got  %q\n want %q", got, want)
@@ -66,6 +67,7 @@ func TestDiffRecordsAndKeys(t *testing.T) {
 		`due index of kind "k" (1, 3, u): missing on the right`,
 		`count of kind "k" pending: 2 vs 1`,
 		`task list of session "s1" (3, u): missing on the right`,
+		`wake index of session "s1" (1, 4, v): missing on the right`,
 	}
 	if got := b.Diff(a); !slices.Equal(got, want) {
 		t.Errorf("reverse Diff:\n got  %q\n want %q", got, want)

@@ -31,6 +31,10 @@ type Reader interface {
 	// Counts calls fn for each (kind, state) that has tasks, with their number, until fn
 	// returns false. The fold keeps the counts (AddCount); reading them scans no records.
 	Counts(fn func(kind string, state events.TaskState, n int64) bool) error
+
+	// ScanSessionWakes is ScanWakes restricted to the wakes of one session: the session's own
+	// index, so its cost does not depend on how many wakes other sessions have.
+	ScanSessionWakes(sessionID string, maxAt int64, fn func(IndexEntry) bool) error
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -83,4 +87,8 @@ type State interface {
 	PutSessionTask(sessionID string, submitSeq uint64, taskID string) error
 	// AddCount adds delta to the number of tasks of kind in state (Counts).
 	AddCount(kind string, state events.TaskState, delta int64) error
+	// PutSessionWake and DeleteSessionWake keep the per-session available-wake index
+	// (ScanSessionWakes) beside the available-wake index: Apply moves an entry in both at once.
+	PutSessionWake(sessionID string, e IndexEntry) error
+	DeleteSessionWake(sessionID string, e IndexEntry) error
 }

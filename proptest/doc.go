@@ -58,7 +58,7 @@
 //
 // Each op (ops_test.go) has a String for the report and is generated (gen_test.go) with
 // weights that favour the interesting cases; TestGeneratorCoverage checks that random
-// histories reach each of them (117 named cases):
+// histories reach each of them (123 named cases):
 //
 //	submit     immediate or scheduled (before, at, 1ns after, later than now); fresh, or a
 //	           repeat under a used key with the same intent (maybe another spelling of the
@@ -86,6 +86,8 @@
 //	           cancel-requested task (canceled, with its completion wake), repeated,
 //	           superseded, settled, forged, unknown
 //	claimKinds one kind, both, the kind nobody submits, a kind named twice
+//	claimSessionWakes (work-api-3.md) any set of sessions, one named twice: only their
+//	           wakes, in ClaimWakes' order, cut by the limit, redeliveries after expiry
 //	tasks      a session's list, filtered by states and kinds, after a cursor of its own,
 //	           of another session, or an unknown id, varied limits
 //	settleAndClaim  up to 3 finishes and releases (any of the deliveries above), then a

@@ -39,6 +39,9 @@ func genOp(r *rand.Rand, m *model) op {
 	// Part 2: heartbeats, releases, claims by kind, listings, settle-and-claim steps.
 	choices = append(choices,
 		choice{5, func() op { return genClaimKinds(r) }},
+		choice{5, func() op {
+			return ClaimSessionWakesOp{Mask: 1 + r.Intn(1<<len(sessionNames)-1), Dup: r.Intn(8) == 0, Lease: genLease(r), Limit: genLimit(r)}
+		}},
 		choice{4, func() op { return genTasks(r, m) }},
 	)
 	if len(claimedTasks) > 0 {

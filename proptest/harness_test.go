@@ -375,6 +375,8 @@ var opTypes = map[string]reflect.Type{
 	"tasks":          reflect.TypeOf(TasksOp{}),
 	"settleAndClaim": reflect.TypeOf(SettleAndClaimOp{}),
 
+	"claimSessionWakes": reflect.TypeOf(ClaimSessionWakesOp{}),
+
 	"prune": reflect.TypeOf(PruneOp{}),
 }
 

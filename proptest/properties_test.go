@@ -497,6 +497,9 @@ var coverageCases = []string{
 	"tasks after an unknown id", "tasks cut by limit",
 	"settle and claim finish", "settle and claim release", "settle and claim stale settle",
 	"settle and claim claims", "settle and claim mixed results", "settle and claim claims a task it released",
+	// part 3
+	"claim session wakes", "claim session wakes empty", "claim session wakes skips other sessions",
+	"claim session wakes redelivery", "claim session wakes cut by limit", "claim session wakes of a session named twice",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -684,6 +687,32 @@ func classify(o op, m, n *model) []string {
 		}
 	case ReleaseOp:
 		classifyRelease(add, o.T, o.Forged, o.HasRunAt, o.RunAt, m, e)
+	case ClaimSessionWakesOp:
+		if len(e.claims) == 0 {
+			add("claim session wakes empty")
+		} else {
+			add("claim session wakes")
+		}
+		if o.Dup {
+			add("claim session wakes of a session named twice")
+		}
+		var mine int
+		for _, c := range m.availableWakes() {
+			if o.Mask&(1<<m.wakes[c.h].sess) != 0 {
+				mine++
+			} else {
+				add("claim session wakes skips other sessions")
+			}
+		}
+		if mine > o.Limit {
+			add("claim session wakes cut by limit")
+		}
+		for _, cl := range e.claims {
+			if cl.expired {
+				add("claim session wakes redelivery")
+				break
+			}
+		}
 	case ClaimKindsOp:
 		if len(e.claims) == 0 {
 			add("claim kinds empty")

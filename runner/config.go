@@ -80,6 +80,10 @@ type Config struct {
 	WakeHandler     WakeHandler
 	WakeConcurrency int
 	WakeLeaseFor    time.Duration
+	// WakeSessions, when not empty, restricts the wake handler to the wakes of these sessions
+	// (work.Queue.ClaimSessionWakes): a runtime that serves some sessions leaves the others'
+	// wakes to other runners. Empty: every session's wakes (ClaimWakes). It needs WakeHandler.
+	WakeSessions []string
 
 	// WorkerID is the worker identity every claim of this runner records (work.WithWorker:
 	// the claim events, the deliveries' Worker, replay's attempts); at most 256 bytes.
@@ -137,6 +141,13 @@ func (cfg *Config) validate() error {
 		return bad("WakeLeaseFor", "must not be negative (0 is the default, LeaseFor)")
 	case len(cfg.WorkerID) > events.MaxWorker:
 		return bad("WorkerID", fmt.Sprintf("is %d bytes, longer than %d", len(cfg.WorkerID), events.MaxWorker))
+	case len(cfg.WakeSessions) > 0 && cfg.WakeHandler == nil:
+		return bad("WakeSessions", "needs WakeHandler")
+	}
+	for _, sess := range cfg.WakeSessions {
+		if strings.TrimSpace(sess) == "" {
+			return bad("WakeSessions", "has a blank session")
+		}
 	}
 	return nil
 }
@@ -167,6 +178,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Hooks == nil {
 		cfg.Hooks = NoHooks{}
 	}
+	cfg.WakeSessions = slices.Clone(cfg.WakeSessions)
 	return cfg
 }
 

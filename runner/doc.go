@@ -39,7 +39,8 @@
 //     that crashes its worker is not delivered forever.
 //   - Wakes: with a WakeHandler, the runner also claims the queue's wakes and acknowledges
 //     each one whose handler returns nil. A runner may have a WakeHandler and no Handlers:
-//     it then claims no tasks.
+//     it then claims no tasks. WakeSessions restricts it to the wakes of those sessions
+//     (work.Queue.ClaimSessionWakes), leaving other sessions' wakes to other runners.
 //   - Stop is graceful: it stops claiming, lets running handlers finish within its context,
 //     then cancels the rest (ErrStopping) and releases their tasks so that they are delivered
 //     again at once, not when their leases expire. It returns within its context, or at the

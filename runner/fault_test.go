@@ -419,3 +419,57 @@ func TestReleaseReasonsAreShort(t *testing.T) {
 		t.Errorf("the log has no panic stack")
 	}
 }
+
+// WakeSessions: the runner claims (ClaimSessionWakes) and handles only the wakes of its
+// sessions; another session's wake stays unclaimed for another runner. WakeSessions without
+// a WakeHandler, or with a blank session, is refused.
+func TestWakeSessionsRunner(t *testing.T) {
+	q := openQueue(t)
+	hooks := newHooks()
+	handled := make(chan string, 10)
+	r := start(t, q, runner.Config{LeaseFor: time.Minute, Hooks: hooks, WakeSessions: []string{"mine", "also-mine"},
+		WakeHandler: func(_ context.Context, w work.Wake) error { handled <- w.SessionID; return nil }})
+	ctx := context.Background()
+	other, err := q.Session("other").Wake(ctx, work.WakeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"mine", "also-mine"} {
+		if _, err := q.Session(s).Wake(ctx, work.WakeRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		select {
+		case err := <-hooks.wakes:
+			if err != nil {
+				t.Fatalf("wake: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a wake of the runner's sessions was not handled")
+		}
+	}
+	if _, err := stopWithin(t, r, ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	close(handled)
+	for s := range handled {
+		if s != "mine" && s != "also-mine" {
+			t.Errorf("the runner handled a wake of session %q", s)
+		}
+	}
+	ws, err := q.ClaimWakes(ctx, time.Minute, 10)
+	if err != nil || len(ws) != 1 || ws[0].Wake.ID != other.ID || ws[0].Attempt != 1 {
+		t.Fatalf("after the runner: %v, %v; want only the other session's wake, never claimed before", ws, err)
+	}
+	for _, c := range []runner.Config{
+		{LeaseFor: time.Minute, Concurrency: 1, Handlers: map[string]runner.Handler{"k": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
+			WakeSessions: []string{"mine"}},
+		{LeaseFor: time.Minute, WakeSessions: []string{"mine", " "}, WakeHandler: func(context.Context, work.Wake) error { return nil }},
+	} {
+		var ce *runner.ConfigError
+		if _, err := runner.New(q, c); !errors.As(err, &ce) || ce.Field != "WakeSessions" {
+			t.Errorf("config %+v: %v, want a ConfigError naming WakeSessions", c.WakeSessions, err)
+		}
+	}
+}

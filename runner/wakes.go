@@ -9,12 +9,20 @@ import (
 	"github.com/worklog/worklog/work"
 )
 
-// wakeLoop claims wakes (up to WakeConcurrency at a time), runs the wake handler on each
-// and acknowledges those it handled; it waits with WaitWakes when there are none.
+// wakeLoop claims wakes (up to WakeConcurrency at a time; only WakeSessions' when set), runs
+// the wake handler on each and acknowledges those it handled; it waits with WaitWakes when
+// there are none (a wake of another session ends the wait too: the next claim finds nothing
+// and waits again).
 func (r *Runner) wakeLoop() {
 	for r.claimCtx.Err() == nil {
 		ctx, cancel := context.WithTimeout(r.claimCtx, r.callBound)
-		ws, err := r.q.ClaimWakes(ctx, r.cfg.WakeLeaseFor, r.cfg.WakeConcurrency)
+		var ws []work.WakeDelivery
+		var err error
+		if len(r.cfg.WakeSessions) > 0 {
+			ws, err = r.q.ClaimSessionWakes(ctx, r.cfg.WakeSessions, r.cfg.WakeLeaseFor, r.cfg.WakeConcurrency)
+		} else {
+			ws, err = r.q.ClaimWakes(ctx, r.cfg.WakeLeaseFor, r.cfg.WakeConcurrency)
+		}
 		cancel()
 		if err == nil && len(ws) == 0 {
 			err = r.q.WaitWakes(r.claimCtx)

@@ -89,6 +89,7 @@ type Clock interface {
 // is built (New, NewEngineQueue); nil where the backend lacks one.
 type backendCaps struct {
 	running    RunningBackend
+	sessWakes  SessionWakeClaimer
 	ackAt      WakeAckerAt
 	log        LogReader
 	verify     Verifier
@@ -101,6 +102,7 @@ type backendCaps struct {
 func resolveBackendCaps(b Backend) backendCaps {
 	var c backendCaps
 	c.running, _ = b.(RunningBackend)
+	c.sessWakes, _ = b.(SessionWakeClaimer)
 	c.ackAt, _ = b.(WakeAckerAt)
 	c.log, _ = b.(LogReader)
 	c.verify, _ = b.(Verifier)

@@ -4,7 +4,8 @@
 // its own tasks, and records direct wakes. Workers claim due tasks with leased,
 // at-least-once deliveries (Queue.ClaimDue) and settle them (Queue.Finish); a settled task
 // with WakeOnCompletion records one wake for its session, which is claimed
-// (Queue.ClaimWakes) and acknowledged (Queue.AckWake) in the same leased way.
+// (Queue.ClaimWakes) and acknowledged (Queue.AckWake) in the same leased way; a runtime
+// that serves some sessions claims only theirs (Queue.ClaimSessionWakes).
 //
 // The semantics are those of the work module of the Rust crate everruns; docs/design.md
 // lists every deliberate difference.

@@ -570,23 +570,25 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 }
 
 func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
-	return claim(ctx, b, now, leaseFor, limit, txn.ScanWakes, "wakelease",
-		func(tx txn, id string, at, expires int64, token, worker string) (WakeDelivery, error) {
-			w, err := mustWake(tx, id)
-			if err != nil {
-				return WakeDelivery{}, err
-			}
-			ev := &events.WakeClaimed{
-				Header: events.Header{SessionID: w.SessionID, At: at},
-				WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires, Worker: worker,
-			}
-			if err := tx.Append(ev); err != nil {
-				return WakeDelivery{}, err
-			}
-			d := NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token)
-			d.Worker = worker
-			return d, nil
-		})
+	return claim(ctx, b, now, leaseFor, limit, txn.ScanWakes, "wakelease", b.claimWake)
+}
+
+// claimWake claims one available wake (ClaimWakes, ClaimSessionWakes).
+func (b *logBackend) claimWake(tx txn, id string, at, expires int64, token, worker string) (WakeDelivery, error) {
+	w, err := mustWake(tx, id)
+	if err != nil {
+		return WakeDelivery{}, err
+	}
+	ev := &events.WakeClaimed{
+		Header: events.Header{SessionID: w.SessionID, At: at},
+		WakeID: id, Attempt: w.Attempts + 1, LeaseToken: token, LeaseExpiresAt: expires, Worker: worker,
+	}
+	if err := tx.Append(ev); err != nil {
+		return WakeDelivery{}, err
+	}
+	d := NewWakeDelivery(b.wakeSnapshot(w), ev.Attempt, fromNanos(expires), token)
+	d.Worker = worker
+	return d, nil
 }
 
 // AckWake acknowledges at the queue's clock's time: the Backend interface, like the seed, passes

@@ -172,9 +172,18 @@ func distinct(kinds []string) []string {
 // per kind to start and one more per entry fn takes, so a claim of limit tasks costs
 // O(limit·log n + len(kinds)) index reads (plus a log of len(kinds) per step), whatever the
 // due tasks of other kinds. fn must not change the indexes (claimIn collects, then claims).
-func scanKinds(r projection.Reader, kinds []string, maxAt int64, fn func(projection.IndexEntry) bool) (err error) {
+func scanKinds(r projection.Reader, kinds []string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	return mergeScans(kinds, r.ScanDueKind, maxAt, fn)
+}
+
+// mergeScans is scanKinds over any family of indexes ordered like the due index: scanOne
+// scans the index of one name (a kind's due index, a session's available wakes).
+func mergeScans(names []string, scanOne func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error,
+	maxAt int64, fn func(projection.IndexEntry) bool,
+) (err error) {
+	kinds := names
 	if len(kinds) == 1 {
-		return r.ScanDueKind(kinds[0], maxAt, fn)
+		return scanOne(kinds[0], maxAt, fn)
 	}
 	all := make([]*kindCursor, 0, len(kinds))
 	defer func() {
@@ -189,7 +198,7 @@ func scanKinds(r projection.Reader, kinds []string, maxAt int64, fn func(project
 	for _, k := range kinds {
 		c := &kindCursor{}
 		c.next, c.stop = iter.Pull(func(yield func(projection.IndexEntry) bool) {
-			c.err = r.ScanDueKind(k, maxAt, yield)
+			c.err = scanOne(k, maxAt, yield)
 		})
 		all = append(all, c)
 		if c.advance() {

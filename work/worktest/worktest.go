@@ -69,6 +69,7 @@ func scenarios() []scenario {
 		runningScenarios(),
 		pruneScenarios(),
 		workerScenarios(),
+		sessionWakeScenarios(),
 	} {
 		all = append(all, group...)
 	}
