@@ -63,7 +63,7 @@ func TestSessionWakesTableMigrates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenReadOnly of a queue without session_wakes: %v", err)
 	}
-	if problems, err := ro.Verify(ctx); err != nil || len(problems) > 0 {
+	if problems, err := ro.Verify(ctx, VerifyOptions{}); err != nil || len(problems) > 0 {
 		t.Errorf("read-only Verify of a queue without session_wakes: %v, %q", err, problems)
 	}
 	err = ro.View(ctx, func(r projection.Reader) error {
