@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ func TestFormat3StoreUpgradesToFormat4(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { q.Close() }()
-	if m, _ := os.ReadFile(filepath.Join(dir, pebblelog.MarkerFile)); strings.TrimSpace(string(m)) != "worklog store format 4" {
+	if m, _ := os.ReadFile(filepath.Join(dir, pebblelog.MarkerFile)); strings.TrimSpace(string(m)) != "worklog store format "+strconv.Itoa(pebblelog.FormatVersion) {
 		t.Fatalf("marker after the upgrade: %q", m)
 	}
 	if f := blobFiles(t, dir); len(f) > 0 {

@@ -44,7 +44,7 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no marker after creating a store: %v", err)
 	}
-	if got, want := string(marker), "worklog store format 4\n"; got != want {
+	if got, want := string(marker), "worklog store format 6\n"; got != want {
 		t.Errorf("marker = %q, want %q", got, want)
 	}
 	if _, err := os.Stat(filepath.Join(dir, MarkerFile+".tmp")); !os.IsNotExist(err) {

@@ -81,6 +81,11 @@ func (s *Store) upgrade() error {
 			return fmt.Errorf("pebblelog: %s: upgrading to format 3 (building the kind index, session task lists and counts): %w", s.dir, err)
 		}
 	}
+	if key < 6 {
+		if err := s.buildFormat6(); err != nil {
+			return fmt.Errorf("pebblelog: %s: upgrading to format 6 (the due indexes keyed by priority): %w", s.dir, err)
+		}
+	}
 	if key < FormatVersion {
 		err := s.db.Set(keyFormat, []byte(markerPrefix+strconv.Itoa(FormatVersion)), pebble.Sync)
 		if err == nil {
@@ -164,7 +169,7 @@ func (s *Store) buildFormat3() (err error) {
 			return err
 		}
 		if at, in := t.EligibleAt(); in {
-			if err := b.Set(kindIndexKey(t.Kind, at, t.SubmitSeq), id, nil); err != nil {
+			if err := b.Set(kindIndexKey(t.Kind, t.Priority, at, t.SubmitSeq), id, nil); err != nil {
 				return err
 			}
 		}

@@ -79,7 +79,9 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	}
 	// A store of an older format opened read-only has none of format 3's keyspaces yet: they
 	// are compared once an upgrade has built them.
-	if err := compare(snap, rebuilt, s.format >= 3, s.blobs, add); err != nil {
+	// Likewise, its due indexes are in the layout before format 6 (no priority), which the
+	// rebuild does not write: they are compared once the upgrade has rebuilt them.
+	if err := compare(snap, rebuilt, s.format >= 3, s.format >= 6, s.blobs, add); err != nil {
 		return nil, err
 	}
 	return problems, nil
@@ -233,9 +235,12 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 
 // compare walks each projection keyspace of the stored and the rebuilt store side by side;
 // format 3's only when format3 is set.
-func compare(stored pebble.Reader, rebuilt pebble.Reader, format3 bool, bl *blobStore, add func(string, ...any) bool) error {
+func compare(stored pebble.Reader, rebuilt pebble.Reader, format3, format6 bool, bl *blobStore, add func(string, ...any) bool) error {
 	for _, p := range projectionPrefixes {
 		if !format3 && bytes.IndexByte(format3Prefixes, p) >= 0 {
+			continue
+		}
+		if !format6 && (p == prefixDue || p == prefixKindDue) {
 			continue
 		}
 		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, bl, add); err != nil {
@@ -374,13 +379,13 @@ func describeKey(k []byte) string {
 		if session, key, ok := splitScoped(k); ok {
 			return fmt.Sprintf("%s (session %q, key %q)", what, session, key)
 		}
-	case prefixDue, prefixAvailable:
-		what := "due index"
-		if k[0] == prefixAvailable {
-			what = "wake index"
+	case prefixDue:
+		if pri, at, seq, _, ok := parseDueTail(k, 1); ok {
+			return fmt.Sprintf("due index entry (priority %d, at %d, seq %d)", pri, at, seq)
 		}
+	case prefixAvailable:
 		if at, seq, ok := parseIndexKey(k); ok {
-			return fmt.Sprintf("%s entry (at %d, seq %d)", what, at, seq)
+			return fmt.Sprintf("wake index entry (at %d, seq %d)", at, seq)
 		}
 	case prefixSession:
 		if session, rest, ok := splitScoped(k); ok && len(rest) == 8 {
@@ -388,8 +393,8 @@ func describeKey(k []byte) string {
 		}
 	case prefixKindDue:
 		if kind, rest, ok := splitScoped(k); ok {
-			if at, seq, ok := parseIndexTail([]byte(rest), 0); ok {
-				return fmt.Sprintf("kind index entry (kind %q, at %d, seq %d)", kind, at, seq)
+			if pri, at, seq, _, ok := parseDueTail([]byte(rest), 0); ok {
+				return fmt.Sprintf("kind index entry (kind %q, priority %d, at %d, seq %d)", kind, pri, at, seq)
 			}
 		}
 	case prefixSessionTask:
