@@ -59,21 +59,21 @@ var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes"
 
 // statements holds every statement, with the queue's schema in it.
 type statements struct {
-	lockHead, maxTask, maxWake                                              string
+	lockHead, maxTask, maxWake                                               string
 	task, wake, taskKey, wakeKey, scanDue, scanDueFrom, nextPri, nextKindPri string
-	scanKind, scanKindFrom, scanWakes, scanWakesFrom                        string
-	scanSession, counts, lastSeq                                            string
-	insEvents, setHead, insTasks, updTasks, insWakes                        string
-	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                  string
-	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                string
-	readLog, sessionLog, sessions, scanTasks                                string
-	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                   string
-	allTaskKeys, allWakeKeys, notify                                        string
-	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
-	delSession, insPrunable, delPrunable, scanPrunable                      string
-	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
-	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
-	setMark, getMark, delMark, waitHead                                     string
+	scanKind, scanKindFrom, scanWakes, scanWakesFrom                         string
+	scanSession, counts, lastSeq                                             string
+	insEvents, setHead, insTasks, updTasks, insWakes                         string
+	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                   string
+	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                 string
+	readLog, sessionLog, sessions, scanTasks                                 string
+	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                    string
+	allTaskKeys, allWakeKeys, notify                                         string
+	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                  string
+	delSession, insPrunable, delPrunable, scanPrunable                       string
+	scanPrunableFrom, delEvents, takeAdjacent, insPruned                     string
+	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable  string
+	setMark, getMark, delMark, waitHead                                      string
 }
 
 func newStatements(schema string) *statements {
