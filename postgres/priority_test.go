@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
 // A queue made before the due indexes had a priority (an older build: no priority column,
 // no priority indexes) gets them at the next Open, its waiting tasks at priority 0, and
-// claims by priority from then on; an Open of a queue that has them changes nothing.
+// claims by priority from then on. A read-only open before that reads it as it is.
 func TestOpenAddsPriorityToAnOlderQueue(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.Schema(t)
@@ -28,6 +29,33 @@ func TestOpenAddsPriorityToAnOlderQueue(t *testing.T) {
 	q.Close()
 	execSQL(t, "DROP INDEX "+s+".due_priority; DROP INDEX "+s+".kind_due_priority; "+
 		"ALTER TABLE "+s+".due DROP COLUMN priority; ALTER TABLE "+s+".kind_due DROP COLUMN priority")
+
+	// Read-only, before any Open of this build: the due rows read at priority 0, Verify agrees.
+	ro, err := OpenReadOnly(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var due []projection.IndexEntry
+	err = ro.View(ctx, func(r projection.Reader) error {
+		for _, scan := range []func(func(projection.IndexEntry) bool) error{
+			func(fn func(projection.IndexEntry) bool) error { return r.ScanDue(t0.Add(time.Minute).UnixNano(), fn) },
+			func(fn func(projection.IndexEntry) bool) error {
+				return r.ScanDueKind("k", t0.Add(time.Minute).UnixNano(), fn)
+			},
+		} {
+			if err := scan(func(e projection.IndexEntry) bool { due = append(due, e); return true }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || len(due) != 2 || due[0].ID != old.ID || due[1].ID != old.ID || due[0].Pri != 0 {
+		t.Fatalf("read-only scans of the older queue: %+v, %v", due, err)
+	}
+	if p, err := ro.Verify(ctx); err != nil || len(p) > 0 {
+		t.Fatalf("read-only Verify of the older queue: %v %v", p, err)
+	}
+	ro.Close()
 
 	q, err = Open(ctx, dsn, nil)
 	if err != nil {

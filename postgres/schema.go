@@ -448,6 +448,34 @@ func ensurePriority(ctx context.Context, tx pgx.Tx, schema string) error {
 	return nil
 }
 
+// withoutPriority makes a read-only store's statements read a queue that no Open of this
+// build has given the priority yet (OpenReadOnly adds nothing): its due rows have no priority
+// column and are all of priority 0, so the walk finds that one priority and reads its rows as
+// before, and Verify loads them at priority 0.
+func (st *statements) withoutPriority(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var has bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'due' AND a.attname = 'priority' AND NOT a.attisdropped)`, schema).Scan(&has)
+	if err != nil || has {
+		return err
+	}
+	q := func(sql string) string { return strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize()) }
+	st.nextPri = q(`SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}.due)`)
+	st.nextKindPri = q(`SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}.kind_due WHERE kind = $2)`)
+	st.scanDue = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE $3::bigint = 0 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`)
+	st.scanDueFrom = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE $3::bigint = 0 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`)
+	st.scanKind = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.kind = $3 AND $4::bigint = 0 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`)
+	st.scanKindFrom = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.kind = $3 AND $4::bigint = 0 AND d.at <= $1 AND (d.at, d.seq) > ($5, $6) ORDER BY d.at, d.seq LIMIT $2`)
+	st.allDue = q(`SELECT at, seq, task_id, 0::bigint FROM {s}.due ORDER BY at, seq`)
+	st.allKind = q(`SELECT kind, at, seq, task_id, 0::bigint FROM {s}.kind_due ORDER BY kind, at, seq`)
+	return nil
+}
+
 // ensureMarks creates commit_marks when the schema has none (a queue created before it), and
 // removes the rows of writers whose last group is older than markMaxAge: processes that
 // stopped without removing theirs.
