@@ -2,6 +2,7 @@ package pebblelog
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/worklog/worklog/events"
 )
@@ -15,11 +16,11 @@ const (
 	prefixWake      = 'w' // w<wake id>: projection.Wake record
 	prefixTaskKey   = 'k' // k<uvarint len><session><key>: task id
 	prefixWakeKey   = 'K' // K<uvarint len><session><key>: wake id
-	prefixDue       = 'd' // d<at 8B ordered><submit seq 8B BE>: task id
+	prefixDue       = 'd' // d<priority 8B inverted><at 8B ordered><submit seq 8B BE>: task id (format 6; before: no priority)
 	prefixAvailable = 'a' // a<at 8B ordered><record seq 8B BE>: wake id
 
 	// Format 3.
-	prefixKindDue     = 'D' // D<uvarint len><kind><at 8B ordered><submit seq 8B BE>: task id
+	prefixKindDue     = 'D' // D<uvarint len><kind><priority 8B inverted><at 8B ordered><submit seq 8B BE>: task id (priority: format 6)
 	prefixSessionTask = 'l' // l<uvarint len><session><submit seq 8B BE>: task id
 	prefixCount       = 'c' // c<uvarint len><kind><state 1B>: number of tasks, 8B BE
 	prefixPrunable    = 'r' // r<at 8B ordered><seq 8B BE>: 't' or 'w', then the id: retention index
@@ -111,15 +112,50 @@ func kindIndexPrefix(kind string) []byte {
 	return append(k, kind...)
 }
 
-func kindIndexKey(kind string, at int64, seq uint64) []byte {
-	k := kindIndexPrefix(kind)
-	k = binary.BigEndian.AppendUint64(k, orderedTime(at))
-	return binary.BigEndian.AppendUint64(k, seq)
+func kindIndexKey(kind string, pri, at int64, seq uint64) []byte {
+	return appendDueTail(kindIndexPrefix(kind), pri, at, seq)
 }
 
-// kindIndexUpper is the exclusive upper bound of kind's entries due at maxAt.
-func kindIndexUpper(kind string, maxAt int64) []byte {
-	return append(kindIndexKey(kind, maxAt, 1<<64-1), 0)
+// Format 6: the due index and the per-kind due index are keyed by priority first, so that
+// byte order is claim order: higher priority first, then at, then submit seq. A priority's
+// entries are a run in time order; a claim walks a run while its entries are due and seeks
+// to the next run (reader.scanDue).
+
+// orderedPriority maps a priority to a uint64 whose big-endian bytes sort higher priorities
+// first: the sign-flipped value (ascending, as orderedTime), inverted.
+func orderedPriority(p int64) uint64 { return ^orderedTime(p) }
+
+// dueKey is a task's key in the due index.
+func dueKey(pri, at int64, seq uint64) []byte {
+	return appendDueTail(append(make([]byte, 0, 25), prefixDue), pri, at, seq)
+}
+
+// appendDueTail appends (priority, at, seq) to a due index's head (its prefix; the kind).
+func appendDueTail(head []byte, pri, at int64, seq uint64) []byte {
+	head = binary.BigEndian.AppendUint64(head, orderedPriority(pri))
+	head = binary.BigEndian.AppendUint64(head, orderedTime(at))
+	return binary.BigEndian.AppendUint64(head, seq)
+}
+
+// priorityStart is the first key of priority pri's run under head.
+func priorityStart(head []byte, pri int64) []byte {
+	return binary.BigEndian.AppendUint64(slices.Clip(head), orderedPriority(pri))
+}
+
+// parseDueTail parses a due-index key whose (priority, at, seq) follow a head of head
+// bytes; a key of the layout before format 6 (no priority: what a read-only Open of an older
+// store reads) parses with priority 0 and legacy set.
+func parseDueTail(k []byte, head int) (pri, at int64, seq uint64, legacy, ok bool) {
+	switch len(k) {
+	case head + 24:
+		pri = int64(^binary.BigEndian.Uint64(k[head:]) ^ (1 << 63))
+		at, seq, ok = parseIndexTail(k[head+8:], 0)
+		return pri, at, seq, false, ok
+	case head + 16:
+		at, seq, ok = parseIndexTail(k, head)
+		return 0, at, seq, true, ok
+	}
+	return 0, 0, 0, false, false
 }
 
 // sessionTaskPrefix is the start of one session's task list.

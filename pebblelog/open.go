@@ -30,8 +30,10 @@ import (
 // more in blob files (blob.go); the upgrade from 3 writes nothing but the version, since a
 // format-3 store holds no blob and its events and records read as they are. Version 5 adds
 // the per-session available-wake index (session_wakes.go), which the upgrade from any older
-// format builds from the wake records.
-const FormatVersion = 5
+// format builds from the wake records. Version 6 keys the due index and the per-kind due
+// index by priority first (keys.go) and appends Headers to task records; the upgrade from any
+// older format rebuilds both indexes from the task records (upgrade6.go).
+const FormatVersion = 6
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every

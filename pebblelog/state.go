@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -100,7 +101,53 @@ func (s reader) WakeKey(session, key string) (string, error) {
 }
 
 func (s reader) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return s.scanIndex(prefixDue, maxAt, fn)
+	head := []byte{prefixDue}
+	return s.scanDue(head, head, maxAt, nil, fn)
+}
+
+// scanDue walks a due index in claim order (head: the due index's prefix, or one kind's part
+// of the per-kind index) from lower, calling fn with the entries due at maxAt until fn
+// returns false. Keys are priority first (format 6): the entries of one priority are a run in
+// time order, so the walk follows a run while its entries are due and, at the first that is
+// not, seeks to the start of the next lower priority; the seek lands on the next priority
+// present. Cost: one seek per priority present plus the entries fn sees, so a future
+// high-priority entry never hides a due lower one, and a claim reads no future entry of a
+// priority past its first. A store of an older format opened read-only has no priority in
+// its keys (parseDueTail's legacy layout, all priority 0): the walk ends at its first
+// future entry, as before format 6. first, when not nil, is set to a copy of the first key
+// the walk met, due or not (the writer's low-water mark), and left nil when it met none.
+func (s reader) scanDue(head, lower []byte, maxAt int64, first *[]byte, fn func(projection.IndexEntry) bool) (err error) {
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(head)})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	ok := it.First()
+	if ok && first != nil {
+		*first = bytes.Clone(it.Key())
+	}
+	for ok {
+		pri, at, seq, legacy, good := parseDueTail(it.Key(), len(head))
+		if !good {
+			return fmt.Errorf("%w: due index key %q", ErrCorruptRecord, it.Key())
+		}
+		if at > maxAt {
+			if legacy || pri == math.MinInt64 {
+				break
+			}
+			ok = it.SeekGE(priorityStart(head, pri-1))
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if !fn(projection.IndexEntry{Pri: pri, At: at, Seq: seq, ID: string(v)}) {
+			return nil
+		}
+		ok = it.Next()
+	}
+	return it.Error()
 }
 
 func (s reader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
@@ -327,7 +374,29 @@ func (w *writer) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error
 	if w.lows == nil {
 		return w.reader.ScanDue(maxAt, fn)
 	}
-	return w.scanFrom([]byte{prefixDue}, indexUpper(prefixDue, maxAt), 1, &w.lows.due, fn)
+	return w.scanDueFrom([]byte{prefixDue}, &w.lows.due, maxAt, fn)
+}
+
+// scanDueFrom is scanFrom for a due index (scanDue's walk): from *low (head when nil), and
+// *low raised to the first live key the walk met, or to the index's end when it met none.
+func (w *writer) scanDueFrom(head []byte, low *[]byte, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	lower, upper := head, prefixEnd(head)
+	if *low != nil {
+		lower = *low
+	}
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil // no live entry
+	}
+	var first []byte
+	if err := w.reader.scanDue(head, lower, maxAt, &first, fn); err != nil {
+		return err
+	}
+	if first != nil {
+		*low = first
+	} else {
+		*low = upper
+	}
+	return nil
 }
 
 func (w *writer) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
@@ -524,7 +593,7 @@ func (w *writer) putScoped(k []byte, id string) error {
 }
 
 func (w *writer) PutDue(e projection.IndexEntry) error {
-	k := indexKey(prefixDue, e.At, e.Seq)
+	k := dueKey(e.Pri, e.At, e.Seq)
 	if w.lows != nil {
 		lower(&w.lows.due, k)
 	}
@@ -534,7 +603,7 @@ func (w *writer) PutDue(e projection.IndexEntry) error {
 // DeleteDue uses a sized delete: it tells Pebble's compaction picker how much data the
 // tombstone covers, so the head of a queue-shaped index is compacted promptly.
 func (w *writer) DeleteDue(e projection.IndexEntry) error {
-	return w.b.DeleteSized(indexKey(prefixDue, e.At, e.Seq), uint32(len(e.ID)), nil)
+	return w.b.DeleteSized(dueKey(e.Pri, e.At, e.Seq), uint32(len(e.ID)), nil)
 }
 
 func (w *writer) PutWakeIndex(e projection.IndexEntry) error {

@@ -22,9 +22,7 @@ import (
 // ScanDueKind walks kind's part of the per-kind due index, like ScanDue.
 func (s reader) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
 	start := kindIndexPrefix(kind)
-	return s.scanRange(start, kindIndexUpper(kind, maxAt), len(start), func(_ []byte, e projection.IndexEntry) bool {
-		return fn(e)
-	})
+	return s.scanDue(start, start, maxAt, nil, fn)
 }
 
 // ScanSessionTasks walks sessionID's task list from the first task submitted after afterSeq.
@@ -135,7 +133,7 @@ func (w *writer) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexE
 	}
 	low := w.kindLow(kind)
 	start := kindIndexPrefix(kind)
-	err := w.scanFrom(start, kindIndexUpper(kind, maxAt), len(start), &low, fn)
+	err := w.scanDueFrom(start, &low, maxAt, fn)
 	if err == nil {
 		w.setKindLow(kind, low)
 	}
@@ -283,7 +281,7 @@ func mergeCounts(committed, delta map[countID]int64) {
 }
 
 func (w *writer) PutKindDue(kind string, e projection.IndexEntry) error {
-	k := kindIndexKey(kind, e.At, e.Seq)
+	k := kindIndexKey(kind, e.Pri, e.At, e.Seq)
 	if w.lows != nil {
 		if low := w.kindLow(kind); low != nil && bytes.Compare(k, low) < 0 {
 			w.setKindLow(kind, k)
@@ -294,7 +292,7 @@ func (w *writer) PutKindDue(kind string, e projection.IndexEntry) error {
 
 // DeleteKindDue is a sized delete, as DeleteDue.
 func (w *writer) DeleteKindDue(kind string, e projection.IndexEntry) error {
-	return w.b.DeleteSized(kindIndexKey(kind, e.At, e.Seq), uint32(len(e.ID)), nil)
+	return w.b.DeleteSized(kindIndexKey(kind, e.Pri, e.At, e.Seq), uint32(len(e.ID)), nil)
 }
 
 func (w *writer) PutSessionTask(sessionID string, submitSeq uint64, taskID string) error {

@@ -86,6 +86,11 @@ func (s *Store) upgrade() error {
 			return fmt.Errorf("pebblelog: %s: upgrading to format 5 (building the per-session wake index): %w", s.dir, err)
 		}
 	}
+	if key < 6 {
+		if err := s.buildFormat6(); err != nil {
+			return fmt.Errorf("pebblelog: %s: upgrading to format 6 (the due indexes keyed by priority): %w", s.dir, err)
+		}
+	}
 	if key < FormatVersion {
 		err := s.db.Set(keyFormat, []byte(markerPrefix+strconv.Itoa(FormatVersion)), pebble.Sync)
 		if err == nil {
@@ -169,7 +174,7 @@ func (s *Store) buildFormat3() (err error) {
 			return err
 		}
 		if at, in := t.EligibleAt(); in {
-			if err := b.Set(kindIndexKey(t.Kind, at, t.SubmitSeq), id, nil); err != nil {
+			if err := b.Set(kindIndexKey(t.Kind, t.Priority, at, t.SubmitSeq), id, nil); err != nil {
 				return err
 			}
 		}

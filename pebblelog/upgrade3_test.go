@@ -62,7 +62,7 @@ func wantFormat3Keys(d format1Dump) []string {
 	for _, x := range d.Tasks {
 		lines = append(lines, fmt.Sprintf("%s = %s", describeKey(sessionTaskKey(x.SessionID, x.SubmitSeq)), x.ID))
 		if at, in := x.EligibleAt(); in {
-			lines = append(lines, fmt.Sprintf("%s = %s", describeKey(kindIndexKey(x.Kind, at, x.SubmitSeq)), x.ID))
+			lines = append(lines, fmt.Sprintf("%s = %s", describeKey(kindIndexKey(x.Kind, x.Priority, at, x.SubmitSeq)), x.ID))
 		}
 		counts[countID{x.Kind, x.State}]++
 	}
@@ -235,7 +235,7 @@ func TestUpgradeCrashBeforeFormatKey(t *testing.T) {
 					t.Fatal(err)
 				}
 				stale := db.NewBatch()
-				stale.Set(kindIndexKey("crawl", 1, 999), []byte("task_gone"), nil)
+				stale.Set(kindIndexKey("crawl", 0, 1, 999), []byte("task_gone"), nil)
 				stale.Set(sessionTaskKey("s9", 999), []byte("task_gone"), nil)
 				stale.Set(countKey("crawl", events.StateRunning), encodeCount(42), nil)
 				if err := errors.Join(stale.Commit(pebble.Sync), db.Close()); err != nil {

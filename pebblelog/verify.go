@@ -78,7 +78,9 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 		return nil, err
 	}
 	// A store of an older format opened read-only has none of format 3's (or 5's) keyspaces
-	// yet: they are compared once an upgrade has built them.
+	// yet: they are compared once an upgrade has built them. Likewise, its due indexes are in
+	// the layout before format 6 (no priority), which the rebuild does not write: they are
+	// compared once the upgrade has rebuilt them.
 	if err := compare(snap, rebuilt, s.format, s.blobs, add); err != nil {
 		return nil, err
 	}
@@ -239,7 +241,7 @@ func compare(stored pebble.Reader, rebuilt pebble.Reader, format int, bl *blobSt
 		if !format3 && bytes.IndexByte(format3Prefixes, p) >= 0 {
 			continue
 		}
-		if format < 5 && p == prefixSessionWake {
+		if format < 5 && p == prefixSessionWake || format < 6 && (p == prefixDue || p == prefixKindDue) {
 			continue
 		}
 		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, bl, add); err != nil {
@@ -378,13 +380,13 @@ func describeKey(k []byte) string {
 		if session, key, ok := splitScoped(k); ok {
 			return fmt.Sprintf("%s (session %q, key %q)", what, session, key)
 		}
-	case prefixDue, prefixAvailable:
-		what := "due index"
-		if k[0] == prefixAvailable {
-			what = "wake index"
+	case prefixDue:
+		if pri, at, seq, _, ok := parseDueTail(k, 1); ok {
+			return fmt.Sprintf("due index entry (priority %d, at %d, seq %d)", pri, at, seq)
 		}
+	case prefixAvailable:
 		if at, seq, ok := parseIndexKey(k); ok {
-			return fmt.Sprintf("%s entry (at %d, seq %d)", what, at, seq)
+			return fmt.Sprintf("wake index entry (at %d, seq %d)", at, seq)
 		}
 	case prefixSession:
 		if session, rest, ok := splitScoped(k); ok && len(rest) == 8 {
@@ -392,8 +394,8 @@ func describeKey(k []byte) string {
 		}
 	case prefixKindDue:
 		if kind, rest, ok := splitScoped(k); ok {
-			if at, seq, ok := parseIndexTail([]byte(rest), 0); ok {
-				return fmt.Sprintf("kind index entry (kind %q, at %d, seq %d)", kind, at, seq)
+			if pri, at, seq, _, ok := parseDueTail([]byte(rest), 0); ok {
+				return fmt.Sprintf("kind index entry (kind %q, priority %d, at %d, seq %d)", kind, pri, at, seq)
 			}
 		}
 	case prefixSessionWake:

@@ -31,16 +31,16 @@ func TestVerifyFormat3Damage(t *testing.T) {
 			[]string{`count (kind "ghost", state running): stored, but not in the rebuild`}},
 		{"count of the wrong size", func(t *testing.T, s *Store) { rawSet(t, s, pending, []byte{2}) },
 			[]string{`count (kind "test.kind", state pending): stored`, "rebuilt"}},
-		{"kind index entry missing", func(t *testing.T, s *Store) { rawDelete(t, s, kindIndexKey(kind, sec(4), 4)) },
-			[]string{fmt.Sprintf(`kind index entry (kind "test.kind", at %d, seq 4): missing from the store`, sec(4))}},
-		{"extra kind index entry", func(t *testing.T, s *Store) { rawSet(t, s, kindIndexKey(kind, sec(9), 9), []byte("t9")) },
-			[]string{fmt.Sprintf(`kind index entry (kind "test.kind", at %d, seq 9): stored, but not in the rebuild`, sec(9))}},
+		{"kind index entry missing", func(t *testing.T, s *Store) { rawDelete(t, s, kindIndexKey(kind, 0, sec(4), 4)) },
+			[]string{fmt.Sprintf(`kind index entry (kind "test.kind", priority 0, at %d, seq 4): missing from the store`, sec(4))}},
+		{"extra kind index entry", func(t *testing.T, s *Store) { rawSet(t, s, kindIndexKey(kind, 0, sec(9), 9), []byte("t9")) },
+			[]string{fmt.Sprintf(`kind index entry (kind "test.kind", priority 0, at %d, seq 9): stored, but not in the rebuild`, sec(9))}},
 		{"kind index entry under another kind", func(t *testing.T, s *Store) {
-			rawDelete(t, s, kindIndexKey(kind, sec(6), 6))
-			rawSet(t, s, kindIndexKey("other", sec(6), 6), []byte("t3"))
-		}, []string{`kind index entry (kind "test.kind", at`, `seq 6): missing from the store`}},
-		{"kind index entry naming another task", func(t *testing.T, s *Store) { rawSet(t, s, kindIndexKey(kind, sec(4), 4), []byte("t3")) },
-			[]string{fmt.Sprintf(`kind index entry (kind "test.kind", at %d, seq 4): stored "t3", rebuilt "t2"`, sec(4))}},
+			rawDelete(t, s, kindIndexKey(kind, 0, sec(6), 6))
+			rawSet(t, s, kindIndexKey("other", 0, sec(6), 6), []byte("t3"))
+		}, []string{`kind index entry (kind "test.kind", priority 0, at`, `seq 6): missing from the store`}},
+		{"kind index entry naming another task", func(t *testing.T, s *Store) { rawSet(t, s, kindIndexKey(kind, 0, sec(4), 4), []byte("t3")) },
+			[]string{fmt.Sprintf(`kind index entry (kind "test.kind", priority 0, at %d, seq 4): stored "t3", rebuilt "t2"`, sec(4))}},
 		{"session task missing", func(t *testing.T, s *Store) { rawDelete(t, s, sessionTaskKey("s1", 6)) },
 			[]string{`session task list (session "s1", submit seq 6): missing from the store`}},
 		{"extra session task", func(t *testing.T, s *Store) { rawSet(t, s, sessionTaskKey("s2", 9), []byte("t9")) },

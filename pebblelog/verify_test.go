@@ -178,11 +178,11 @@ func TestVerifyIndexDamage(t *testing.T) {
 		want   []string
 	}{
 		{"due entry deleted", func(t *testing.T, s *Store) {
-			rawDelete(t, s, indexKey(prefixDue, sec(6), 6)) // t3, pending since its submission
-		}, []string{fmt.Sprintf("due index entry (at %d, seq 6): missing from the store", sec(6)), `"t3"`}},
+			rawDelete(t, s, dueKey(0, sec(6), 6)) // t3, pending since its submission
+		}, []string{fmt.Sprintf("due index entry (priority 0, at %d, seq 6): missing from the store", sec(6)), `"t3"`}},
 		{"due entry added", func(t *testing.T, s *Store) {
-			rawSet(t, s, indexKey(prefixDue, sec(1), 1), []byte("t1")) // t1 is settled
-		}, []string{fmt.Sprintf("due index entry (at %d, seq 1): stored, but not in the rebuild", sec(1))}},
+			rawSet(t, s, dueKey(0, sec(1), 1), []byte("t1")) // t1 is settled
+		}, []string{fmt.Sprintf("due index entry (priority 0, at %d, seq 1): stored, but not in the rebuild", sec(1))}},
 		{"wake entry deleted", func(t *testing.T, s *Store) {
 			rawDelete(t, s, indexKey(prefixAvailable, sec(5), 5))
 		}, []string{"wake index entry", "missing from the store", `"w1"`}},

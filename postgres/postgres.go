@@ -297,13 +297,17 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 	if err == nil {
 		err = ensureSchema(ctx, pool, schema, defaulted, readOnly)
 	}
+	st := newStatements(schema)
+	if err == nil && readOnly {
+		err = st.withoutPriority(ctx, pool, schema)
+	}
 	if err != nil {
 		cancel()
 		pool.Close()
 		return nil, err
 	}
 	e := &engine{
-		pool: pool, schema: schema, channel: channelName(schema), st: newStatements(schema), opts: o,
+		pool: pool, schema: schema, channel: channelName(schema), st: st, opts: o,
 		ctx: ectx, cancel: cancel, sockets: sockets, cmds: make(chan *command, 4096), closing: make(chan struct{}),
 		writerDone: make(chan struct{}), cache: newCache(), changed: make(chan struct{}, 1),
 		watcherDone: make(chan struct{}),

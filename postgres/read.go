@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 
@@ -107,7 +108,45 @@ func (v viewReader) WakeKey(sessionID, key string) (string, error) {
 }
 
 func (v viewReader) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(v.ctx, v.tx, taskTable, v.st.scanDue, v.st.scanDueFrom, nil, maxAt, fn)
+	return scanByPriority(func(below int64) ([]int64, error) {
+		return queryPage(v.ctx, v.tx, scanInt, v.st.nextPri, below)
+	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
+		return scanIndex(v.ctx, v.tx, taskTable, v.st.scanDue, v.st.scanDueFrom, []any{pri}, maxAt, fn)
+	}, fn)
+}
+
+// scanByPriority is a due index's scan in claim order: the runs of each priority present,
+// from the highest (next finds the greatest priority below its argument: an index-served
+// query), each read by scan in (at, seq) order up to maxAt, with Pri set on its entries.
+// Cost: two queries per priority present (the next priority, its run) plus the entries fn
+// sees, so a future high-priority task never hides due lower ones and no future entry is read.
+func scanByPriority(next func(below int64) ([]int64, error), scan func(pri int64, fn func(projection.IndexEntry) bool) error,
+	fn func(projection.IndexEntry) bool,
+) error {
+	below := int64(math.MaxInt64)
+	for {
+		p, err := next(below)
+		if err != nil || len(p) == 0 {
+			return err
+		}
+		stopped := false
+		err = scan(p[0], func(e projection.IndexEntry) bool {
+			e.Pri = p[0]
+			stopped = !fn(e)
+			return !stopped
+		})
+		if err != nil || stopped || p[0] == math.MinInt64 {
+			return err
+		}
+		below = p[0]
+	}
+}
+
+// scanInt reads a row of one bigint.
+func scanInt(rows pgx.Rows) (int64, error) {
+	var v int64
+	err := rows.Scan(&v)
+	return v, err
 }
 
 func (v viewReader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
@@ -115,7 +154,12 @@ func (v viewReader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) 
 }
 
 func (v viewReader) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(v.ctx, v.tx, taskTable, v.st.scanKind, v.st.scanKindFrom, []any{[]byte(kind)}, maxAt, fn)
+	k := []byte(kind)
+	return scanByPriority(func(below int64) ([]int64, error) {
+		return queryPage(v.ctx, v.tx, scanInt, v.st.nextKindPri, below, k)
+	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
+		return scanIndex(v.ctx, v.tx, taskTable, v.st.scanKind, v.st.scanKindFrom, []any{k, pri}, maxAt, fn)
+	}, fn)
 }
 
 func (v viewReader) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {

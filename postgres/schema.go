@@ -59,21 +59,21 @@ var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes"
 
 // statements holds every statement, with the queue's schema in it.
 type statements struct {
-	lockHead, maxTask, maxWake                                              string
-	task, wake, taskKey, wakeKey, scanDue, scanDueFrom                      string
-	scanKind, scanKindFrom, scanWakes, scanWakesFrom                        string
-	scanSession, counts, lastSeq                                            string
-	insEvents, setHead, insTasks, updTasks, insWakes                        string
-	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                  string
-	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                string
-	readLog, sessionLog, sessions, scanTasks                                string
-	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                   string
-	allTaskKeys, allWakeKeys, notify                                        string
-	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
-	delSession, insPrunable, delPrunable, scanPrunable                      string
-	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
-	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
-	setMark, getMark, delMark, waitHead                                     string
+	lockHead, maxTask, maxWake                                               string
+	task, wake, taskKey, wakeKey, scanDue, scanDueFrom, nextPri, nextKindPri string
+	scanKind, scanKindFrom, scanWakes, scanWakesFrom                         string
+	scanSession, counts, lastSeq                                             string
+	insEvents, setHead, insTasks, updTasks, insWakes                         string
+	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                   string
+	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                 string
+	readLog, sessionLog, sessions, scanTasks                                 string
+	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                    string
+	allTaskKeys, allWakeKeys, notify                                         string
+	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                  string
+	delSession, insPrunable, delPrunable, scanPrunable                       string
+	scanPrunableFrom, delEvents, takeAdjacent, insPruned                     string
+	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable  string
+	setMark, getMark, delMark, waitHead                                      string
 
 	sw sessionWakeStatements // the per-session wake index (session_wakes.go)
 }
@@ -93,14 +93,19 @@ func newStatements(schema string) *statements {
 		wake:     q(`SELECT rec, payload, output FROM {s}.wakes WHERE id = $1`),
 		taskKey:  q(`SELECT task_id FROM {s}.task_keys WHERE session = $1 AND key = $2`),
 		wakeKey:  q(`SELECT wake_id FROM {s}.wake_keys WHERE session = $1 AND key = $2`),
+		// The due scans read one priority's run ($3; the kind scans $4) in (at, seq) order;
+		// nextPri and nextKindPri find the next lower priority present (prioritySchema's
+		// indexes serve both): scanByPriority walks the priorities from the highest.
 		scanDue: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
+			WHERE d.priority = $3 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
 		scanDueFrom: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.at <= $1 AND (d.at, d.seq) > ($3, $4) ORDER BY d.at, d.seq LIMIT $2`),
+			WHERE d.priority = $3 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`),
 		scanKind: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.kind = $3 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
+			WHERE d.kind = $3 AND d.priority = $4 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
 		scanKindFrom: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.kind = $3 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`),
+			WHERE d.kind = $3 AND d.priority = $4 AND d.at <= $1 AND (d.at, d.seq) > ($5, $6) ORDER BY d.at, d.seq LIMIT $2`),
+		nextPri:     q(`SELECT priority FROM {s}.due WHERE priority < $1 ORDER BY priority DESC LIMIT 1`),
+		nextKindPri: q(`SELECT priority FROM {s}.kind_due WHERE kind = $2 AND priority < $1 ORDER BY priority DESC LIMIT 1`),
 		scanWakes: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.wake_index d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
 			WHERE d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
 		scanWakesFrom: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.wake_index d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
@@ -122,11 +127,11 @@ func newStatements(schema string) *statements {
 		insSession:  q(`INSERT INTO {s}.session_tasks SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[])`),
 		addCnt: q(`INSERT INTO {s}.counts AS c SELECT * FROM unnest($1::bytea[], $2::smallint[], $3::bigint[])
 			ON CONFLICT (kind, state) DO UPDATE SET n = c.n + excluded.n`),
-		insDue: q(`INSERT INTO {s}.due SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
-			ON CONFLICT (at, seq) DO UPDATE SET task_id = excluded.task_id`),
+		insDue: q(`INSERT INTO {s}.due (at, seq, task_id, priority) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[])
+			ON CONFLICT (at, seq) DO UPDATE SET task_id = excluded.task_id, priority = excluded.priority`),
 		delDue: q(`DELETE FROM {s}.due WHERE (at, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`),
-		insKind: q(`INSERT INTO {s}.kind_due SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[])
-			ON CONFLICT (kind, at, seq) DO UPDATE SET task_id = excluded.task_id`),
+		insKind: q(`INSERT INTO {s}.kind_due (kind, at, seq, task_id, priority) SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[])
+			ON CONFLICT (kind, at, seq) DO UPDATE SET task_id = excluded.task_id, priority = excluded.priority`),
 		delKind: q(`DELETE FROM {s}.kind_due WHERE (kind, at, seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]))`),
 		insWakeIdx: q(`INSERT INTO {s}.wake_index SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
 			ON CONFLICT (at, seq) DO UPDATE SET wake_id = excluded.wake_id`),
@@ -138,8 +143,8 @@ func newStatements(schema string) *statements {
 		sessions:     q(`SELECT DISTINCT session FROM {s}.events ORDER BY session`),
 		scanTasks:    q(`SELECT id, rec, input FROM {s}.tasks WHERE id > $1 ORDER BY id LIMIT $2`),
 		scanWakeRecs: q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id > $1 ORDER BY id LIMIT $2`),
-		allDue:       q(`SELECT at, seq, task_id FROM {s}.due ORDER BY at, seq`),
-		allKind:      q(`SELECT kind, at, seq, task_id FROM {s}.kind_due ORDER BY kind, at, seq`),
+		allDue:       q(`SELECT at, seq, task_id, priority FROM {s}.due ORDER BY at, seq`),
+		allKind:      q(`SELECT kind, at, seq, task_id, priority FROM {s}.kind_due ORDER BY kind, at, seq`),
 		allWakeIdx:   q(`SELECT at, seq, wake_id FROM {s}.wake_index ORDER BY at, seq`),
 		allSession:   q(`SELECT session, submit_seq, task_id FROM {s}.session_tasks ORDER BY session, submit_seq`),
 		allTaskKeys:  q(`SELECT session, key, task_id FROM {s}.task_keys`),
@@ -387,6 +392,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensureSessionWakes(ctx, tx, schema, false); err != nil {
 			return err
 		}
+		if err := ensurePriority(ctx, tx, schema); err != nil {
+			return err
+		}
 		return tx.Commit(ctx)
 	}
 	var format string
@@ -416,8 +424,66 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensureSessionWakes(ctx, tx, schema, hasSessionWakes); err != nil {
 			return err
 		}
+		if err := ensurePriority(ctx, tx, schema); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
+}
+
+// priorityDDL gives the due indexes the task's priority (TaskRequest.Priority), and the
+// indexes that serve the claims' order: each priority's run in (at, seq) order, and the next
+// lower priority present. Added after format 1 without changing it, as commit_marks: Open
+// (not OpenReadOnly) adds them when they are missing; rows written before have priority 0,
+// which every task had (no earlier build could submit another).
+const priorityDDL = `
+ALTER TABLE {s}.due ADD COLUMN IF NOT EXISTS priority bigint NOT NULL DEFAULT 0;
+ALTER TABLE {s}.kind_due ADD COLUMN IF NOT EXISTS priority bigint NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS due_priority ON {s}.due (priority DESC, at, seq);
+CREATE INDEX IF NOT EXISTS kind_due_priority ON {s}.kind_due (kind, priority DESC, at, seq);
+`
+
+// ensurePriority runs priorityDDL when the schema lacks it: the check comes first, so an Open
+// of a queue that has it takes no table lock (ALTER TABLE would, even when it changes nothing).
+func ensurePriority(ctx context.Context, tx pgx.Tx, schema string) error {
+	var n int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace
+		WHERE ns.nspname = $1 AND c.relname IN ('due_priority', 'kind_due_priority')`, schema).Scan(&n)
+	if err != nil || n == 2 {
+		return err
+	}
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(priorityDDL, "{s}", pgx.Identifier{schema}.Sanitize())); err != nil {
+		return fmt.Errorf("adding the priority to the due indexes in schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+// withoutPriority makes a read-only store's statements read a queue that no Open of this
+// build has given the priority yet (OpenReadOnly adds nothing): its due rows have no priority
+// column and are all of priority 0, so the walk finds that one priority and reads its rows as
+// before, and Verify loads them at priority 0.
+func (st *statements) withoutPriority(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var has bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'due' AND a.attname = 'priority' AND NOT a.attisdropped)`, schema).Scan(&has)
+	if err != nil || has {
+		return err
+	}
+	q := func(sql string) string { return strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize()) }
+	st.nextPri = q(`SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}.due)`)
+	st.nextKindPri = q(`SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}.kind_due WHERE kind = $2)`)
+	st.scanDue = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE $3::bigint = 0 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`)
+	st.scanDueFrom = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE $3::bigint = 0 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`)
+	st.scanKind = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.kind = $3 AND $4::bigint = 0 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`)
+	st.scanKindFrom = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
+			WHERE d.kind = $3 AND $4::bigint = 0 AND d.at <= $1 AND (d.at, d.seq) > ($5, $6) ORDER BY d.at, d.seq LIMIT $2`)
+	st.allDue = q(`SELECT at, seq, task_id, 0::bigint FROM {s}.due ORDER BY at, seq`)
+	st.allKind = q(`SELECT kind, at, seq, task_id, 0::bigint FROM {s}.kind_due ORDER BY kind, at, seq`)
+	return nil
 }
 
 // ensureMarks creates commit_marks when the schema has none (a queue created before it), and

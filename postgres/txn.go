@@ -53,7 +53,8 @@ func (c *cache) size() int { return len(c.tasks) + len(c.wakes) + len(c.taskKeys
 type idxOp struct {
 	put  bool
 	id   string
-	wake bool // the retention index's entries only
+	wake bool  // the retention index's entries only
+	pri  int64 // the due indexes' entries only: the task's priority
 }
 
 type dueKey struct {
@@ -208,21 +209,22 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 	t.flushPrune(b)
 	t.flushSessionWakes(b)
 	if len(t.due) > 0 {
-		queueDue(b, t.st.insDue, t.st.delDue, t.due)
+		queueDue(b, t.st.insDue, t.st.delDue, t.due, true)
 		clear(t.due)
 	}
 	if len(t.wakeIdx) > 0 {
-		queueDue(b, t.st.insWakeIdx, t.st.delWakeIdx, t.wakeIdx)
+		queueDue(b, t.st.insWakeIdx, t.st.delWakeIdx, t.wakeIdx, false)
 		clear(t.wakeIdx)
 	}
 	if len(t.kindDue) > 0 {
 		var pk, dk [][]byte
 		var pa, da []int64
-		var ps, ds []int64
+		var ps, ds, pp []int64
 		var pid [][]byte
 		for k, op := range t.kindDue {
 			if op.put {
 				pk, pa, ps, pid = append(pk, []byte(k.kind)), append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id))
+				pp = append(pp, op.pri)
 			} else {
 				dk, da, ds = append(dk, []byte(k.kind)), append(da, k.at), append(ds, int64(k.seq))
 			}
@@ -231,7 +233,7 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 			b.Queue(t.st.delKind, dk, da, ds)
 		}
 		if len(pk) > 0 {
-			b.Queue(t.st.insKind, pk, pa, ps, pid)
+			b.Queue(t.st.insKind, pk, pa, ps, pid, pp)
 		}
 		clear(t.kindDue)
 	}
@@ -246,12 +248,15 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 	}
 }
 
-func queueDue(b *pgx.Batch, ins, del string, m map[dueKey]idxOp) {
-	var pa, ps, da, ds []int64
+// queueDue queues an index's pending writes; withPri: the due index, whose rows carry the
+// priority.
+func queueDue(b *pgx.Batch, ins, del string, m map[dueKey]idxOp, withPri bool) {
+	var pa, ps, da, ds, pp []int64
 	var pid [][]byte
 	for k, op := range m {
 		if op.put {
 			pa, ps, pid = append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id))
+			pp = append(pp, op.pri)
 		} else {
 			da, ds = append(da, k.at), append(ds, int64(k.seq))
 		}
@@ -260,7 +265,11 @@ func queueDue(b *pgx.Batch, ins, del string, m map[dueKey]idxOp) {
 		b.Queue(del, da, ds)
 	}
 	if len(pa) > 0 {
-		b.Queue(ins, pa, ps, pid)
+		if withPri {
+			b.Queue(ins, pa, ps, pid, pp)
+		} else {
+			b.Queue(ins, pa, ps, pid)
+		}
 	}
 }
 
@@ -304,11 +313,20 @@ func scanJoined[R any](t *txn, tb *recordTable[R], first, from string, pre []any
 }
 
 func (t *txn) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanJoined(t, taskTable, t.st.scanDue, t.st.scanDueFrom, nil, maxAt, fn)
+	return scanByPriority(func(below int64) ([]int64, error) {
+		return txnPage(t, scanInt, t.st.nextPri, below)
+	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
+		return scanJoined(t, taskTable, t.st.scanDue, t.st.scanDueFrom, []any{pri}, maxAt, fn)
+	}, fn)
 }
 
 func (t *txn) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanJoined(t, taskTable, t.st.scanKind, t.st.scanKindFrom, []any{[]byte(kind)}, maxAt, fn)
+	k := []byte(kind)
+	return scanByPriority(func(below int64) ([]int64, error) {
+		return txnPage(t, scanInt, t.st.nextKindPri, below, k)
+	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
+		return scanJoined(t, taskTable, t.st.scanKind, t.st.scanKindFrom, []any{k, pri}, maxAt, fn)
+	}, fn)
 }
 
 func (t *txn) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
@@ -413,6 +431,11 @@ func netPut[K comparable](m map[K]idxOp, k K, id string) {
 	m[k] = idxOp{put: true, id: id}
 }
 
+// netPutPri is netPut for the due indexes, whose entries carry the task's priority.
+func netPutPri[K comparable](m map[K]idxOp, k K, id string, pri int64) {
+	m[k] = idxOp{put: true, id: id, pri: pri}
+}
+
 func netDelete[K comparable](m map[K]idxOp, k K) {
 	if op, ok := m[k]; ok && op.put {
 		delete(m, k) // put in this group on a key that had no entry: nothing to write
@@ -422,7 +445,7 @@ func netDelete[K comparable](m map[K]idxOp, k K) {
 }
 
 func (t *txn) PutDue(e projection.IndexEntry) error {
-	netPut(t.due, dueKey{e.At, e.Seq}, e.ID)
+	netPutPri(t.due, dueKey{e.At, e.Seq}, e.ID, e.Pri)
 	return nil
 }
 
@@ -442,7 +465,7 @@ func (t *txn) DeleteWakeIndex(e projection.IndexEntry) error {
 }
 
 func (t *txn) PutKindDue(kind string, e projection.IndexEntry) error {
-	netPut(t.kindDue, kindKey{kind, dueKey{e.At, e.Seq}}, e.ID)
+	netPutPri(t.kindDue, kindKey{kind, dueKey{e.At, e.Seq}}, e.ID, e.Pri)
 	return nil
 }
 

@@ -156,23 +156,27 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 			return put(string(s), string(k), string(id))
 		})
 	}
-	index := func(sql string, put func(projection.IndexEntry) error) error {
+	index := func(sql string, withPri bool, put func(projection.IndexEntry) error) error {
 		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
-			var at, seq int64
+			var at, seq, pri int64
 			var id []byte
-			if err := r.Scan(&at, &seq, &id); err != nil {
+			dst := []any{&at, &seq, &id}
+			if withPri {
+				dst = append(dst, &pri)
+			}
+			if err := r.Scan(dst...); err != nil {
 				return err
 			}
-			return put(projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+			return put(projection.IndexEntry{Pri: pri, At: at, Seq: uint64(seq), ID: string(id)})
 		})
 	}
 	if err := eachRow(ctx, q, st.allKind, func(r pgx.Rows) error {
 		var kind, id []byte
-		var at, seq int64
-		if err := r.Scan(&kind, &at, &seq, &id); err != nil {
+		var at, seq, pri int64
+		if err := r.Scan(&kind, &at, &seq, &id, &pri); err != nil {
 			return err
 		}
-		return m.PutKindDue(string(kind), projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+		return m.PutKindDue(string(kind), projection.IndexEntry{Pri: pri, At: at, Seq: uint64(seq), ID: string(id)})
 	}); err != nil {
 		return err
 	}
@@ -213,10 +217,10 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 	}); err != nil {
 		return err
 	}
-	if err := index(st.allDue, m.PutDue); err != nil {
+	if err := index(st.allDue, true, m.PutDue); err != nil {
 		return err
 	}
-	return index(st.allWakeIdx, m.PutWakeIndex)
+	return index(st.allWakeIdx, false, m.PutWakeIndex)
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

@@ -3,6 +3,7 @@ package projection
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -159,7 +160,12 @@ func parseEvent(line string, next uint64) (events.Event, error) {
 	switch verb {
 	case "submit":
 		e := &events.TaskSubmitted{Header: h, TaskID: p.str("task", ""), Kind: p.str("kind", ""),
-			Input: p.bytes("input"), IdempotencyKey: p.str("key", ""), WakeOnCompletion: p.flag("on-completion")}
+			Input: p.bytes("input"), IdempotencyKey: p.str("key", ""), WakeOnCompletion: p.flag("on-completion"),
+			Priority: p.int("priority", 0)}
+		if h := p.str("header", ""); h != "" { // header=name:value
+			name, value, _ := strings.Cut(h, ":")
+			e.Headers = map[string]string{name: value}
+		}
 		if _, ok := args["run_at"]; ok {
 			e.HasRunAt, e.RunAt = true, p.int("run_at", 0)
 		}
@@ -313,6 +319,12 @@ func render(m *Mem) string {
 			fmt.Fprintf(&b, " run_at=%d", x.RunAt)
 		}
 		opt(&b, "key", x.IdempotencyKey)
+		if x.Priority != 0 {
+			fmt.Fprintf(&b, " priority=%d", x.Priority)
+		}
+		for _, k := range slices.Sorted(maps.Keys(x.Headers)) {
+			fmt.Fprintf(&b, " header=%s:%s", k, x.Headers[k])
+		}
 		if x.WakeOnCompletion {
 			b.WriteString(" on-completion")
 		}
@@ -391,7 +403,11 @@ func renderKeys(b *strings.Builder, what string, keys map[sessionKey]string) {
 func renderIndex(b *strings.Builder, what string, scan func(int64, func(IndexEntry) bool) error) {
 	var es []string
 	_ = scan(math.MaxInt64, func(e IndexEntry) bool {
-		es = append(es, fmt.Sprintf("%d/%d/%s", e.At, e.Seq, e.ID))
+		if e.Pri != 0 {
+			es = append(es, fmt.Sprintf("p%d:%d/%d/%s", e.Pri, e.At, e.Seq, e.ID))
+		} else {
+			es = append(es, fmt.Sprintf("%d/%d/%s", e.At, e.Seq, e.ID))
+		}
 		return true
 	})
 	if len(es) == 0 {

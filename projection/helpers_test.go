@@ -176,7 +176,7 @@ func checkInvariants(t testing.TB, m *Mem) {
 	var due []IndexEntry
 	for _, x := range m.Tasks() {
 		if at, ok := x.EligibleAt(); ok {
-			due = append(due, IndexEntry{At: at, Seq: x.SubmitSeq, ID: x.ID})
+			due = append(due, x.DueEntry(at))
 		}
 		if x.IdempotencyKey != "" {
 			if id, _ := m.TaskKey(x.SessionID, x.IdempotencyKey); id != x.ID {

@@ -156,13 +156,15 @@ func genSubmit(r *rand.Rand, m *model) op {
 	if len(keyed) > 0 && r.Intn(5) < 2 {
 		t := m.tasks[pick(r, keyed...)]
 		o := SubmitOp{S: t.sess, Kind: t.kind, Input: sameClass(r, t.input), Key: t.key,
-			HasRunAt: t.hasRunAt, RunAt: t.runAt, Wake: t.wake}
+			HasRunAt: t.hasRunAt, RunAt: t.runAt, Wake: t.wake, Pri: t.pri}
 		if r.Intn(2) == 0 {
 			return o // the same intent, maybe spelled differently
 		}
-		switch r.Intn(6) {
+		switch r.Intn(7) {
 		case 0:
 			o.Kind = 1 - o.Kind
+		case 5:
+			o.Pri++ // another priority: a conflict naming it
 		case 1:
 			o.Input = otherClass(r, o.Input)
 		case 2:
@@ -183,6 +185,7 @@ func genSubmit(r *rand.Rand, m *model) op {
 		o.Key = r.Intn(len(keyNames))
 	}
 	o.HasRunAt, o.RunAt = genRunAt(r, m)
+	o.Pri = []int{0, 0, 0, 1, -1, 7}[r.Intn(6)] // few values: ties keep the time order
 	return o
 }
 

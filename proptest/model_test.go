@@ -147,6 +147,7 @@ type mTask struct {
 	hasRunAt               bool
 	runAt                  int64
 	wake                   bool // WakeOnCompletion
+	pri                    int  // Priority: claim order among due tasks, higher first
 	created, scheduled     int64
 
 	state     mState
@@ -318,7 +319,7 @@ func (m *model) complete(h int) {
 	m.exp.events++
 }
 
-func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, wake bool) {
+func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, wake bool, pri int) {
 	if h := m.taskByKey(sess, key); h >= 0 {
 		t := m.tasks[h]
 		// The conflict names the first differing field of the intent, in this order.
@@ -330,6 +331,8 @@ func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, w
 			field = "run_at"
 		case t.wake != wake:
 			field = "wake"
+		case t.pri != pri:
+			field = "priority"
 		case !sameJSONClass(t.input, input):
 			field = "input"
 		}
@@ -347,7 +350,7 @@ func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, w
 	m.exp.task, m.exp.newRec, m.exp.events = len(m.tasks), true, 1
 	m.tasks = append(m.tasks, mTask{
 		sess: sess, kind: kind, input: input, key: key, hasRunAt: hasRunAt, runAt: runAt,
-		wake: wake, created: m.now, scheduled: sched, outcome: -1, cwake: -1,
+		wake: wake, created: m.now, scheduled: sched, outcome: -1, cwake: -1, pri: pri,
 	})
 }
 
@@ -377,8 +380,8 @@ func (m *model) cancel(sess, h int) {
 	}
 }
 
-// eligibleTasks lists the tasks a claim at now may deliver, in claim order: by the time they
-// became eligible, ties by submission order.
+// eligibleTasks lists the tasks a claim at now may deliver, in claim order: higher priority
+// first, then by the time they became eligible, ties by submission order.
 func (m *model) eligibleTasks() []claimed {
 	var out []claimed
 	for h := range m.tasks {
@@ -386,7 +389,12 @@ func (m *model) eligibleTasks() []claimed {
 			out = append(out, claimed{h: h, since: since, expired: m.tasks[h].state == mRunning})
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].since < out[j].since })
+	sort.SliceStable(out, func(i, j int) bool {
+		if pi, pj := m.tasks[out[i].h].pri, m.tasks[out[j].h].pri; pi != pj {
+			return pi > pj
+		}
+		return out[i].since < out[j].since
+	})
 	return out
 }
 

@@ -60,6 +60,7 @@ type SubmitOp struct {
 	HasRunAt       bool
 	RunAt          int64
 	Wake           bool
+	Pri            int // TaskRequest.Priority
 }
 
 func (o SubmitOp) String() string {
@@ -74,17 +75,20 @@ func (o SubmitOp) String() string {
 	if o.Wake {
 		b.WriteString(" wake=completion")
 	}
+	if o.Pri != 0 {
+		fmt.Fprintf(&b, " priority=%d", o.Pri)
+	}
 	return b.String()
 }
 
 func (o SubmitOp) valid(m *model) bool { return o.S < m.nSess }
 
 func (o SubmitOp) apply(m *model) {
-	m.submit(o.S, o.Kind, o.Input, o.Key, o.HasRunAt, o.RunAt, o.Wake)
+	m.submit(o.S, o.Kind, o.Input, o.Key, o.HasRunAt, o.RunAt, o.Wake, o.Pri)
 }
 
 func (o SubmitOp) request() work.TaskRequest {
-	r := work.TaskRequest{Kind: kindNames[o.Kind], Input: raw(o.Input)}
+	r := work.TaskRequest{Kind: kindNames[o.Kind], Input: raw(o.Input), Priority: o.Pri}
 	if o.Key >= 0 {
 		r.IdempotencyKey = keyNames[o.Key]
 	}

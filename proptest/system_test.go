@@ -272,8 +272,12 @@ func (s *system) checkStats(m *model) []string {
 	el := m.eligibleTasks()
 	want.DueNow = int64(len(el))
 	if len(el) > 0 {
-		want.OldestDueAt = at(el[0].since)
-		want.OldestDueAge = time.Duration(m.now - el[0].since)
+		oldest := el[0].since // el is in claim order, priority first: the oldest is the least
+		for _, c := range el {
+			oldest = min(oldest, c.since)
+		}
+		want.OldestDueAt = at(oldest)
+		want.OldestDueAge = time.Duration(m.now - oldest)
 	}
 	show := func(q work.QueueStats) string {
 		return fmt.Sprintf("total %+v kinds %+v due %d oldest %s age %v", q.Total, q.Kinds, q.DueNow, showT(q.OldestDueAt), q.OldestDueAge)
@@ -719,7 +723,7 @@ func compareClaims(what string, want []claimed, got []int, limit int, state func
 					g = append(g, name(what, got[i]))
 					w = append(w, fmt.Sprintf("%s(since %s)", name(what, want[i].h), showTime(want[i].since)))
 				}
-				fails = append(fails, fmt.Sprintf("[claim-order] delivered %v, want %v: eligible first, ties by submission order", g, w))
+				fails = append(fails, fmt.Sprintf("[claim-order] delivered %v, want %v: higher priority first, then eligible first, ties by submission order", g, w))
 				break
 			}
 		}

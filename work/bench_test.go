@@ -356,6 +356,10 @@ func benchClaimFinish(b *testing.B, workers, limit int) {
 // tasks and finishes it, in a store that already holds 1,000 or 1,000,000 settled tasks.
 // claim-µs is the ClaimDueAt call alone; ns/op includes the finish. sync=never isolates the
 // store's read and write work; sync=always is what a default queue sees (one fsync each).
+// priorities=8 (issue 23's target: ≤ 1.1× the single-priority figure) submits the tasks at
+// 8 priorities in turn, plus 64 tasks of a higher priority scheduled an hour ahead, so each
+// claim walks past a future run and takes the highest priority that is due: the claim's seek
+// per priority present (design §3, "Claims").
 func BenchmarkClaimLatency(b *testing.B) {
 	for _, mode := range []work.SyncMode{work.SyncNever, work.SyncAlways} {
 		b.Run(fmt.Sprintf("sync=%v/settled=1k", mode), func(b *testing.B) {
@@ -363,21 +367,33 @@ func BenchmarkClaimLatency(b *testing.B) {
 			if _, err := buildSettled(dir, 1000); err != nil {
 				b.Fatal(err)
 			}
-			benchClaimLatency(b, dir, mode)
+			benchClaimLatency(b, dir, mode, 1)
+		})
+		b.Run(fmt.Sprintf("sync=%v/settled=1k/priorities=8", mode), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "store")
+			if _, err := buildSettled(dir, 1000); err != nil {
+				b.Fatal(err)
+			}
+			benchClaimLatency(b, dir, mode, 8)
 		})
 		b.Run(fmt.Sprintf("sync=%v/settled=%s", mode, countName(settledCount())), func(b *testing.B) {
-			benchClaimLatency(b, settledStore(b), mode)
+			benchClaimLatency(b, settledStore(b), mode, 1)
 		})
 	}
 }
 
-func benchClaimLatency(b *testing.B, dir string, mode work.SyncMode) {
+func benchClaimLatency(b *testing.B, dir string, mode work.SyncMode, priorities int) {
 	q, err := work.Open(dir, &work.Options{Sync: mode})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer q.Close()
-	if err := submitN(q, b.N, 64); err != nil {
+	if priorities <= 1 {
+		err = submitN(q, b.N, 64)
+	} else {
+		err = submitPriorities(q, b.N, priorities)
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
@@ -746,6 +762,28 @@ func submitN(q *work.Queue, n, callers int) error {
 	}
 	wg.Wait()
 	return errs.err
+}
+
+// submitPriorities submits n tasks at priorities 0..p-1 in turn, and 64 tasks of priority
+// p scheduled an hour ahead (never due during the benchmark).
+func submitPriorities(q *work.Queue, n, p int) error {
+	ctx := context.Background()
+	s := q.Session("session-priorities")
+	for i := range 64 {
+		r := benchRequest
+		r.Priority, r.RunAt = p, time.Now().Add(time.Hour+time.Duration(i))
+		if _, err := s.SubmitAt(ctx, r, time.Now()); err != nil {
+			return err
+		}
+	}
+	for i := range n {
+		r := benchRequest
+		r.Priority = i % p
+		if _, err := s.SubmitAt(ctx, r, time.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // drain claims and finishes every due task with the given workers and claim limit, and

@@ -288,3 +288,35 @@ func TestWaitWatcherWakesWaiters(t *testing.T) {
 	mustReturn(t, a, 5*time.Second)
 	mustReturn(t, b, 5*time.Second)
 }
+
+// The timer is at the earliest due task of any priority: a high-priority task scheduled later
+// does not hide a lower-priority one due sooner (the due index's first entry is the high
+// one's), for all tasks and for the kinds named.
+func TestWaitTasksTimerAcrossPriorities(t *testing.T) {
+	waitBackends(t, func(t *testing.T, q *Queue) {
+		ctx := context.Background()
+		now := time.Now()
+		soon, late := now.Add(150*time.Millisecond), now.Add(time.Hour)
+		s := q.Session("s")
+		for _, r := range []TaskRequest{
+			{Kind: "k", Priority: 9, RunAt: late},
+			{Kind: "k", Priority: 5, RunAt: late.Add(time.Minute)},
+			{Kind: "k", Priority: -3, RunAt: soon},
+		} {
+			if _, err := s.Submit(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, kinds := range [][]string{nil, {"k"}} {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := q.WaitTasks(wctx, kinds)
+			cancel()
+			if err != nil {
+				t.Fatalf("kinds %v: %v (the waiter slept past the low-priority task's time)", kinds, err)
+			}
+			if time.Now().Before(soon) {
+				t.Fatalf("kinds %v: returned before the task's time", kinds)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -252,6 +253,12 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 		}
 		if e.WakeOnCompletion {
 			r += "; wake policy on_completion"
+		}
+		if e.Priority != 0 {
+			r += fmt.Sprintf("; priority %d (claimed before due tasks of lower priority)", e.Priority)
+		}
+		if len(e.Headers) > 0 {
+			r += "; headers " + strings.Join(headerWords(e.Headers), " ")
 		}
 		return r
 	case *events.TaskClaimed:

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +51,17 @@ func word(s string) string {
 		}
 	}
 	return s
+}
+
+// headerWords are a task's headers for text output, in key order: key=value, each escaped
+// as word escapes user strings (a header is the submitter's, not ours to trust).
+func headerWords(h map[string]string) []string {
+	keys := slices.Sorted(maps.Keys(h))
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = word(k) + "=" + word(h[k])
+	}
+	return out
 }
 
 // shortWord is word(s) with s cut to max bytes (at a character boundary) for text output:
@@ -146,6 +159,12 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		if e.WakeOnCompletion {
 			add("wake=on_completion")
 		}
+		if e.Priority != 0 {
+			add("priority=%d", e.Priority)
+		}
+		for _, kv := range headerWords(e.Headers) {
+			add("header:%s", kv)
+		}
 		add("input=%s", shortJSON(e.Input, 80))
 	case *events.TaskClaimed:
 		add("task=%s", e.TaskID)
@@ -240,25 +259,27 @@ func outcomeOf(o events.Outcome) *outcomeJSON {
 // eventJSON is one event of `log --json` and `export`. A type without a case below still
 // prints its header and its subject.
 type eventJSON struct {
-	Seq              uint64          `json:"seq"`
-	At               string          `json:"at"`
-	Session          string          `json:"session"`
-	Event            string          `json:"event"`
-	TaskID           string          `json:"task_id,omitempty"`
-	WakeID           string          `json:"wake_id,omitempty"`
-	Attempt          uint32          `json:"attempt,omitempty"`
-	Kind             string          `json:"kind,omitempty"`
-	Input            json.RawMessage `json:"input,omitempty"`
-	RunAt            string          `json:"run_at,omitempty"`
-	ScheduledAt      string          `json:"scheduled_at,omitempty"`
-	IdempotencyKey   string          `json:"idempotency_key,omitempty"`
-	WakeOnCompletion *bool           `json:"wake_on_completion,omitempty"`
-	LeaseToken       string          `json:"lease_token,omitempty"`
-	LeaseExpiresAt   string          `json:"lease_expires_at,omitempty"`
-	Worker           string          `json:"worker,omitempty"`
-	Outcome          *outcomeJSON    `json:"outcome,omitempty"`
-	Reason           string          `json:"reason,omitempty"`
-	Payload          json.RawMessage `json:"payload,omitempty"`
+	Seq              uint64            `json:"seq"`
+	At               string            `json:"at"`
+	Session          string            `json:"session"`
+	Event            string            `json:"event"`
+	TaskID           string            `json:"task_id,omitempty"`
+	WakeID           string            `json:"wake_id,omitempty"`
+	Attempt          uint32            `json:"attempt,omitempty"`
+	Kind             string            `json:"kind,omitempty"`
+	Input            json.RawMessage   `json:"input,omitempty"`
+	RunAt            string            `json:"run_at,omitempty"`
+	ScheduledAt      string            `json:"scheduled_at,omitempty"`
+	IdempotencyKey   string            `json:"idempotency_key,omitempty"`
+	WakeOnCompletion *bool             `json:"wake_on_completion,omitempty"`
+	Priority         int64             `json:"priority,omitempty"`
+	Headers          map[string]string `json:"headers,omitempty"`
+	LeaseToken       string            `json:"lease_token,omitempty"`
+	LeaseExpiresAt   string            `json:"lease_expires_at,omitempty"`
+	Worker           string            `json:"worker,omitempty"`
+	Outcome          *outcomeJSON      `json:"outcome,omitempty"`
+	Reason           string            `json:"reason,omitempty"`
+	Payload          json.RawMessage   `json:"payload,omitempty"`
 }
 
 func (a *app) eventJSON(ev events.Event) *eventJSON {
@@ -280,6 +301,7 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		j.IdempotencyKey = e.IdempotencyKey
 		w := e.WakeOnCompletion
 		j.WakeOnCompletion = &w
+		j.Priority, j.Headers = e.Priority, e.Headers
 	case *events.TaskClaimed:
 		j.TaskID, j.Attempt, j.Worker = e.TaskID, e.Attempt, e.Worker
 		j.LeaseToken, j.LeaseExpiresAt = a.token(e.LeaseToken), jsonTime(e.LeaseExpiresAt)
@@ -318,26 +340,28 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 
 // taskJSON is one task of `state --json` and `task --json`.
 type taskJSON struct {
-	ID                string          `json:"id"`
-	Session           string          `json:"session"`
-	Kind              string          `json:"kind"`
-	State             string          `json:"state"`
-	Attempts          uint32          `json:"attempts"`
-	Input             json.RawMessage `json:"input"`
-	IdempotencyKey    string          `json:"idempotency_key,omitempty"`
-	WakeOnCompletion  bool            `json:"wake_on_completion"`
-	CreatedAt         string          `json:"created_at"`
-	ScheduledAt       string          `json:"scheduled_at"`
-	RunAt             string          `json:"run_at,omitempty"`
-	CancelRequestedAt string          `json:"cancel_requested_at,omitempty"`
-	LeaseToken        string          `json:"lease_token,omitempty"`
-	LeaseExpiresAt    string          `json:"lease_expires_at,omitempty"`
-	FinishedAt        string          `json:"finished_at,omitempty"`
-	Outcome           *outcomeJSON    `json:"outcome,omitempty"`
-	CompletionWakeID  string          `json:"completion_wake_id,omitempty"`
-	RejectedAttempt   uint32          `json:"rejected_attempt,omitempty"`
-	SubmitSeq         uint64          `json:"submit_seq"`
-	UpdatedSeq        uint64          `json:"updated_seq"`
+	ID                string            `json:"id"`
+	Session           string            `json:"session"`
+	Kind              string            `json:"kind"`
+	State             string            `json:"state"`
+	Attempts          uint32            `json:"attempts"`
+	Input             json.RawMessage   `json:"input"`
+	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
+	WakeOnCompletion  bool              `json:"wake_on_completion"`
+	Priority          int64             `json:"priority,omitempty"`
+	Headers           map[string]string `json:"headers,omitempty"`
+	CreatedAt         string            `json:"created_at"`
+	ScheduledAt       string            `json:"scheduled_at"`
+	RunAt             string            `json:"run_at,omitempty"`
+	CancelRequestedAt string            `json:"cancel_requested_at,omitempty"`
+	LeaseToken        string            `json:"lease_token,omitempty"`
+	LeaseExpiresAt    string            `json:"lease_expires_at,omitempty"`
+	FinishedAt        string            `json:"finished_at,omitempty"`
+	Outcome           *outcomeJSON      `json:"outcome,omitempty"`
+	CompletionWakeID  string            `json:"completion_wake_id,omitempty"`
+	RejectedAttempt   uint32            `json:"rejected_attempt,omitempty"`
+	SubmitSeq         uint64            `json:"submit_seq"`
+	UpdatedSeq        uint64            `json:"updated_seq"`
 }
 
 func (a *app) taskJSON(t *projection.Task) *taskJSON {
@@ -346,7 +370,7 @@ func (a *app) taskJSON(t *projection.Task) *taskJSON {
 		Input: compactJSON(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
 		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
 		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt,
-		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq,
+		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq, Priority: t.Priority, Headers: t.Headers,
 	}
 	if t.HasRunAt {
 		j.RunAt = jsonTime(t.RunAt)

@@ -70,6 +70,7 @@ func scenarios() []scenario {
 		pruneScenarios(),
 		workerScenarios(),
 		sessionWakeScenarios(),
+		priorityScenarios(),
 	} {
 		all = append(all, group...)
 	}
