@@ -69,6 +69,7 @@ func scenarios() []scenario {
 		runningScenarios(),
 		pruneScenarios(),
 		workerScenarios(),
+		followScenarios(),
 	} {
 		all = append(all, group...)
 	}
