@@ -72,7 +72,8 @@ func (a *app) logCommand() *cobra.Command {
 		Example: `  replay log ./store
   replay log ./store --session checkout-4821 --type task_claimed,task_settled
   replay log ./store --from 100 --to 200 --json
-  replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z`,
+  replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z
+  replay log 'postgres://host/db?search_path=q' --follow --type task_settled`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
 			if c.Flags().Changed("kind") {
