@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,4 +180,40 @@ func TestFollowNeverSeesAFailedGroup(t *testing.T) {
 			t.Fatalf("follower %s handed out seq %d %s (%+v), want seq 2, the submit after the failed group", name, ev.Head().Seq, ev.Type(), ev)
 		}
 	}
+}
+
+// BenchmarkFollowLatency: a follower on one queue waits at the head; each op submits one task
+// through a second postgres.Open on the same schema (another process, as far as the follower
+// knows) and waits until the follower's fn has it: commit, NOTIFY, LISTEN, the follower's
+// read. pgtest's server runs with fsync off: the figure compares designs, not disks.
+func BenchmarkFollowLatency(b *testing.B) {
+	dsn := pgtest.Schema(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reader, err := Open(ctx, dsn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer reader.Close()
+	writer, err := Open(ctx, dsn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer writer.Close()
+	got := make(chan time.Time, 1)
+	go reader.Follow(ctx, 1, func(events.Event) error { got <- time.Now(); return nil })
+	s := writer.Session("latency")
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, (<-got).Sub(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "submit-to-follower-p50-µs")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds()), "submit-to-follower-p99-µs")
 }
