@@ -71,6 +71,7 @@ func scenarios() []scenario {
 		workerScenarios(),
 		sessionWakeScenarios(),
 		priorityScenarios(),
+		followScenarios(),
 	} {
 		all = append(all, group...)
 	}
