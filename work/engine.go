@@ -116,6 +116,7 @@ func (b *logBackend) taskSnapshotOf(t *projection.Task, viewed bool) Task {
 		ScheduledAt:    fromNanos(t.ScheduledAt),
 		CreatedAt:      fromNanos(t.CreatedAt),
 		Attempts:       t.Attempts,
+		AttemptsAtRetry: t.AttemptsAtRetry,
 	}
 	if t.CancelRequested {
 		out.CancelRequestedAt = fromNanos(t.CancelRequestedAt)
