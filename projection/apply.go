@@ -227,11 +227,13 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 }
 
 // applyTaskRetried applies a retry (events.TaskRetried): the task rule above, then the
-// indexes a terminal task leaves. The task re-enters the due indexes and its counts move
-// (moveTask, as for any task event); it leaves the retention index, where it was if it had
-// become prunable; and its earlier completion wake, which stays recorded but is no longer
-// the task's (CompletionWakeID is cleared), becomes a retention subject of its own once it
-// is acknowledged (Wake.DetachedPruneAt): it would otherwise outlive the task forever.
+// indexes a terminal task leaves. The task's completion wake, when it has one, must be
+// acknowledged: it stays recorded but is no longer the task's (CompletionWakeID is cleared),
+// and becomes a retention subject of its own (Wake.DetachedPruneAt), pruned before the task
+// can be; an unacknowledged one could outlive the task's pruning and leave a retained event
+// naming a pruned task. (A fold of a pruned log finds no wake there: it was pruned first.)
+// The task re-enters the due indexes and its counts move (moveTask, as for any task event);
+// it leaves the retention index, where it was if it had become prunable.
 func applyTaskRetried(s State, e *events.TaskRetried, h *events.Header, fail failFunc) error {
 	t, err := s.EditTask(e.TaskID)
 	if err != nil {
@@ -245,6 +247,9 @@ func applyTaskRetried(s State, e *events.TaskRetried, h *events.Header, fail fai
 		if w, err = s.EditWake(t.CompletionWakeID); err != nil {
 			return err
 		}
+	}
+	if w != nil && !w.Acked {
+		return fail("retry of a task whose completion wake %s is not acknowledged", w.ID)
 	}
 	old := placeOf(t)
 	oldPruneAt, wasPrunable := t.PruneAt(w)

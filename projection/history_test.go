@@ -169,7 +169,13 @@ func (s *sim) step() {
 			RunAt: s.now + int64(r.IntN(3)*r.IntN(20)), Reason: "retry"})
 		s.completionWake(x.ID)
 	default: // an operator's retry of a failed or canceled task: pending again, attempts kept
-		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return x.Retryable() })
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool {
+			if !x.Retryable() {
+				return false
+			}
+			w, _ := s.m.Wake(x.CompletionWakeID)
+			return x.CompletionWakeID == "" || w != nil && w.Acked
+		})
 		if !ok {
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/google/btree"
@@ -48,9 +49,12 @@ func (w *Wake) PruneAt() (int64, bool) {
 }
 
 // DetachedPruneAt is the time from which a completion wake is prunable on its own, and
-// whether it is: once acknowledged, when t, its task (nil: pruned), no longer names it as
-// its completion wake because the task was retried after it was recorded (events.TaskRetried).
-// The task's current completion wake goes with the task (Task.PruneAt).
+// whether it is: when t, its task, no longer names it as its completion wake because the task
+// was retried after it was recorded (events.TaskRetried, which requires it acknowledged).
+// Such a wake is prunable at once, by any prune (math.MinInt64): retention takes subjects
+// oldest first, so it always goes before (or with) its task, whatever times the callers
+// gave, and no retained event ever names a pruned task. The task's current completion wake
+// goes with the task (Task.PruneAt).
 func (w *Wake) DetachedPruneAt(t *Task) (int64, bool) {
 	if w.Reason != events.WakeTaskFinished || !w.Acked {
 		return 0, false
@@ -58,7 +62,7 @@ func (w *Wake) DetachedPruneAt(t *Task) (int64, bool) {
 	if t != nil && t.CompletionWakeID == w.ID {
 		return 0, false
 	}
-	return w.AckedAt, true
+	return math.MinInt64, true
 }
 
 // PrunableBefore reports whether a subject prunable from at is pruned by a Prune(before):
@@ -133,8 +137,8 @@ func indexPrunableWake(s State, w *Wake) error {
 	if err != nil {
 		return err
 	}
-	if at, ok := w.DetachedPruneAt(t); ok { // the task was retried since this wake
-		return p.PutPrunable(PruneEntry{At: at, Seq: w.RecordSeq, ID: w.ID, Wake: true})
+	if t == nil {
+		return nil // a completion wake's task exists (wakeRecordedRule; a retry needs it acknowledged)
 	}
 	return indexPrunableTask(s, t, w)
 }

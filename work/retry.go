@@ -72,7 +72,10 @@ func (s *Session) Retry(ctx context.Context, taskID string, runAt time.Time) (Ta
 // earlier finish stays recorded). One event, task_retried.
 //
 // A task in any other state is ErrInvalidTransition (a succeeded task is done: submit new
-// work instead); another session's, an unknown or a pruned task is ErrTaskNotFound.
+// work instead), and so is a task whose completion wake is recorded but not acknowledged
+// yet: that wake stays recorded after the retry, no longer the task's, and is pruned on its
+// own before the task can be (retention must never keep a wake whose task it removed).
+// Another session's, an unknown or a pruned task is ErrTaskNotFound.
 func (s *Session) RetryAt(ctx context.Context, taskID string, runAt, now time.Time) (Task, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return Task{}, err
@@ -148,6 +151,16 @@ func (b *logBackend) Retry(ctx context.Context, sessionID, taskID string, runAt,
 		if !t.Retryable() {
 			derr = badTransition("only a failed or canceled task can be retried; the task is " + TaskState(t.State).String())
 			return nil
+		}
+		if t.CompletionWakeID != "" {
+			w, err := mustWake(tx, t.CompletionWakeID)
+			if err != nil {
+				return err
+			}
+			if !w.Acked {
+				derr = badTransition("the task's completion wake " + w.ID + " is not acknowledged yet: acknowledge it (ClaimWakes, AckWake) before retrying the task")
+				return nil
+			}
 		}
 		ev := &events.TaskRetried{
 			Header: events.Header{SessionID: sessionID, At: at},
