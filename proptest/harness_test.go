@@ -377,7 +377,8 @@ var opTypes = map[string]reflect.Type{
 
 	"prune": reflect.TypeOf(PruneOp{}),
 
-	"retry": reflect.TypeOf(RetryOp{}),
+	"retry":      reflect.TypeOf(RetryOp{}),
+	"submitMany": reflect.TypeOf(SubmitManyOp{}),
 }
 
 func opName(o op) string {

@@ -501,6 +501,7 @@ var coverageCases = []string{
 	// part 3
 	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
 	"retry foreign or pruned", "retry unknown",
+	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -511,6 +512,8 @@ func classify(o op, m, n *model) []string {
 	switch o := o.(type) {
 	case RetryOp:
 		classifyRetry(add, o, m, e)
+	case SubmitManyOp:
+		classifySubmitMany(add, o, e)
 	case SubmitOp:
 		switch {
 		case e.newRec:
