@@ -216,7 +216,7 @@ func TestDecodeEnvelopeVersion(t *testing.T) {
 
 func TestDecodeUnknownType(t *testing.T) {
 	b := readGolden(t, "task_claimed.v1")
-	for _, typ := range []byte{0, 12, 128, 255} {
+	for _, typ := range []byte{0, 99, 128, 255} {
 		c := slices.Clone(b)
 		c[1] = typ
 		decodeErr(t, c, 200, ErrCorrupt, "checksum") // without recomputing the checksum
@@ -490,6 +490,8 @@ func TestDecodeChecks(t *testing.T) {
 			Headers: map[string]string{strings.Repeat("k", MaxHeaderKey+1): ""}}, 3, "headers"},
 		{"headers over 16 KiB", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k",
 			Headers: map[string]string{"a": strings.Repeat("v", MaxHeaderBytes)}}, 3, "headers"},
+		{"no task id in a retry", &TaskRetried{Header: h, Attempts: 1, RunAt: 10}, 3, "subject"},
+		{"retry eligible before its time", &TaskRetried{Header: h, TaskID: "t", Attempts: 1, RunAt: 9}, 3, "run_at"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -543,6 +545,7 @@ func TestDecodeChecksAcceptEdges(t *testing.T) {
 		&TaskExtended{Header: h, TaskID: "t", Attempt: 1, LeaseExpiresAt: 11},
 		&TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10},
 		&TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10, Reason: strings.Repeat("r", MaxReleaseReason)},
+		&TaskRetried{Header: h, TaskID: "t", RunAt: 10}, // a retry of a task canceled before any claim
 	} {
 		got, err := Decode(mustEncode(t, ev), 3)
 		if err != nil {

@@ -378,6 +378,9 @@ var opTypes = map[string]reflect.Type{
 	"claimSessionWakes": reflect.TypeOf(ClaimSessionWakesOp{}),
 
 	"prune": reflect.TypeOf(PruneOp{}),
+
+	"retry":      reflect.TypeOf(RetryOp{}),
+	"submitMany": reflect.TypeOf(SubmitManyOp{}),
 }
 
 func opName(o op) string {

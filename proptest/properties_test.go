@@ -465,6 +465,7 @@ var caseAppending = map[events.Type]string{
 	events.TypeWakeAckRejected:     "ack stale",
 	events.TypeTaskExtended:        "extend current",
 	events.TypeTaskReleased:        "release current",
+	events.TypeTaskRetried:         "retry failed",
 }
 
 var coverageCases = []string{
@@ -500,6 +501,9 @@ var coverageCases = []string{
 	// part 3
 	"claim session wakes", "claim session wakes empty", "claim session wakes skips other sessions",
 	"claim session wakes redelivery", "claim session wakes cut by limit", "claim session wakes of a session named twice",
+	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
+	"retry foreign or pruned", "retry unknown",
+	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -508,6 +512,10 @@ func classify(o op, m, n *model) []string {
 	var c []string
 	add := func(s ...string) { c = append(c, s...) }
 	switch o := o.(type) {
+	case RetryOp:
+		classifyRetry(add, o, m, e)
+	case SubmitManyOp:
+		classifySubmitMany(add, o, e)
 	case SubmitOp:
 		switch {
 		case e.newRec:

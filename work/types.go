@@ -29,7 +29,8 @@ type TaskRequest struct {
 	// Error.ID the existing task. The trap: a producer that
 	// computes RunAt = now + 5s and resubmits after a crash asks for another instant, a
 	// conflict on run_at; compute RunAt once and keep it with the key, or keep RunAt out of
-	// the intent by submitting immediately.
+	// the intent by submitting immediately. To fetch the existing task by its key, whatever
+	// its request, use Session.TaskByKey.
 	//
 	// A key is free again once its task was pruned (Options.Retention, Queue.Prune): from
 	// then on it names nothing and a submit makes a new task.
@@ -130,6 +131,7 @@ type Task struct {
 	Outcome             *Outcome          // nil until terminal
 	Priority            int               // the request's Priority
 	Headers             map[string]string // the request's Headers (a copy); nil when none
+	AttemptsAtRetry     uint32            // Attempts when the task was last retried (Session.Retry); 0 if never
 }
 
 // TaskDelivery is a leased, at-least-once delivery of a task to a worker. Its lease token

@@ -72,6 +72,7 @@ func scenarios() []scenario {
 		sessionWakeScenarios(),
 		priorityScenarios(),
 		followScenarios(),
+		sessionScenarios(),
 	} {
 		all = append(all, group...)
 	}
