@@ -31,6 +31,7 @@ var schemaVersion = [256]uint8{
 	TypeWakeAckRejected:     1,
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
+	TypeTaskRetried:         1,
 }
 
 // bodyVersion is the schema version Append writes for e: today's, except that a claim
@@ -182,6 +183,11 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendInt(b, e.RunAt)
 		b = msgp.AppendStr(b, e.Reason)
+	case *TaskRetried:
+		b = appendHeader(msgp.AppendArrayLen(b, 6), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendUint(b, uint64(e.Attempts))
+		b = msgp.AppendInt(b, e.RunAt)
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
@@ -579,6 +585,7 @@ type Decoder struct {
 	wakeAckRejected     WakeAckRejected
 	taskExtended        TaskExtended
 	taskReleased        TaskReleased
+	taskRetried         TaskRetried
 }
 
 // Decode is the package's Decode into the Decoder's structs: the same checks, the same
@@ -701,6 +708,13 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.RunAt = r.i64("run_at")
 		r.str("reason", &e.Reason)
 		ev = e
+	case TypeTaskRetried:
+		e := fresh(d, func(d *Decoder) *TaskRetried { return &d.taskRetried })
+		r.header(&e.Header)
+		r.str("task_id", &e.TaskID)
+		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
+		e.RunAt = r.i64("run_at")
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.Left() != 0 {
@@ -780,6 +794,12 @@ func check(ev Event, seq uint64) *DecodeError {
 		}
 		if len(e.Reason) > MaxReleaseReason {
 			return bad("reason", fmt.Sprintf("%d bytes is longer than %d", len(e.Reason), MaxReleaseReason))
+		}
+	case *TaskRetried:
+		// A retried task is eligible again at the caller's RunAt or, when that is not later,
+		// at the retry: never before it.
+		if e.RunAt < h.At {
+			return bad("run_at", fmt.Sprintf("%d is before the event's time %d", e.RunAt, h.At))
 		}
 	}
 	return nil

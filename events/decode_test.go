@@ -215,7 +215,7 @@ func TestDecodeEnvelopeVersion(t *testing.T) {
 
 func TestDecodeUnknownType(t *testing.T) {
 	b := readGolden(t, "task_claimed.v1")
-	for _, typ := range []byte{0, 12, 128, 255} {
+	for _, typ := range []byte{0, 99, 128, 255} {
 		c := slices.Clone(b)
 		c[1] = typ
 		decodeErr(t, c, 200, ErrCorrupt, "checksum") // without recomputing the checksum
@@ -481,6 +481,8 @@ func TestDecodeChecks(t *testing.T) {
 		{"release eligible before its time", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 9}, 3, "run_at"},
 		{"release reason over 64 KiB", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10,
 			Reason: strings.Repeat("r", MaxReleaseReason+1)}, 3, "reason"},
+		{"no task id in a retry", &TaskRetried{Header: h, Attempts: 1, RunAt: 10}, 3, "subject"},
+		{"retry eligible before its time", &TaskRetried{Header: h, TaskID: "t", Attempts: 1, RunAt: 9}, 3, "run_at"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -534,6 +536,7 @@ func TestDecodeChecksAcceptEdges(t *testing.T) {
 		&TaskExtended{Header: h, TaskID: "t", Attempt: 1, LeaseExpiresAt: 11},
 		&TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10},
 		&TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10, Reason: strings.Repeat("r", MaxReleaseReason)},
+		&TaskRetried{Header: h, TaskID: "t", RunAt: 10}, // a retry of a task canceled before any claim
 	} {
 		got, err := Decode(mustEncode(t, ev), 3)
 		if err != nil {

@@ -21,6 +21,7 @@ const (
 	TypeWakeAckRejected     Type = 9
 	TypeTaskExtended        Type = 10
 	TypeTaskReleased        Type = 11
+	TypeTaskRetried         Type = 12
 )
 
 // Subject says what the events of a type are about: a task or a wake. Event.Subject returns
@@ -67,6 +68,7 @@ var catalogue = [...]TypeInfo{
 	{TypeWakeAckRejected, "wake_ack_rejected", SubjectWake, "audit: a stale acknowledgment was refused; no state changes"},
 	{TypeTaskExtended, "task_extended", SubjectTask, "the attempt holding the claim extended its lease (a heartbeat)"},
 	{TypeTaskReleased, "task_released", SubjectTask, "the attempt holding the claim gave the task back: pending again, or canceled if a cancel was requested"},
+	{TypeTaskRetried, "task_retried", SubjectTask, "a failed or canceled task was retried: pending again, its history and attempts kept"},
 }
 
 // byNumber is the catalogue indexed by type number; a row with no Name is not a known type.
@@ -327,6 +329,18 @@ type TaskReleased struct {
 	Reason  string // the worker's reason, "" for none (at most MaxReleaseReason bytes)
 }
 
+// TaskRetried records an operator's retry of a failed or canceled task (Session.Retry): the
+// task is pending again at RunAt, its outcome, finish time, cancel request and completion wake
+// cleared, its id, request and attempts kept. Attempts is the task's attempts at the retry,
+// which the fold checks and keeps as the task's AttemptsAtRetry: the next claim is attempt
+// Attempts+1, so attempt numbers never repeat in the log.
+type TaskRetried struct {
+	Header
+	TaskID   string
+	Attempts uint32
+	RunAt    int64 // when the task is eligible again: never before the retry
+}
+
 // MaxReleaseReason is the longest TaskReleased.Reason, in bytes (64 KiB): the limit the API
 // checks before a release is appended, which Decode checks again.
 const MaxReleaseReason = 64 << 10
@@ -342,6 +356,7 @@ func (e *TaskSettleRejected) Type() Type  { return TypeTaskSettleRejected }
 func (e *WakeAckRejected) Type() Type     { return TypeWakeAckRejected }
 func (e *TaskExtended) Type() Type        { return TypeTaskExtended }
 func (e *TaskReleased) Type() Type        { return TypeTaskReleased }
+func (e *TaskRetried) Type() Type         { return TypeTaskRetried }
 
 func (h *Header) Head() *Header { return h }
 
@@ -356,6 +371,7 @@ func (e *TaskSettleRejected) Subject() (string, string)  { return e.TaskID, "" }
 func (e *WakeAckRejected) Subject() (string, string)     { return "", e.WakeID }
 func (e *TaskExtended) Subject() (string, string)        { return e.TaskID, "" }
 func (e *TaskReleased) Subject() (string, string)        { return e.TaskID, "" }
+func (e *TaskRetried) Subject() (string, string)         { return e.TaskID, "" }
 
 // LeaseToken returns the token an event carries, or "".
 func LeaseToken(e Event) string {

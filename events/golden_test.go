@@ -149,6 +149,13 @@ var goldenFixtures = []goldenFixture{
 		RunAt:   goldenAt + 172e9,
 		Reason:  "smtp: 421 try again later — backing off",
 	}},
+	{"task_retried.v1", &TaskRetried{
+		// An operator's retry after three attempts, eligible again a minute later.
+		Header:   Header{Seq: 301, SessionID: goldenSession, At: goldenAt + 200e9},
+		TaskID:   goldenTask,
+		Attempts: 3,
+		RunAt:    goldenAt + 260e9,
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
@@ -165,6 +172,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeWakeAckRejected:     {"wake_id", "attempt", "reason"},
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
+	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -384,6 +392,7 @@ func TestWireNumbersStable(t *testing.T) {
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
+		"task_retried": 12,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {
@@ -403,7 +412,7 @@ func TestWireNumbersStable(t *testing.T) {
 			t.Errorf("TypeByName(%q) = %v, %v", typ.String(), got, ok)
 		}
 	}
-	for _, n := range []int{0, 12, 255} {
+	for _, n := range []int{0, 99, 255} {
 		if Type(n).Known() {
 			t.Errorf("Type(%d) is Known", n)
 		}

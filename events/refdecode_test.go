@@ -280,6 +280,13 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.RunAt = r.i64("run_at")
 		e.Reason = r.str("reason")
 		ev = e
+	case TypeTaskRetried: // added with the type, in the same style
+		e := &TaskRetried{}
+		r.header(&e.Header)
+		e.TaskID = r.str("task_id")
+		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
+		e.RunAt = r.i64("run_at")
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.rd.Len() != 0 {

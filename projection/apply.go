@@ -81,6 +81,8 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		return applyTaskSubmitted(s, e, fail)
 	case *events.WakeRecorded:
 		return applyWakeRecorded(s, e, fail)
+	case *events.TaskRetried:
+		return applyTaskRetried(s, e, h, fail)
 	case *events.TaskClaimed, *events.TaskSettled, *events.TaskCancelRequested, *events.TaskSettleRejected,
 		*events.TaskExtended, *events.TaskReleased:
 		t, err := s.EditTask(taskID)
@@ -191,6 +193,27 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 		if t.State == events.StatePending {
 			cancelNow(t, h.At)
 		}
+	case *events.TaskRetried:
+		if !t.Retryable() {
+			return fail("retry of a task in state %s (only a failed or canceled task can be retried)", t.State)
+		}
+		if e.Attempts != t.Attempts {
+			return fail("retry names attempts %d, the task has %d", e.Attempts, t.Attempts)
+		}
+		if e.RunAt < h.At {
+			return fail("retry until %d, before the retry", e.RunAt)
+		}
+		// Pending again with its request and history: the end of the last run is cleared
+		// (the completion wake id too, so that the next end records a wake of its own), the
+		// attempts are kept and remembered, so the next claim is attempt Attempts+1.
+		t.State = events.StatePending
+		t.ScheduledAt = e.RunAt
+		t.FinishedAt = 0
+		t.Outcome = events.Outcome{}
+		t.SettledToken = ""
+		t.CancelRequested, t.CancelRequestedAt = false, 0
+		t.CompletionWakeID = ""
+		t.AttemptsAtRetry = e.Attempts
 	case *events.TaskSettleRejected:
 		if !t.RejectionRecordable(e.Attempt) {
 			return rejectionFail(e.Attempt, t.Attempts, t.RejectedAttempt, fail)
@@ -201,6 +224,56 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 	}
 	t.UpdatedSeq = h.Seq
 	return nil
+}
+
+// applyTaskRetried applies a retry (events.TaskRetried): the task rule above, then the
+// indexes a terminal task leaves. The task's completion wake, when it has one, must be
+// acknowledged: it stays recorded but is no longer the task's (CompletionWakeID is cleared),
+// and becomes a retention subject of its own (Wake.DetachedPruneAt), pruned before the task
+// can be; an unacknowledged one could outlive the task's pruning and leave a retained event
+// naming a pruned task. (A fold of a pruned log finds no wake there: it was pruned first.)
+// The task re-enters the due indexes and its counts move (moveTask, as for any task event);
+// it leaves the retention index, where it was if it had become prunable.
+func applyTaskRetried(s State, e *events.TaskRetried, h *events.Header, fail failFunc) error {
+	t, err := s.EditTask(e.TaskID)
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		return fail("no such task")
+	}
+	var w *Wake // the completion wake of the run that ended; read only
+	if t.CompletionWakeID != "" {
+		if w, err = s.EditWake(t.CompletionWakeID); err != nil {
+			return err
+		}
+	}
+	if w != nil && !w.Acked {
+		return fail("retry of a task whose completion wake %s is not acknowledged", w.ID)
+	}
+	old := placeOf(t)
+	oldPruneAt, wasPrunable := t.PruneAt(w)
+	if err := taskRule(t, e, h, fail); err != nil {
+		return err
+	}
+	if err := moveTask(s, old, t); err != nil {
+		return err
+	}
+	if p, ok := s.(PruneIndexer); ok {
+		if wasPrunable {
+			if err := p.DeletePrunable(PruneEntry{At: oldPruneAt, Seq: t.SubmitSeq, ID: t.ID}); err != nil {
+				return err
+			}
+		}
+		if w != nil {
+			if at, ok := w.DetachedPruneAt(t); ok {
+				if err := p.PutPrunable(PruneEntry{At: at, Seq: w.RecordSeq, ID: w.ID, Wake: true}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return s.TaskEdited(t)
 }
 
 // cancelNow ends t, which no claim holds, as canceled at at: a cancel request on pending

@@ -67,6 +67,28 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		return out.String()
 	case "state":
 		return render(s.inPlace)
+	case "prunable":
+		// The retention index of both states (they must agree), one entry a line.
+		var out strings.Builder
+		_ = s.inPlace.ScanPrunable(math.MaxInt64, func(e PruneEntry) bool {
+			what := "task"
+			if e.Wake {
+				what = "wake"
+			}
+			fmt.Fprintf(&out, "prunable %s %s from %d\n", what, e.ID, e.At)
+			return true
+		})
+		var other strings.Builder
+		_ = s.copies.ScanPrunable(math.MaxInt64, func(e PruneEntry) bool { fmt.Fprintf(&other, "%v", e); return true })
+		var mine strings.Builder
+		_ = s.inPlace.ScanPrunable(math.MaxInt64, func(e PruneEntry) bool { fmt.Fprintf(&mine, "%v", e); return true })
+		if mine.String() != other.String() {
+			d.Fatalf(t, "retention indexes differ: in place %s, through copies %s", mine.String(), other.String())
+		}
+		if out.Len() == 0 {
+			return "prunable: (none)\n"
+		}
+		return out.String()
 	case "set-attempts":
 		var id string
 		var n uint64
@@ -134,6 +156,7 @@ func (s *script) apply(t *testing.T, d *datadriven.TestData, ev events.Event) st
 //	cancel        task=
 //	extend        task= attempt= expires=
 //	release       task= attempt= run_at= [reason=]
+//	retry         task= attempts= run_at=
 //	reject-settle task= attempt= reason=superseded|token_mismatch|not_claimed
 //	wake          wake= [payload=] [key=] [reason=N]        a direct wake
 //	done-wake     wake= task= outcome= [summary=] [output=] [error=]   a completion wake
@@ -177,6 +200,12 @@ func parseEvent(line string, next uint64) (events.Event, error) {
 	case "release":
 		ev = &events.TaskReleased{Header: h, TaskID: p.str("task", ""), Attempt: p.attempt(), RunAt: p.int("run_at", 0),
 			Reason: p.str("reason", "")}
+	case "retry":
+		n := p.uint("attempts", 0)
+		if n > math.MaxUint32 {
+			p.fail("attempts", fmt.Sprint(n), errors.New("out of range"))
+		}
+		ev = &events.TaskRetried{Header: h, TaskID: p.str("task", ""), Attempts: uint32(n), RunAt: p.int("run_at", 0)}
 	case "reject-settle":
 		ev = &events.TaskSettleRejected{Header: h, TaskID: p.str("task", ""), Attempt: p.attempt(), Reason: p.reason()}
 	case "wake":
@@ -330,6 +359,9 @@ func render(m *Mem) string {
 		opt(&b, "completion_wake", x.CompletionWakeID)
 		if x.RejectedAttempt != 0 {
 			fmt.Fprintf(&b, " rejected=%d", x.RejectedAttempt)
+		}
+		if x.AttemptsAtRetry != 0 {
+			fmt.Fprintf(&b, " attempts_at_retry=%d", x.AttemptsAtRetry)
 		}
 		fmt.Fprintf(&b, " scheduled=%d created=%d seq=%d/%d\n", x.ScheduledAt, x.CreatedAt, x.SubmitSeq, x.UpdatedSeq)
 	}

@@ -77,7 +77,7 @@ func (s *sim) completionWake(id string) {
 func (s *sim) step() {
 	s.now += int64(s.r.IntN(8))
 	r := s.r
-	switch k := r.IntN(112); {
+	switch k := r.IntN(116); {
 	case k < 25: // submit
 		sess := sessions[r.IntN(len(sessions))]
 		e := &events.TaskSubmitted{Header: s.h(sess), TaskID: s.id("t"), Kind: kinds[r.IntN(len(kinds))], Input: []byte(`{}`),
@@ -160,7 +160,7 @@ func (s *sim) step() {
 		}
 		s.apply(&events.TaskExtended{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts,
 			LeaseExpiresAt: s.now + 1 + int64(r.IntN(40))})
-	default: // a release: pending again (at once or later), or canceled if a cancel was requested
+	case k < 112: // a release: pending again (at once or later), or canceled if a cancel was requested
 		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool { return x.State == events.StateRunning })
 		if !ok {
 			return
@@ -168,6 +168,19 @@ func (s *sim) step() {
 		s.apply(&events.TaskReleased{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts,
 			RunAt: s.now + int64(r.IntN(3)*r.IntN(20)), Reason: "retry"})
 		s.completionWake(x.ID)
+	default: // an operator's retry of a failed or canceled task: pending again, attempts kept
+		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool {
+			if !x.Retryable() {
+				return false
+			}
+			w, _ := s.m.Wake(x.CompletionWakeID)
+			return x.CompletionWakeID == "" || w != nil && w.Acked
+		})
+		if !ok {
+			return
+		}
+		s.apply(&events.TaskRetried{Header: s.h(x.SessionID), TaskID: x.ID, Attempts: x.Attempts,
+			RunAt: s.now + int64(r.IntN(2)*r.IntN(20))})
 	}
 }
 
@@ -327,6 +340,10 @@ func mutants(r *rand.Rand, ev events.Event) []events.Event {
 		clone(func(c events.Event) { c.(*events.TaskReleased).Attempt-- })
 		clone(func(c events.Event) { c.(*events.TaskReleased).RunAt = e.At - 1 })
 		clone(func(c events.Event) { c.(*events.TaskReleased).TaskID = "nope" })
+	case *events.TaskRetried:
+		clone(func(c events.Event) { c.(*events.TaskRetried).Attempts++ })
+		clone(func(c events.Event) { c.(*events.TaskRetried).RunAt = e.At - 1 })
+		clone(func(c events.Event) { c.(*events.TaskRetried).TaskID = "nope" })
 	}
 	return out
 }
@@ -364,6 +381,9 @@ func cloneEvent(ev events.Event) events.Event {
 		c := *e
 		return &c
 	case *events.TaskReleased:
+		c := *e
+		return &c
+	case *events.TaskRetried:
 		c := *e
 		return &c
 	}

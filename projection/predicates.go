@@ -1,5 +1,7 @@
 package projection
 
+import "github.com/worklog/worklog/events"
+
 // The predicates below are the rules the fold (Apply) checks and the decide code (package
 // work) consults before it appends an event. Each is written here once, so the two cannot
 // drift: a delivery that decide lets settle is one the fold accepts, and a rejection decide
@@ -61,6 +63,12 @@ func (t *Task) ClaimableAt(now int64) bool {
 func (w *Wake) ClaimableAt(now int64) bool {
 	at, ok := w.AvailableAt()
 	return ok && at <= now
+}
+
+// Retryable reports whether an operator may retry the task (events.TaskRetried): it ended
+// failed or canceled. A succeeded task is done; a pending or running one has not ended.
+func (t *Task) Retryable() bool {
+	return t.State == events.StateFailed || t.State == events.StateCanceled
 }
 
 // CompletionWakeDue reports whether the task's completion wake is to be recorded now: its

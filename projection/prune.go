@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/google/btree"
@@ -47,6 +48,23 @@ func (w *Wake) PruneAt() (int64, bool) {
 	return w.AckedAt, true
 }
 
+// DetachedPruneAt is the time from which a completion wake is prunable on its own, and
+// whether it is: when t, its task, no longer names it as its completion wake because the task
+// was retried after it was recorded (events.TaskRetried, which requires it acknowledged).
+// Such a wake is prunable at once, by any prune (math.MinInt64): retention takes subjects
+// oldest first, so it always goes before (or with) its task, whatever times the callers
+// gave, and no retained event ever names a pruned task. The task's current completion wake
+// goes with the task (Task.PruneAt).
+func (w *Wake) DetachedPruneAt(t *Task) (int64, bool) {
+	if w.Reason != events.WakeTaskFinished || !w.Acked {
+		return 0, false
+	}
+	if t != nil && t.CompletionWakeID == w.ID {
+		return 0, false
+	}
+	return math.MinInt64, true
+}
+
 // PrunableBefore reports whether a subject prunable from at is pruned by a Prune(before):
 // strictly before, as the spec says ("finished before before").
 func PrunableBefore(at, before int64) bool { return at < before }
@@ -69,6 +87,8 @@ func comparePruneEntries(a, b PruneEntry) int {
 // keeps none. The type assertion costs only where a task ends or a wake is acknowledged.
 type PruneIndexer interface {
 	PutPrunable(PruneEntry) error
+	// DeletePrunable removes an entry: a retried task is no longer prunable.
+	DeletePrunable(PruneEntry) error
 }
 
 // PruneState is a State that can prune: it reads the retention index and removes records.
@@ -79,7 +99,6 @@ type PruneState interface {
 	// ScanPrunable calls fn with the retention index's entries with At < before, in order,
 	// until fn returns false.
 	ScanPrunable(before int64, fn func(PruneEntry) bool) error
-	DeletePrunable(PruneEntry) error
 	DeleteTask(id string) error
 	DeleteWake(id string) error
 	DeleteTaskKey(sessionID, key string) error
@@ -115,8 +134,11 @@ func indexPrunableWake(s State, w *Wake) error {
 		return nil
 	}
 	t, err := s.EditTask(w.TaskID) // read only: the task does not change
-	if err != nil || t == nil {
-		return err // a completion wake's task exists (wakeRecordedRule)
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		return nil // a completion wake's task exists (wakeRecordedRule; a retry needs it acknowledged)
 	}
 	return indexPrunableTask(s, t, w)
 }
@@ -159,7 +181,15 @@ func PruneSubject(s PruneState, e PruneEntry, before int64) (Pruned, error) {
 		if w == nil {
 			return Pruned{}, bad("no such wake")
 		}
-		if at, ok := w.PruneAt(); !ok || at != e.At || w.RecordSeq != e.Seq {
+		at, ok := w.PruneAt()
+		if !ok && w.Reason == events.WakeTaskFinished { // a retried task's earlier completion wake
+			t, err := s.EditTask(w.TaskID)
+			if err != nil {
+				return Pruned{}, err
+			}
+			at, ok = w.DetachedPruneAt(t)
+		}
+		if !ok || at != e.At || w.RecordSeq != e.Seq {
 			return Pruned{}, bad("the wake is not prunable from then")
 		}
 		if err := removeWake(s, w); err != nil {
@@ -371,7 +401,11 @@ func (m *Mem) buildPrune() {
 		}
 	}
 	for _, w := range m.wakes {
-		if at, ok := w.PruneAt(); ok {
+		at, ok := w.PruneAt()
+		if !ok && w.Reason == events.WakeTaskFinished {
+			at, ok = w.DetachedPruneAt(m.tasks[w.TaskID])
+		}
+		if ok {
 			es = append(es, PruneEntry{At: at, Seq: w.RecordSeq, ID: w.ID, Wake: true})
 		}
 	}

@@ -34,6 +34,11 @@ type Task struct {
 	CompletionWakeID  string // the one completion wake, once recorded
 	RejectedAttempt   uint32 // highest attempt whose stale settlement was recorded (bounds audit)
 	UpdatedSeq        uint64 // sequence of the last event that changed this record
+
+	// Fields appended after format 4 (records only ever gain fields at the end; a record
+	// written before them decodes with them zero).
+	AttemptsAtRetry uint32 // Attempts when the task was last retried (task_retried); 0 if never
+	Priority        int64  // claim order among due tasks: higher first (task_submitted v3)
 }
 
 // Claimed reports whether the task is held by a claim.

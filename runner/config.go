@@ -57,7 +57,10 @@ type Config struct {
 	Heartbeat time.Duration
 	// MaxAttempts is the number of attempts a task gets (claims, redeliveries after a crash
 	// included): an error on the last one fails the task, and a task claimed beyond it
-	// (its earlier workers died) fails without running. 0: DefaultMaxAttempts.
+	// (its earlier workers died) fails without running. 0: DefaultMaxAttempts. Only the
+	// attempts since the task was last retried count (work.Task.AttemptsAtRetry): a task an
+	// operator retries with Session.Retry gets MaxAttempts more, and Backoff's attempt
+	// starts again at 1.
 	//
 	// The collateral cost of a poison task: a task that kills the process (a crash, an
 	// os.Exit, a fatal error a recover cannot catch) costs an attempt to every task this

@@ -84,9 +84,9 @@ func (r *Runner) runTask(t *task) *task {
 		// Canceled while an earlier worker held it: nothing to run.
 		t.canceled.Store(true)
 		err = ErrCancelRequested
-	case d.Attempt > r.maxAttempts:
+	case runAttempt(d) > r.maxAttempts:
 		// Its earlier workers died (or their leases ran out) with every attempt.
-		err = Permanent(fmt.Errorf("attempt %d is beyond MaxAttempts %d: earlier attempts never reported", d.Attempt, r.maxAttempts))
+		err = Permanent(fmt.Errorf("attempt %d is beyond MaxAttempts %d: earlier attempts never reported", runAttempt(d), r.maxAttempts))
 	default:
 		ran = true
 		out, err = r.call(ctx, r.cfg.Handlers[d.Task.Kind], d.Task)
@@ -113,7 +113,7 @@ func (r *Runner) runTask(t *task) *task {
 	case t.canceled.Load():
 		o := work.Cancellation()
 		f.settle.Outcome, f.res.Result = &o, Canceled
-	case IsPermanent(err) || d.Attempt >= r.maxAttempts:
+	case IsPermanent(err) || runAttempt(d) >= r.maxAttempts:
 		o := work.Failure(message(err))
 		f.settle.Outcome, f.res.Result = &o, Failed
 	default:
@@ -146,8 +146,19 @@ func (r *Runner) backoff(d work.TaskDelivery, err error) (wait time.Duration) {
 		if v := recover(); v != nil {
 			r.log.Error("runner: Config.Backoff panicked (recovered); the default backoff is used",
 				"task", d.Task.ID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			wait = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)(d.Attempt, err)
+			wait = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)(runAttempt(d), err)
 		}
 	}()
-	return max(r.cfg.Backoff(d.Attempt, err), 0)
+	return max(r.cfg.Backoff(runAttempt(d), err), 0)
+}
+
+// runAttempt is d's attempt as MaxAttempts and Backoff count it: the attempts since the
+// task was last retried by an operator (work.Session.Retry), which gives a task that had
+// exhausted MaxAttempts as many again. Attempt numbers in the log never repeat; this count
+// starts at 1 after each retry.
+func runAttempt(d work.TaskDelivery) uint32 {
+	if d.Attempt <= d.Task.AttemptsAtRetry { // not a delivery of this task's current run
+		return d.Attempt
+	}
+	return d.Attempt - d.Task.AttemptsAtRetry
 }

@@ -23,7 +23,7 @@ import (
 //
 // A Backend may implement more: New resolves, once, which of the optional interfaces below b
 // implements (RunningBackend, WakeAckerAt, LogReader, Verifier, Pruner, Waiter,
-// Checkpointer, Clock), and the queue's methods that need one call it. A method whose
+// Checkpointer, Clock, SessionBackend), and the queue's methods that need one call it. A method whose
 // capability the backend lacks returns an ErrBackend error naming the interface, never a
 // silent no-op. worklog's own backend (Queue.Backend of a queue from NewInMemory, Open or
 // postgres.Open) implements them all, so New(q.Backend()) is a full second queue over q's
@@ -96,6 +96,7 @@ type backendCaps struct {
 	wait       Waiter
 	checkpoint Checkpointer
 	clock      Clock
+	session    SessionBackend
 }
 
 func resolveBackendCaps(b Backend) backendCaps {
@@ -108,6 +109,7 @@ func resolveBackendCaps(b Backend) backendCaps {
 	c.wait, _ = b.(Waiter)
 	c.checkpoint, _ = b.(Checkpointer)
 	c.clock, _ = b.(Clock)
+	c.session, _ = b.(SessionBackend)
 	return c
 }
 

@@ -118,6 +118,8 @@ func TestNewNamesTheMissingCapability(t *testing.T) {
 		{"work.Waiter", func() error { return q.WaitWakes(ctx) }},
 		{"work.Checkpointer", func() error { return q.Checkpoint(t.TempDir() + "/copy") }},
 		{"work.RunningBackend", func() error { _, err := q.Stats(ctx); return err }},
+		{"work.SessionBackend", func() error { _, err := q.Session("s").TaskByKey(ctx, "k"); return err }},
+		{"work.SessionBackend", func() error { _, err := q.Session("s").RetryAt(ctx, "t", now, now); return err }},
 	}
 	for _, c := range calls {
 		err := c.call()

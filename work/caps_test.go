@@ -31,7 +31,7 @@ func TestEngineCapsResolved(t *testing.T) {
 		}
 		bc := c.q.caps
 		if bc.running == nil || bc.ackAt == nil || bc.log == nil || bc.verify == nil || bc.prune == nil ||
-			bc.wait == nil || bc.checkpoint == nil || bc.clock == nil {
+			bc.wait == nil || bc.checkpoint == nil || bc.clock == nil || bc.session == nil {
 			t.Errorf("%s: backend caps %+v: worklog's backend lacks one", c.name, bc)
 		}
 	}

@@ -110,12 +110,13 @@ func (b *logBackend) taskSnapshot(t *projection.Task) Task { return b.taskSnapsh
 func (b *logBackend) taskSnapshotOf(t *projection.Task, viewed bool) Task {
 	out := Task{
 		ID: t.ID, SessionID: t.SessionID, Kind: t.Kind,
-		Input:          b.value(t.Input),
-		State:          TaskState(t.State),
-		IdempotencyKey: t.IdempotencyKey,
-		ScheduledAt:    fromNanos(t.ScheduledAt),
-		CreatedAt:      fromNanos(t.CreatedAt),
-		Attempts:       t.Attempts,
+		Input:           b.value(t.Input),
+		State:           TaskState(t.State),
+		IdempotencyKey:  t.IdempotencyKey,
+		ScheduledAt:     fromNanos(t.ScheduledAt),
+		CreatedAt:       fromNanos(t.CreatedAt),
+		Attempts:        t.Attempts,
+		AttemptsAtRetry: t.AttemptsAtRetry,
 	}
 	if t.CancelRequested {
 		out.CancelRequestedAt = fromNanos(t.CancelRequestedAt)

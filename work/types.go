@@ -114,6 +114,7 @@ type Task struct {
 	Attempts            uint32    // claims so far, redeliveries included
 	FinishedAt          time.Time // zero: not terminal
 	Outcome             *Outcome  // nil until terminal
+	AttemptsAtRetry     uint32    // Attempts when the task was last retried (Session.Retry); 0 if never
 }
 
 // TaskDelivery is a leased, at-least-once delivery of a task to a worker. Its lease token

@@ -40,7 +40,7 @@ const (
 func eventSignal(t events.Type) (sig uint8, ok bool) {
 	switch t {
 	case events.TypeTaskSubmitted, events.TypeTaskReleased, events.TypeTaskExtended,
-		events.TypeTaskCancelRequested:
+		events.TypeTaskCancelRequested, events.TypeTaskRetried:
 		return sigTasks, true
 	case events.TypeWakeRecorded:
 		return sigWakes, true

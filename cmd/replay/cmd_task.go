@@ -333,6 +333,17 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 		}
 		return fmt.Sprintf("released by attempt %d: owns the claim → pending again %s%s, no claim; attempts stay %d, the next claim is attempt %d",
 			e.Attempt, when, reason, b.Attempts, b.Attempts+1)
+	case *events.TaskRetried:
+		when := "at once (" + fmtTime(h.At) + ")"
+		if e.RunAt > h.At {
+			when = "at " + fmtTime(e.RunAt)
+		}
+		r := fmt.Sprintf("retried by an operator: %s after %d attempt(s) → pending again %s; outcome and finish cleared, attempts stay %d, the next claim is attempt %d (a runner's MaxAttempts counts from here)",
+			b.State, e.Attempts, when, e.Attempts, e.Attempts+1)
+		if b.CompletionWakeID != "" {
+			r += fmt.Sprintf("; completion wake %s stays recorded, and the next end records a new one", b.CompletionWakeID)
+		}
+		return r
 	}
 	return ""
 }

@@ -205,6 +205,10 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		if e.Reason != "" {
 			add("reason=%s", shortWord(e.Reason, 80))
 		}
+	case *events.TaskRetried:
+		add("task=%s", e.TaskID)
+		add("attempts=%d", e.Attempts)
+		add("run_at=%s", fmtTime(e.RunAt))
 	default:
 		return subjectDetails(ev), false
 	}
@@ -247,6 +251,7 @@ type eventJSON struct {
 	TaskID           string          `json:"task_id,omitempty"`
 	WakeID           string          `json:"wake_id,omitempty"`
 	Attempt          uint32          `json:"attempt,omitempty"`
+	Attempts         uint32          `json:"attempts,omitempty"` // task_retried: the task's attempts at the retry
 	Kind             string          `json:"kind,omitempty"`
 	Input            json.RawMessage `json:"input,omitempty"`
 	RunAt            string          `json:"run_at,omitempty"`
@@ -309,6 +314,8 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 	case *events.TaskReleased:
 		// reason is the worker's own text here (whole: up to 64 KiB), not a reject reason.
 		j.TaskID, j.Attempt, j.RunAt, j.Reason = e.TaskID, e.Attempt, jsonTime(e.RunAt), e.Reason
+	case *events.TaskRetried:
+		j.TaskID, j.Attempts, j.RunAt = e.TaskID, e.Attempts, jsonTime(e.RunAt)
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false
@@ -336,6 +343,7 @@ type taskJSON struct {
 	Outcome           *outcomeJSON    `json:"outcome,omitempty"`
 	CompletionWakeID  string          `json:"completion_wake_id,omitempty"`
 	RejectedAttempt   uint32          `json:"rejected_attempt,omitempty"`
+	AttemptsAtRetry   uint32          `json:"attempts_at_retry,omitempty"`
 	SubmitSeq         uint64          `json:"submit_seq"`
 	UpdatedSeq        uint64          `json:"updated_seq"`
 }
@@ -345,7 +353,7 @@ func (a *app) taskJSON(t *projection.Task) *taskJSON {
 		ID: t.ID, Session: t.SessionID, Kind: t.Kind, State: t.State.String(), Attempts: t.Attempts,
 		Input: compactJSON(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
 		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
-		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt,
+		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt, AttemptsAtRetry: t.AttemptsAtRetry,
 		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq,
 	}
 	if t.HasRunAt {

@@ -60,6 +60,7 @@ const (
 	markRecorded  markKind = "recorded"
 	markExtended  markKind = "extended" // a heartbeat moved a lease's expiry
 	markReleased  markKind = "released" // a delivery gave its task back
+	markRetried   markKind = "retried"  // an operator retried a failed or canceled task
 	markUnknown   markKind = "unknown"  // an event type add has no case for (see unknownEventNote)
 )
 
@@ -281,6 +282,18 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 			m.Text += ", reason " + shortWord(e.Reason, 80)
 		}
 		t.Marks = append(t.Marks, m)
+	case *events.TaskRetried:
+		t := s.task(e.TaskID)
+		was := t.State
+		t.State, t.DueAt, t.Outcome, t.FinishedAt = events.StatePending, e.RunAt, events.Outcome{}, 0
+		t.CancelRequested, t.CancelAt, t.CompletionWake = false, 0, ""
+		t.Waits = append(t.Waits, &waitSpan{From: h.At, DueAt: e.RunAt})
+		when := "at once"
+		if e.RunAt > h.At {
+			when = fmt.Sprintf("at %s (in %s)", s.when(e.RunAt), fmtDuration(time.Duration(e.RunAt-h.At)))
+		}
+		t.Marks = append(t.Marks, ev1(markRetried, "retried after %d attempt(s) (was %s): pending again %s; the next claim is attempt %d",
+			e.Attempts, was, when, e.Attempts+1))
 	case *events.WakeRecorded:
 		w := &wakeStory{ID: e.WakeID, Reason: e.Reason, TaskID: e.TaskID, Outcome: e.Outcome, Payload: e.Payload,
 			Key: e.IdempotencyKey, RecordSeq: h.Seq, CreatedAt: h.At}

@@ -26,7 +26,7 @@ import (
 // array or map belongs.
 
 const (
-	taskFields = 23
+	taskFields = 25
 	wakeFields = 17
 )
 
@@ -82,7 +82,9 @@ func AppendTask(b []byte, t *projection.Task) []byte {
 	b = msgp.AppendStr(b, t.SettledToken)
 	b = msgp.AppendStr(b, t.CompletionWakeID)
 	b = msgp.AppendUint32(b, t.RejectedAttempt)
-	return msgp.AppendUint64(b, t.UpdatedSeq)
+	b = msgp.AppendUint64(b, t.UpdatedSeq)
+	b = msgp.AppendUint32(b, t.AttemptsAtRetry)
+	return msgp.AppendInt64(b, t.Priority)
 }
 
 // AppendWake appends the record of x.
@@ -275,6 +277,8 @@ func DecodeTask(key, v []byte) (*projection.Task, error) {
 	t.CompletionWakeID = r.fstr()
 	t.RejectedAttempt = uint32(r.fuint(32))
 	t.UpdatedSeq = r.fuint(64)
+	t.AttemptsAtRetry = uint32(r.fuint(32))
+	t.Priority = r.fint()
 	r.end()
 	if r.err != nil {
 		return nil, &DecodeError{Key: key, Err: r.err}

@@ -53,7 +53,7 @@ func randTask(r *rand.Rand) *projection.Task {
 		CancelRequestedAt: randInt(r), Attempts: r.Uint32(), LeaseToken: randStr(r),
 		LeaseExpiresAt: randInt(r), FinishedAt: randInt(r), Outcome: randOutcome(r),
 		SettledToken: randStr(r), CompletionWakeID: randStr(r), RejectedAttempt: r.Uint32(),
-		UpdatedSeq: r.Uint64(),
+		UpdatedSeq: r.Uint64(), AttemptsAtRetry: r.Uint32(), Priority: randInt(r),
 	}
 }
 
@@ -313,12 +313,18 @@ var recordFixtures = []recordFixture{
 		Outcome:      events.Outcome{State: events.StateSucceeded, Summary: "done", Output: []byte(`{"ok":true}`)},
 		SettledToken: gToken, CompletionWakeID: gWake, RejectedAttempt: math.MaxUint32, UpdatedSeq: 1 << 40,
 	}},
+	{name: "task_retried", task: &projection.Task{
+		ID: gTask, SessionID: gSession, Kind: "report", Input: []byte(`{}`),
+		CreatedAt: gAt, ScheduledAt: gAt + 60e9, SubmitSeq: 9, State: events.StatePending,
+		Attempts: 4, UpdatedSeq: 77, AttemptsAtRetry: 4, Priority: -1000,
+	}},
 	{name: "task_wide", task: &projection.Task{
 		ID: strings.Repeat("i", 31), SessionID: strings.Repeat("s", 32), Kind: strings.Repeat("k", 255),
 		Input: bytes.Repeat([]byte{0xa5}, 65536), IdempotencyKey: strings.Repeat("y", 256),
 		State: events.StateFailed, LeaseToken: strings.Repeat("t", 300),
 		Outcome: events.Outcome{State: events.StateFailed, Summary: strings.Repeat("m", 65536),
 			Output: bytes.Repeat([]byte{1}, 256), Error: strings.Repeat("e", 255)},
+		AttemptsAtRetry: math.MaxUint32, Priority: 1000,
 	}},
 	{name: "wake_requested", wake: &projection.Wake{
 		ID: gWake, SessionID: gSession, Reason: events.WakeRequested, Payload: []byte(`{"n":1}`),
@@ -396,5 +402,33 @@ func TestRecordGolden(t *testing.T) {
 				t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, f.wake)
 			}
 		})
+	}
+}
+
+// TestRecordGoldenTask23 reads the task records written before AttemptsAtRetry and Priority
+// were appended (23 fields, store formats 1–4; testdata/records/task23, never rewritten): they
+// decode to their fixtures with the two fields zero, so stores written before still read.
+func TestRecordGoldenTask23(t *testing.T) {
+	for _, f := range recordFixtures {
+		if f.task == nil {
+			continue
+		}
+		path := filepath.Join(recordGoldenDir, "task23", f.name+".bin")
+		b, err := os.ReadFile(path)
+		if os.IsNotExist(err) {
+			continue // a fixture added with the 25-field layout
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != 0xdc || b[1] != 0 || b[2] != 23 {
+			t.Fatalf("%s: not a 23-field array (% x)", path, b[:3])
+		}
+		want := *f.task
+		want.AttemptsAtRetry, want.Priority = 0, 0
+		back, err := DecodeTask([]byte(f.name), b)
+		if err != nil || !reflect.DeepEqual(back, &want) {
+			t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, &want)
+		}
 	}
 }

@@ -69,6 +69,7 @@ func scenarios() []scenario {
 		runningScenarios(),
 		pruneScenarios(),
 		workerScenarios(),
+		sessionScenarios(),
 	} {
 		all = append(all, group...)
 	}

@@ -1,0 +1,401 @@
+package worktest
+
+import (
+	"math"
+	"time"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/work"
+)
+
+// sessionScenarios cover the session methods of part 3 of the API
+// (shared/spec/work-api-3.md, "Finding a task by its key; retrying a finished task", "Batch
+// submit"): Session.TaskByKey, Session.Retry and Session.SubmitMany. Every rule and every
+// error of each has a case.
+func sessionScenarios() []scenario {
+	return []scenario{
+		{"task_by_key/finds_the_task_in_any_state", taskByKeyStates},
+		{"task_by_key/none_foreign_and_pruned", taskByKeyNone},
+		{"task_by_key/validation", taskByKeyValidation},
+
+		{"retry/a_failed_task_runs_again", retryFailed},
+		{"retry/a_canceled_task_at_run_at", retryCanceled},
+		{"retry/a_new_completion_wake_each_finish", retryCompletionWakes},
+		{"retry/only_failed_or_canceled", retryStates},
+		{"retry/unknown_foreign_and_pruned", retryNotFound},
+		{"retry/retention_after_a_retry", retryRetention},
+		{"retry/reopen_keeps_the_retry", retryReopen},
+		{"retry/validation", retryValidation},
+	}
+}
+
+// taskByKey calls TaskByKey, which must succeed.
+func (e *env) taskByKey(session, key string) work.Task {
+	e.t.Helper()
+	t, err := e.q.Session(session).TaskByKey(e.ctx, key)
+	e.ok("TaskByKey", err)
+	return t
+}
+
+// taskByKeyErr calls TaskByKey, which must fail with the zero Task.
+func (e *env) taskByKeyErr(session, key string) error {
+	e.t.Helper()
+	t, err := e.q.Session(session).TaskByKey(e.ctx, key)
+	if err == nil {
+		e.t.Fatalf("TaskByKey(%q) found %s, want an error", key, t.ID)
+	}
+	e.zeroOnError("TaskByKey", t)
+	return err
+}
+
+// retry calls RetryAt, which must succeed and append exactly one task_retried, which it
+// checks; it returns the task.
+func (e *env) retry(session, id string, runAt, now time.Time) work.Task {
+	e.t.Helper()
+	before := e.mustTask(session, id)
+	n := e.lastSeq()
+	t, err := e.q.Session(session).RetryAt(e.ctx, id, runAt, now)
+	e.ok("RetryAt", err)
+	evs := e.after(n)
+	if len(evs) != 1 || evs[0].Type() != events.TypeTaskRetried {
+		e.t.Fatalf("a retry appended %v, want [task_retried]", typesOf(evs))
+	}
+	ev := evs[0].(*events.TaskRetried)
+	want := runAt
+	if !runAt.After(now) {
+		want = now
+	}
+	if ev.TaskID != id || ev.SessionID != session || ev.At != now.UnixNano() || ev.Attempts != before.Attempts ||
+		ev.RunAt != want.UnixNano() {
+		e.t.Errorf("task_retried %+v, want task %s attempts %d run at %d", ev, id, before.Attempts, want.UnixNano())
+	}
+	// Pending at max(runAt, now), the request and attempts kept, the end of the run cleared.
+	exp := before
+	exp.State, exp.ScheduledAt = work.TaskPending, want
+	exp.FinishedAt, exp.Outcome, exp.CancelRequestedAt = time.Time{}, nil, time.Time{}
+	e.sameTask("the retried task", t, exp)
+	if t.AttemptsAtRetry != before.Attempts {
+		e.t.Errorf("retried task: AttemptsAtRetry %d, want its attempts %d", t.AttemptsAtRetry, before.Attempts)
+	}
+	e.sameTask("the retried task read back", e.mustTask(session, id), exp)
+	return t
+}
+
+// retryErr calls RetryAt, which must fail, return the zero Task and append nothing.
+func (e *env) retryErr(session, id string, runAt, now time.Time) error {
+	e.t.Helper()
+	n := e.lastSeq()
+	t, err := e.q.Session(session).RetryAt(e.ctx, id, runAt, now)
+	if err == nil {
+		e.t.Fatalf("RetryAt(%s) succeeded (state %s), want an error", id, t.State)
+	}
+	e.zeroOnError("RetryAt", t)
+	if evs := e.after(n); len(evs) != 0 {
+		e.t.Errorf("a refused retry appended %v", typesOf(evs))
+	}
+	return err
+}
+
+// lastSeq is the sequence of the live queue's last retained event (0: none), on a pruned
+// log too (logLen counts from seq 1).
+func (e *env) lastSeq() uint64 {
+	e.t.Helper()
+	var last uint64
+	e.ok("ReadLog", e.q.ReadLog(e.ctx, 0, func(ev events.Event) error { last = ev.Head().Seq; return nil }))
+	return last
+}
+
+// after returns the events with a sequence after seq.
+func (e *env) after(seq uint64) []events.Event {
+	e.t.Helper()
+	var out []events.Event
+	e.ok("ReadLog", e.q.ReadLog(e.ctx, seq+1, func(ev events.Event) error { out = append(out, ev); return nil }))
+	return out
+}
+
+func taskByKeyStates(e *env) {
+	const s = "session_by_key"
+	req := work.TaskRequest{Kind: "mail", Input: js(`{"to":"a"}`), IdempotencyKey: "order-1", Wake: work.WakeOnCompletion}
+	t := e.submit(s, req, at(1))
+	e.submit(s, work.TaskRequest{Kind: "mail", IdempotencyKey: "order-2"}, at(1))
+	n := e.logLen()
+	e.sameTask("TaskByKey of a pending task", e.taskByKey(s, "order-1"), t)
+	e.nothingAppended("TaskByKey", n)
+
+	d := e.claimOne(at(2))
+	if d.Task.ID != t.ID {
+		e.t.Fatalf("claimed %s, want %s", d.Task.ID, t.ID)
+	}
+	e.sameTask("TaskByKey of a running task", e.taskByKey(s, "order-1"), e.mustTask(s, t.ID))
+	done := e.finish(d, work.Failure("smtp down"), at(3))
+	got := e.taskByKey(s, "order-1")
+	e.sameTask("TaskByKey of a failed task", got, done)
+	// The key is the key, not a prefix or a pattern; keys are exact.
+	if other := e.taskByKey(s, "order-2"); other.ID == t.ID {
+		e.t.Error("TaskByKey(order-2) found order-1's task")
+	}
+	// What a conflicting resubmit names is what TaskByKey finds.
+	err := e.submitErr(s, work.TaskRequest{Kind: "mail", IdempotencyKey: "order-1"}, at(4))
+	if we := e.wantErr("a conflicting resubmit", err, work.ErrIdempotencyConflict); we != nil && we.ID != got.ID {
+		e.t.Errorf("the conflict names %q, TaskByKey found %s", we.ID, got.ID)
+	}
+}
+
+func taskByKeyNone(e *env) {
+	const s = "session_by_key_none"
+	err := e.taskByKeyErr(s, "never-used")
+	if we := e.wantErr("TaskByKey of an unused key", err, work.ErrTaskNotFound); we != nil && we.ID != "never-used" {
+		e.t.Errorf("not found names %q, want the key", we.ID)
+	}
+	t := e.submit(s, work.TaskRequest{Kind: "k", IdempotencyKey: "mine"}, at(1))
+	// Keys are per session: another session's key names nothing here.
+	e.wantErr("TaskByKey from another session", e.taskByKeyErr("session_other", "mine"), work.ErrTaskNotFound)
+	// A task without a key is found by no key; the wake key namespace is separate.
+	e.submit(s, work.TaskRequest{Kind: "k"}, at(1))
+	e.wake(s, work.WakeRequest{Payload: js(`1`), IdempotencyKey: "wake-key"}, at(1))
+	e.wantErr("TaskByKey of a wake's key", e.taskByKeyErr(s, "wake-key"), work.ErrTaskNotFound)
+
+	// Once its task is pruned the key names nothing.
+	d := e.claimOne(at(2))
+	if d.Task.ID != t.ID {
+		e.t.Fatalf("claimed %s, want %s", d.Task.ID, t.ID)
+	}
+	e.finish(d, work.Success(nil), at(3))
+	e.prune(at(4), 1, 0) // the task; the direct wake is not acknowledged
+	e.wantErr("TaskByKey of a pruned task", e.taskByKeyErr(s, "mine"), work.ErrTaskNotFound)
+}
+
+func taskByKeyValidation(e *env) {
+	for _, key := range []string{"", " ", "\t\n"} {
+		e.wantInvalid("TaskByKey("+key+")", e.taskByKeyErr("s", key), "idempotency_key")
+	}
+	e.wantInvalid("TaskByKey of a blank session", e.taskByKeyErr(" ", "k"), "session_id")
+}
+
+func retryFailed(e *env) {
+	const s = "session_retry"
+	req := work.TaskRequest{Kind: "charge", Input: js(`{"cents":100}`), IdempotencyKey: "charge-1"}
+	t := e.submit(s, req, at(10))
+	for i := uint32(1); i <= 2; i++ { // attempt 1 expires, attempt 2 fails
+		d := e.claimOne(at(10 + 100*int(i)))
+		if d.Attempt != i {
+			e.t.Fatalf("claim %d: attempt %d", i, d.Attempt)
+		}
+		if i == 2 {
+			e.finish(d, work.Failure("card declined"), at(250))
+		}
+	}
+	e.stats("before the retry", at(260), statsWant{
+		total: work.StateCounts{Failed: 1}, kinds: []work.KindStats{{Kind: "charge", StateCounts: work.StateCounts{Failed: 1}}},
+	})
+	// runAt before now: pending at now.
+	got := e.retry(s, t.ID, at(100), at(300))
+	if got.ID != t.ID || got.Attempts != 2 || got.AttemptsAtRetry != 2 {
+		e.t.Errorf("retried: %s attempts %d at retry %d, want %s 2 and 2", got.ID, got.Attempts, got.AttemptsAtRetry, t.ID)
+	}
+	e.stats("after the retry", at(300), statsWant{
+		total: work.StateCounts{Pending: 1}, kinds: []work.KindStats{{Kind: "charge", StateCounts: work.StateCounts{Pending: 1}}},
+		due: 1, oldest: at(300),
+	})
+	// The key still names it, and an equal resubmit returns it as it is now.
+	e.sameTask("TaskByKey after the retry", e.taskByKey(s, "charge-1"), got)
+	e.sameTask("an equal resubmit after the retry", e.submit(s, req, at(301)), got)
+	// It is in the session's list once, as before.
+	if l := e.list(s, work.TaskFilter{Limit: 10}); len(l) != 1 || l[0].ID != t.ID {
+		e.t.Errorf("Tasks after the retry: %v, want [%s]", idsOf(l), t.ID)
+	}
+	// Attempt numbers never repeat: the next claim is attempt 3, with a fresh token.
+	d := e.claimOne(at(300))
+	if d.Task.ID != t.ID || d.Attempt != 3 || d.Task.AttemptsAtRetry != 2 {
+		e.t.Fatalf("claim after the retry: %s attempt %d (at retry %d), want attempt 3", d.Task.ID, d.Attempt, d.Task.AttemptsAtRetry)
+	}
+	done := e.finish(d, work.Success(js(`"paid"`)), at(301))
+	if done.State != work.TaskSucceeded || done.Attempts != 3 {
+		e.t.Errorf("finished after the retry: %s attempts %d", done.State, done.Attempts)
+	}
+}
+
+func retryCanceled(e *env) {
+	const s = "session_retry_cancel"
+	// Canceled while pending (never claimed): attempts 0.
+	p := e.submit(s, work.TaskRequest{Kind: "k"}, at(1))
+	e.cancel(s, p.ID, at(2))
+	got := e.retry(s, p.ID, at(50), at(10)) // runAt after now: pending at runAt
+	if got.Attempts != 0 || got.AttemptsAtRetry != 0 || !got.CancelRequestedAt.IsZero() {
+		e.t.Errorf("retried canceled task: %+v", got)
+	}
+	e.claimNone(at(49))
+	dp := e.claimOne(at(50))
+	if dp.Task.ID != p.ID || dp.Attempt != 1 {
+		e.t.Errorf("claim at run_at: %s attempt %d", dp.Task.ID, dp.Attempt)
+	}
+	e.finish(dp, work.Success(nil), at(51))
+
+	// Canceled by its worker after a cancel request: the request is cleared, so the next
+	// run is not told to stop.
+	r := e.submit(s, work.TaskRequest{Kind: "r"}, at(100))
+	d := e.claimOne(at(100))
+	if d.Task.ID != r.ID {
+		e.t.Fatalf("claimed %s, want %s", d.Task.ID, r.ID)
+	}
+	if c := e.cancel(s, r.ID, at(101)); c.CancelRequestedAt.IsZero() {
+		e.t.Fatal("cancel request not recorded")
+	}
+	e.finish(d, work.Cancellation(), at(102))
+	e.retry(s, r.ID, time.Time{}, at(103)) // zero runAt: at once
+	d2 := e.claimOne(at(103))
+	if d2.Task.ID != r.ID || d2.Attempt != 2 || !d2.Task.CancelRequestedAt.IsZero() {
+		e.t.Errorf("claim after retrying a canceled task: %s attempt %d cancel %v", d2.Task.ID, d2.Attempt, d2.Task.CancelRequestedAt)
+	}
+	// A heartbeat does not see the old request either.
+	if x := e.extend(d2, lease, at(104)); !x.Task.CancelRequestedAt.IsZero() {
+		e.t.Error("the retried task still reports the old cancel request")
+	}
+}
+
+func retryCompletionWakes(e *env) {
+	const s = "session_retry_wakes"
+	t := e.submit(s, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion}, at(1))
+	d := e.claimOne(at(1))
+	e.finish(d, work.Failure("first"), at(2))
+	first := e.claimWakeOne(at(3))
+	if first.Wake.Reason.TaskID != t.ID || first.Wake.Reason.State != work.TaskFailed {
+		e.t.Fatalf("first completion wake %+v", first.Wake.Reason)
+	}
+	// Not retried before the first wake is acknowledged: the wake would outlive the task.
+	e.wantErr("RetryAt before the completion wake is acknowledged", e.retryErr(s, t.ID, at(4), at(4)), work.ErrInvalidTransition)
+	e.ok("AckWakeAt of the first run's wake", e.ack(first, at(5)))
+	e.retry(s, t.ID, at(5), at(5))
+
+	d2 := e.claimOne(at(6))
+	n := e.logLen()
+	e.finish(d2, work.Failure("second"), at(7))
+	evs := e.appended("the second finish", n, events.TypeTaskSettled, events.TypeWakeRecorded)
+	wr := evs[1].(*events.WakeRecorded)
+	if wr.WakeID == first.Wake.ID || wr.TaskID != t.ID || wr.Outcome.State != events.StateFailed || wr.Outcome.Error != "second" {
+		e.t.Errorf("second completion wake %+v, want a new wake for %s (first %s)", wr, t.ID, first.Wake.ID)
+	}
+	second := e.claimWakeOne(at(8))
+	if second.Wake.ID != wr.WakeID || second.Wake.Reason.Outcome == nil || second.Wake.Reason.Outcome.Error != "second" {
+		e.t.Errorf("claimed %s (%s), want the second wake %s", second.Wake.ID, second.Wake.Reason.State, wr.WakeID)
+	}
+	e.ok("AckWakeAt of the second wake", e.ack(second, at(9)))
+	e.claimWakeNone(at(1000))
+
+	// A third run, retried after its wake was acknowledged, records a third wake.
+	e.retry(s, t.ID, at(10), at(10))
+	d3 := e.claimOne(at(10))
+	e.finish(d3, work.Success(js(`3`)), at(11))
+	third := e.claimWakeOne(at(12))
+	if third.Wake.ID == first.Wake.ID || third.Wake.ID == second.Wake.ID || third.Wake.Reason.State != work.TaskSucceeded {
+		e.t.Errorf("third wake %s (%s)", third.Wake.ID, third.Wake.Reason.State)
+	}
+}
+
+func retryStates(e *env) {
+	const s = "session_retry_states"
+	pending := e.submit(s, work.TaskRequest{Kind: "p", RunAt: at(1000)}, at(1))
+	running := e.submit(s, work.TaskRequest{Kind: "r"}, at(1))
+	d := e.claimOne(at(2))
+	if d.Task.ID != running.ID {
+		e.t.Fatalf("claimed %s, want %s", d.Task.ID, running.ID)
+	}
+	for _, id := range []string{pending.ID, running.ID} {
+		e.wantErr("RetryAt of an unfinished task", e.retryErr(s, id, time.Time{}, at(3)), work.ErrInvalidTransition)
+	}
+	e.finish(d, work.Success(nil), at(4))
+	e.wantErr("RetryAt of a succeeded task", e.retryErr(s, running.ID, time.Time{}, at(5)), work.ErrInvalidTransition)
+	// A retried task is pending: a second retry is refused until it ends again.
+	e.cancel(s, pending.ID, at(6))
+	e.retry(s, pending.ID, time.Time{}, at(7))
+	e.wantErr("RetryAt of a retried, pending task", e.retryErr(s, pending.ID, time.Time{}, at(8)), work.ErrInvalidTransition)
+}
+
+func retryNotFound(e *env) {
+	const s = "session_retry_nf"
+	t := e.submit(s, work.TaskRequest{Kind: "k"}, at(1))
+	d := e.claimOne(at(1))
+	e.finish(d, work.Failure("x"), at(2))
+	err := e.retryErr("session_other", t.ID, time.Time{}, at(3))
+	if we := e.wantErr("RetryAt from another session", err, work.ErrTaskNotFound); we != nil && we.ID != t.ID {
+		e.t.Errorf("not found names %q", we.ID)
+	}
+	e.wantErr("RetryAt of an unknown task", e.retryErr(s, "task_nope", time.Time{}, at(3)), work.ErrTaskNotFound)
+	e.prune(at(3), 1, 0)
+	e.wantErr("RetryAt of a pruned task", e.retryErr(s, t.ID, time.Time{}, at(4)), work.ErrTaskNotFound)
+}
+
+func retryRetention(e *env) {
+	const s = "session_retry_prune"
+	t := e.submit(s, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion, IdempotencyKey: "kept"}, at(1))
+	d := e.claimOne(at(1))
+	e.finish(d, work.Failure("first"), at(2))
+	w1 := e.claimWakeOne(at(3))
+	e.ok("AckWakeAt", e.ack(w1, at(4)))
+	// The task and its wake were prunable from 4; retried at 5, the task is not, and its
+	// earlier (acknowledged) wake is pruned on its own.
+	e.retry(s, t.ID, at(5), at(5))
+	e.prune(at(100), 0, 1)
+	e.mustTask(s, t.ID)
+	e.sameTask("the key after the old wake was pruned", e.taskByKey(s, "kept"), e.mustTask(s, t.ID))
+
+	// The second run ends; with its own wake acknowledged the task goes, with that wake.
+	d2 := e.claimOne(at(110))
+	e.finish(d2, work.Failure("second"), at(111))
+	e.prune(at(200), 0, 0) // its new wake is not acknowledged
+	w2 := e.claimWakeOne(at(112))
+	if w2.Wake.ID == w1.Wake.ID {
+		e.t.Fatal("the second run's wake is the first's")
+	}
+	e.ok("AckWakeAt", e.ack(w2, at(113)))
+	e.prune(at(200), 1, 1)
+	e.absent(s, t.ID)
+
+	// The earlier wake is pruned before the task, whatever times the calls gave: here the
+	// second run finishes (at 305) before the first wake was acknowledged (at 310).
+	u := e.submit(s, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion}, at(300))
+	du := e.claimOne(at(300))
+	e.finish(du, work.Failure("first"), at(301))
+	e.ok("AckWakeAt", e.ack(e.claimWakeOne(at(302)), at(310)))
+	e.retry(s, u.ID, at(303), at(303))
+	du2 := e.claimOne(at(304))
+	e.finish(du2, work.Failure("second"), at(305))
+	e.ok("AckWakeAt", e.ack(e.claimWakeOne(at(306)), at(307)))
+	e.prune(at(309), 1, 2) // the old wake first, then the task with its current wake
+	e.absent(s, u.ID)
+}
+
+func retryReopen(e *env) {
+	const s = "session_retry_reopen"
+	t := e.submit(s, work.TaskRequest{Kind: "k", IdempotencyKey: "r"}, at(1))
+	d := e.claimOne(at(1))
+	e.finish(d, work.Failure("x"), at(2))
+	got := e.retry(s, t.ID, at(20), at(3))
+	e.reopen()
+	e.sameTask("the retried task after reopening", e.mustTask(s, t.ID), got)
+	e.sameTask("TaskByKey after reopening", e.taskByKey(s, "r"), got)
+	if x := e.mustTask(s, t.ID); x.AttemptsAtRetry != 1 {
+		e.t.Errorf("AttemptsAtRetry after reopening: %d, want 1", x.AttemptsAtRetry)
+	}
+	e.claimNone(at(19))
+	if d := e.claimOne(at(20)); d.Attempt != 2 {
+		e.t.Errorf("claim after reopening: attempt %d, want 2", d.Attempt)
+	}
+}
+
+func retryValidation(e *env) {
+	const s = "session_retry_valid"
+	t := e.submit(s, work.TaskRequest{Kind: "k"}, at(1))
+	e.cancel(s, t.ID, at(1))
+	e.wantInvalid("RetryAt of a blank id", e.retryErr(s, " ", time.Time{}, at(2)), "task_id")
+	e.wantInvalid("RetryAt in a blank session", e.retryErr(" ", t.ID, time.Time{}, at(2)), "session_id")
+	far := time.Unix(0, math.MaxInt64).Add(time.Hour)
+	e.wantInvalid("RetryAt with now out of range", e.retryErr(s, t.ID, time.Time{}, far), "now")
+	e.wantInvalid("RetryAt with run_at out of range", e.retryErr(s, t.ID, far, at(2)), "run_at")
+	// The wall-clock twin retries at the queue's clock: pending, due at once.
+	got, err := e.q.Session(s).Retry(e.ctx, t.ID, time.Time{})
+	e.ok("Retry", err)
+	if got.State != work.TaskPending || got.ScheduledAt.IsZero() {
+		e.t.Errorf("Retry: %s scheduled %v", got.State, got.ScheduledAt)
+	}
+}
