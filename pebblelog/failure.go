@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/worklog/worklog/internal/headwatch"
 )
 
 // DefaultStallTimeout is Options.StallTimeout's default: how long a commit or a WAL sync may
@@ -37,6 +39,10 @@ type failures struct {
 	mu       sync.Mutex
 	first    error         // the first failure, wrapped in ErrStoreFailed
 	ch       chan struct{} // closed when first is set: wakes every waiting caller
+
+	// durable is the last sequence known durable (Store.Durable, follow.go): advanced by the
+	// syncer, stopped when the store fails, so a follower waiting on it wakes to the failure.
+	durable headwatch.Head
 	// parked: a goroutine inside Pebble waits forever (a Fatalf on a path that cannot go on,
 	// see fatal; our writer in a WAL rotation that would panic, see walFS; a panic recovered
 	// in a commit). It may hold Pebble's locks, so nothing may wait for Pebble again: Close
@@ -128,6 +134,7 @@ func (f *failures) fail(cause error) error {
 		f.first = fmt.Errorf("%w: %s: %w", ErrStoreFailed, f.dir, cause)
 		f.isFailed.Store(true)
 		close(f.ch)
+		f.durable.Stop()
 		f.log.Error("store failed", "component", "pebblelog", "dir", f.dir, "err", cause)
 	}
 	return f.first

@@ -566,6 +566,8 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the last sequence", Err: err})
 	}
 	s.lastSeq = last
+	// What Open found is what a follower may read (follow.go).
+	fh.durable.Advance(last)
 	if exists && o.ReadOnly { // a read-write Open checked it in checkReadOnly
 		if err := checkWitness(fs, dir, last); err != nil {
 			return fail(err)

@@ -324,6 +324,8 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 			for i := range p.results {
 				p.results[i] = err
 			}
+		} else {
+			s.fh.durable.Advance(p.seq) // followers read up to here (follow.go); before the callers hear
 		}
 		for i, r := range p.group {
 			r.done <- p.results[i]

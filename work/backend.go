@@ -22,7 +22,7 @@ import (
 // other implementation.
 //
 // A Backend may implement more: New resolves, once, which of the optional interfaces below b
-// implements (RunningBackend, WakeAckerAt, LogReader, Verifier, Pruner, Waiter,
+// implements (RunningBackend, WakeAckerAt, LogReader, Follower, Verifier, Pruner, Waiter,
 // Checkpointer, Clock, SessionBackend), and the queue's methods that need one call it. A method whose
 // capability the backend lacks returns an ErrBackend error naming the interface, never a
 // silent no-op. worklog's own backend (Queue.Backend of a queue from NewInMemory, Open or
@@ -91,6 +91,7 @@ type backendCaps struct {
 	running    RunningBackend
 	ackAt      WakeAckerAt
 	log        LogReader
+	follow     Follower
 	verify     Verifier
 	prune      Pruner
 	wait       Waiter
@@ -104,6 +105,7 @@ func resolveBackendCaps(b Backend) backendCaps {
 	c.running, _ = b.(RunningBackend)
 	c.ackAt, _ = b.(WakeAckerAt)
 	c.log, _ = b.(LogReader)
+	c.follow, _ = b.(Follower)
 	c.verify, _ = b.(Verifier)
 	c.prune, _ = b.(Pruner)
 	c.wait, _ = b.(Waiter)

@@ -24,6 +24,9 @@ type forwarding struct {
 func (f *forwarding) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	return f.inner.(work.LogReader).ReadLog(ctx, from, fn)
 }
+func (f *forwarding) Follow(ctx context.Context, from uint64, fn func(events.Event) error) error {
+	return f.inner.(work.Follower).Follow(ctx, from, fn)
+}
 func (f *forwarding) Verify(ctx context.Context) error { return f.inner.(work.Verifier).Verify(ctx) }
 func (f *forwarding) Prune(ctx context.Context, before time.Time) (work.PruneResult, error) {
 	return f.inner.(work.Pruner).Prune(ctx, before)
@@ -39,6 +42,7 @@ func (f *forwarding) Now() time.Time              { return f.clock }
 
 var _ interface {
 	work.LogReader
+	work.Follower
 	work.Verifier
 	work.Pruner
 	work.Waiter
@@ -81,6 +85,10 @@ func TestNewGetsEveryCapabilityOfItsBackend(t *testing.T) {
 			if err := q.ReadLog(ctx, 0, func(events.Event) error { n++; return nil }); err != nil || n == 0 {
 				t.Errorf("ReadLog: %d events, %v", n, err)
 			}
+			stop := errors.New("stop")
+			if err := q.Follow(ctx, 0, func(events.Event) error { return stop }); err != stop {
+				t.Errorf("Follow: %v, want the callback's error", err)
+			}
 			if err := q.Verify(ctx); err != nil {
 				t.Errorf("Verify: %v", err)
 			}
@@ -112,6 +120,7 @@ func TestNewNamesTheMissingCapability(t *testing.T) {
 		call       func() error
 	}{
 		{"work.LogReader", func() error { return q.ReadLog(ctx, 0, func(events.Event) error { return nil }) }},
+		{"work.Follower", func() error { return q.Follow(ctx, 0, func(events.Event) error { return nil }) }},
 		{"work.Verifier", func() error { return q.Verify(ctx) }},
 		{"work.Pruner", func() error { _, err := q.Prune(ctx, now); return err }},
 		{"work.Waiter", func() error { return q.WaitTasks(ctx, nil) }},

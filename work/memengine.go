@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/headwatch"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -24,6 +25,10 @@ type memEngine struct {
 	// never changed in place: ReadLog walks a snapshot of it.
 	pruned projection.SeqRanges
 	stale  int
+
+	// head is the last committed sequence, advanced under mu once a command's events are in
+	// (Queue.Follow, follow.go): every committed event of this engine is as durable as it gets.
+	head headwatch.Head
 }
 
 func newMemEngine() *memEngine { return &memEngine{state: projection.NewMem()} }
@@ -62,7 +67,17 @@ func (e *memEngine) Update(ctx context.Context, fn func(tx txn) error) error {
 		}
 		return err
 	}
+	if len(e.log) > start {
+		e.head.Advance(e.log[len(e.log)-1].Head().Seq)
+	}
 	return nil
+}
+
+// DurableHead is the last committed sequence (engineapi.DurableHead): the in-memory engine
+// never takes an event back once its command returned.
+func (e *memEngine) DurableHead() (uint64, <-chan struct{}, error) {
+	seq, grown := e.head.Load()
+	return seq, grown, nil
 }
 
 func (e *memEngine) refold() error {

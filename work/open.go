@@ -143,6 +143,13 @@ func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.
 	return closedAs(e.st.ReadLog(ctx, from, fn))
 }
 
+// DurableHead is the store's durable sequence (engineapi.DurableHead, pebblelog.Store.Durable):
+// Queue.Follow never hands out an event whose fsync has not returned.
+func (e *pebbleEngine) DurableHead() (uint64, <-chan struct{}, error) {
+	seq, grown, err := e.st.Durable()
+	return seq, grown, err
+}
+
 func (e *pebbleEngine) Verify(ctx context.Context) ([]string, error) {
 	p, err := e.st.Verify(ctx, pebblelog.VerifyOptions{})
 	return p, closedAs(err)

@@ -27,6 +27,7 @@ import (
 const (
 	sigTasks uint8 = 1 << iota
 	sigWakes
+	sigLog // any event committed: Queue.Follow's followers on an engine without engineapi.DurableHead (follow.go)
 )
 
 // eventSignal is which waiters an event of type t may concern (ok false: a type this
@@ -56,7 +57,8 @@ func eventSignal(t events.Type) (sig uint8, ok bool) {
 // waiter costs one atomic load.
 type waitHub struct {
 	tasks, wakes atomic.Pointer[chan struct{}]
-	done         chan struct{} // closed when the engine closes
+	log          atomic.Pointer[chan struct{}] // sigLog (follow.go)
+	done         chan struct{}                 // closed when the engine closes
 	closeOnce    sync.Once
 
 	// Commits of other processes, from an engine that implements engineapi.Watcher,
@@ -72,8 +74,11 @@ func newWaitHub(watcher engineapi.Watcher) *waitHub {
 }
 
 func (h *waitHub) slot(which uint8) *atomic.Pointer[chan struct{}] {
-	if which == sigWakes {
+	switch which {
+	case sigWakes:
 		return &h.wakes
+	case sigLog:
+		return &h.log
 	}
 	return &h.tasks
 }
@@ -94,7 +99,7 @@ func (h *waitHub) channel(which uint8) <-chan struct{} {
 
 // signal wakes every waiter of the signals in mask.
 func (h *waitHub) signal(mask uint8) {
-	for _, which := range [...]uint8{sigTasks, sigWakes} {
+	for _, which := range [...]uint8{sigTasks, sigWakes, sigLog} {
 		if mask&which == 0 {
 			continue
 		}
@@ -126,7 +131,7 @@ func (h *waitHub) watch() {
 					if !ok {
 						return
 					}
-					h.signal(sigTasks | sigWakes)
+					h.signal(sigTasks | sigWakes | sigLog)
 				case <-h.done:
 					return
 				}
@@ -143,7 +148,7 @@ type watchCall struct {
 	txn  // the engine's transaction of the current run of fn
 	hub  *waitHub
 	fn   func(tx txn) error
-	mask uint8
+	mask uint8              // the signals of the events appended, and sigLog once any was
 	run  func(tx txn) error // runFn, bound once
 }
 
@@ -174,6 +179,7 @@ func (w *watchCall) Append(ev events.Event) error {
 		w.mask |= s
 		w.hub.signal(s)
 	}
+	w.mask |= sigLog // followers only after the commit: the event may not be durable yet
 	return nil
 }
 

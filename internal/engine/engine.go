@@ -103,3 +103,17 @@ type PruneGroupResult struct {
 
 // ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
 var ErrPruneNotSupported = errors.New("engine: this backend does not support pruning (it implements no engine.Pruner)")
+
+// DurableHead is implemented by an engine that knows how far its log is durable (the
+// in-memory engine: every committed event; Pebble: every event whose batch's fsync returned).
+// Queue.Follow hands out events up to that sequence only, and waits on grown for more: grown
+// is closed once the head may have grown past seq, or the engine failed (err, from then on).
+// It is taken before seq is read, so a follower that reads up to seq and then waits on grown
+// misses nothing.
+//
+// An engine without it (PostgreSQL) must show in ReadLog only committed events, as a prefix of
+// the log, and announce other processes' commits through Watcher: its followers wake on this
+// queue's own commits and on Watcher's values, and read to the end of the log.
+type DurableHead interface {
+	DurableHead() (seq uint64, grown <-chan struct{}, err error)
+}

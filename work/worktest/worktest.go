@@ -70,6 +70,7 @@ func scenarios() []scenario {
 		pruneScenarios(),
 		workerScenarios(),
 		sessionScenarios(),
+		followScenarios(),
 	} {
 		all = append(all, group...)
 	}
