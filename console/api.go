@@ -14,13 +14,6 @@ import (
 	"github.com/worklog/worklog/work"
 )
 
-// retrySupported and followSupported say whether this build's work package has
-// Session.Retry and Queue.Follow (issue 21 §1, §2): the Retry button and the live tail.
-const (
-	retrySupported  = false
-	followSupported = false
-)
-
 // apiTask is GET /api/tasks/{id}[?at_seq=N]: the task object of replay state --json.
 func (c *Console) apiTask(r *http.Request) (any, error) {
 	c.ix.mu.RLock()
@@ -152,6 +145,12 @@ func (c *Console) action(fn func(ctx context.Context, session, id string) error)
 
 func (c *Console) cancel(ctx context.Context, session, id string) error {
 	_, err := c.q.Session(session).Cancel(ctx, id)
+	return err
+}
+
+// retry is the session's Retry, at once: a failed or canceled task pending again.
+func (c *Console) retry(ctx context.Context, session, id string) error {
+	_, err := c.q.Session(session).Retry(ctx, id, time.Time{})
 	return err
 }
 

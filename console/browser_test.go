@@ -15,6 +15,8 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+
+	"github.com/worklog/worklog/work"
 )
 
 // browser starts a headless Debian chromium for one test, or skips the test with one line
@@ -158,6 +160,38 @@ func TestBrowserPagesSliderAndActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitText(t, ctx, "#task-state", "canceled")
+
+	// Retry: the failed task is pending again.
+	if err := chromedp.Do(ctx, chromedp.Navigate(u+"/tasks/"+f.failed), chromedp.WaitVisible(chromedp.CSS("#retry-btn"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "#task-state", "failed")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#retry-btn"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "#task-state", "pending")
+
+	// The live tail: the log page receives a new submit without a reload.
+	if err := chromedp.Do(ctx, chromedp.Navigate(u+"/log"), chromedp.WaitVisible(chromedp.CSS("#live"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the EventSource connects
+	tk, err := f.q.Session("tail").Submit(context.Background(), work.TaskRequest{Kind: "tail-kind"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rows, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#log-rows")))
+		if strings.Contains(rows, tk.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live tail did not show %s", tk.ID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	shoot(t, ctx, "log-live")
 
 	if n := dialogs.Load(); n != 0 {
 		t.Errorf("%d dialog(s) opened: a script from the data ran", n)

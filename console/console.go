@@ -108,6 +108,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /api/tasks/{id}", c.api(c.apiTask))
 	m.HandleFunc("GET /api/stats", c.api(c.apiStats))
 	m.HandleFunc("POST /api/tasks/{id}/cancel", c.action(c.cancel))
+	m.HandleFunc("POST /api/tasks/{id}/retry", c.action(c.retry))
+	m.HandleFunc("GET /log/stream", c.stream)
 	m.Handle("GET /assets/", http.FileServerFS(assetFS))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, &httpError{code: http.StatusNotFound, msg: "no such API route: " + r.Method + " " + r.URL.Path})

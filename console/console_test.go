@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,8 @@ func newServer(t testing.TB, q *work.Queue, o *console.Options) *httptest.Server
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	// A live tail's stream ends only when its client goes: end them, then close.
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 	return srv
 }
 
@@ -441,3 +443,94 @@ func TestTheConsoleSeesNewEvents(t *testing.T) {
 		t.Fatalf("new task page: %d", r.code)
 	}
 }
+
+func TestRetry(t *testing.T) {
+	f := newFixture(t)
+	srv := newServer(t, f.q, nil)
+	if r := get(t, srv, "/tasks/"+f.failed); strings.Contains(r.body, `id="retry-btn" disabled`) {
+		t.Fatal("a failed task's Retry is disabled")
+	}
+	if r := get(t, srv, "/tasks/"+f.ok); !strings.Contains(r.body, `id="retry-btn" disabled`) {
+		t.Fatal("a succeeded task offers Retry")
+	}
+	u, _ := url.Parse(srv.URL)
+	r := post(t, srv, "/api/tasks/"+f.failed+"/retry", map[string]string{"Origin": "https://evil.example"})
+	if r.code != http.StatusForbidden || taskState(t, f.q, "checkout-1", f.failed) != work.TaskFailed {
+		t.Fatalf("cross-origin retry: %d", r.code)
+	}
+	r = post(t, srv, "/api/tasks/"+f.failed+"/retry", map[string]string{"Origin": "http://" + u.Host})
+	if r.code != http.StatusOK || !strings.Contains(r.body, `"state":"pending"`) || !strings.Contains(r.body, `"attempts_at_retry":2`) {
+		t.Fatalf("retry: %d %s", r.code, r.body)
+	}
+	if st := taskState(t, f.q, "checkout-1", f.failed); st != work.TaskPending {
+		t.Fatalf("after retry: %v", st)
+	}
+	// The history stays: the page shows the retry's rule, and the past still shows it failed.
+	page := get(t, srv, "/tasks/"+f.failed)
+	if !strings.Contains(page.body, "retry of a failed task") || !strings.Contains(page.body, "task_retried") {
+		t.Error("the task page does not explain the retry")
+	}
+	if r := get(t, srv, "/api/tasks/"+f.failed+"?at_seq=8"); !strings.Contains(r.body, `"state":"failed"`) {
+		t.Errorf("the past lost the failure: %s", r.body)
+	}
+	// A succeeded task cannot be retried: a conflict, nothing changes.
+	r = post(t, srv, "/api/tasks/"+f.ok+"/retry", nil)
+	if r.code != http.StatusConflict || !strings.Contains(r.body, `"error"`) {
+		t.Errorf("retry of a succeeded task: %d %s", r.code, r.body)
+	}
+}
+
+func TestLiveTailStreamsNewEvents(t *testing.T) {
+	f := newFixture(t)
+	srv := newServer(t, f.q, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	last := get(t, srv, "/api/stats")
+	var st struct {
+		LastSeq uint64 `json:"last_seq"`
+	}
+	if err := json.Unmarshal([]byte(last.body), &st); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/log/stream?kind=late-kind&from="+strconvU(st.LastSeq+1), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	// One event of another kind (filtered out), then the one the tail waits for.
+	if _, err := f.q.Session("late").SubmitAt(ctx, work.TaskRequest{Kind: "other"}, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := f.q.Session("late").SubmitAt(ctx, work.TaskRequest{Kind: "late-kind", Input: json.RawMessage(`{"s":"` + strings.ReplaceAll(hostile, `"`, `\"`) + `"}`)}, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 4096)
+	tmp := make([]byte, 1024)
+	for !strings.Contains(string(buf), "\n\ndata: ") || !strings.Contains(string(buf), tk.ID) {
+		n, err := resp.Body.Read(tmp)
+		if err != nil {
+			t.Fatalf("stream ended: %v after %q", err, buf)
+		}
+		buf = append(buf, tmp[:n]...)
+	}
+	got := string(buf)
+	if strings.Contains(got, `"other"`) || strings.Contains(got, "kind other") {
+		t.Error("the kind filter let another kind through")
+	}
+	if strings.Contains(got, "<script>") {
+		t.Error("a script in the stream unescaped")
+	}
+	if !strings.Contains(got, `"event":"task_submitted"`) {
+		t.Errorf("stream: %s", got)
+	}
+	if r := get(t, srv, "/log/stream?from=x"); r.code != http.StatusBadRequest {
+		t.Errorf("bad from: %d", r.code)
+	}
+}
+
+func strconvU(n uint64) string { return strconv.FormatUint(n, 10) }

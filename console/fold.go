@@ -141,6 +141,9 @@ func taskRule(ev events.Event, b, t *projection.Task) string {
 			was = " (was until " + fmtTime(b.LeaseExpiresAt) + ")"
 		}
 		return fmt.Sprintf("heartbeat by attempt %d: owns the claim → lease extended to %s%s", e.Attempt, fmtTime(e.LeaseExpiresAt), was)
+	case *events.TaskRetried:
+		return fmt.Sprintf("retry of a %s task by its session: pending again at %s, outcome cleared; attempts stay %d (attempt numbers never repeat), the next claim is attempt %d",
+			stateOr(b), fmtTime(e.RunAt), e.Attempts, e.Attempts+1)
 	case *events.TaskReleased:
 		reason := ""
 		if e.Reason != "" {
@@ -180,6 +183,13 @@ func wakeRule(ev events.Event, b, w *projection.Wake) string {
 		return fmt.Sprintf("stale acknowledgment of wake %s rejected (%s); state unchanged", e.WakeID, e.Reason)
 	}
 	return ev.Type().String()
+}
+
+func stateOr(t *projection.Task) string {
+	if t == nil {
+		return "?"
+	}
+	return t.State.String()
 }
 
 func outcomeText(o events.Outcome) string {
@@ -225,6 +235,7 @@ type taskJSON struct {
 	Outcome           *outcomeJSON    `json:"outcome,omitempty"`
 	CompletionWakeID  string          `json:"completion_wake_id,omitempty"`
 	RejectedAttempt   uint32          `json:"rejected_attempt,omitempty"`
+	AttemptsAtRetry   uint32          `json:"attempts_at_retry,omitempty"`
 	SubmitSeq         uint64          `json:"submit_seq"`
 	UpdatedSeq        uint64          `json:"updated_seq"`
 }
@@ -254,7 +265,7 @@ func taskObject(t *projection.Task) *taskJSON {
 		ID: t.ID, Session: t.SessionID, Kind: t.Kind, State: t.State.String(), Attempts: t.Attempts,
 		Input: jsonValue(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
 		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
-		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt,
+		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt, AttemptsAtRetry: t.AttemptsAtRetry,
 		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq,
 	}
 	if t.HasRunAt {

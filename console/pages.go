@@ -174,11 +174,11 @@ func (ix *index) charts(pos int) ([]chart, string) {
 			b[0][k]++
 		case r.typ == events.TypeTaskSettled && r.after == events.StateFailed:
 			b[1][k]++
-		case r.typ == events.TypeTaskClaimed && r.attempt > 1:
+		case r.typ == events.TypeTaskClaimed && r.attempt > 1, r.typ == events.TypeTaskRetried:
 			b[2][k]++
 		}
 	}
-	titles := [3]string{"Succeeded per minute", "Failed per minute", "Retries (redeliveries) per minute"}
+	titles := [3]string{"Succeeded per minute", "Failed per minute", "Retries and redeliveries per minute"}
 	var out []chart
 	for j := range b {
 		ch := chart{Title: titles[j], From: fmtTime(start), To: fmtTime(end), Width: 600, Height: 120}
@@ -429,6 +429,8 @@ func (c *Console) task(r *http.Request, p *page) (string, error) {
 			}
 		case *events.TaskSettleRejected:
 			d.Rejected = append(d.Rejected, row)
+		case *events.TaskRetried:
+			cur = nil
 		}
 	}
 	for i := range d.Attempts {
@@ -439,10 +441,7 @@ func (c *Console) task(r *http.Request, p *page) (string, error) {
 	d.Slider = sliderOf(ix.tasks[ti].seqs, p.Cut.seq, p.Head)
 	d.Actions = !p.Past && !c.ro
 	d.CanCancel = d.Actions && !t.State.Terminal()
-	d.CanRetry = d.Actions && (t.State == events.StateFailed || t.State == events.StateCanceled) && retrySupported
-	if !retrySupported {
-		d.RetryNote = "Retry needs Session.Retry, which this build of worklog does not have yet."
-	}
+	d.CanRetry = d.Actions && t.Retryable()
 	p.Data = d
 	return "task", nil
 }
@@ -507,6 +506,8 @@ func details(ev events.Event) string {
 		return fmt.Sprintf("attempt %d presented, %s", e.Attempt, e.Reason)
 	case *events.TaskExtended:
 		return fmt.Sprintf("attempt %d, lease until %s", e.Attempt, fmtTime(e.LeaseExpiresAt))
+	case *events.TaskRetried:
+		return fmt.Sprintf("attempts %d kept, run_at %s", e.Attempts, fmtTime(e.RunAt))
 	case *events.TaskReleased:
 		s := fmt.Sprintf("attempt %d, run_at %s", e.Attempt, fmtTime(e.RunAt))
 		if e.Reason != "" {
@@ -695,7 +696,7 @@ func (c *Console) logPage(r *http.Request, p *page) (string, error) {
 			d.Newer = link(last+1, 0)
 		}
 	}
-	d.Live = !p.Past && from == 0 && d.To == "" && followSupported
+	d.Live = !p.Past && from == 0 && d.To == ""
 	if d.Live {
 		v := url.Values{}
 		for k, val := range map[string]string{"type": d.Type, "session": d.Session, "kind": d.Kind} {
