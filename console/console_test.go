@@ -106,6 +106,11 @@ func newServer(t testing.TB, q *work.Queue, o *console.Options) *httptest.Server
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newServerHandler(t, h)
+}
+
+func newServerHandler(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewServer(h)
 	// A live tail's stream ends only when its client goes: end them, then close.
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
