@@ -28,9 +28,7 @@ const hostile = `<script>alert("x")</script>`
 type fixture struct {
 	q                                *work.Queue
 	ok, failed, running, pending, hx string
-	staleSeq                         uint64
 	token                            string
-	submitSeq                        uint64 // the seq of running's submission
 }
 
 func newFixture(t testing.TB) *fixture {

@@ -352,21 +352,6 @@ func (ix *index) sessionsPage(prefix, after string, upTo uint64, limit int) (pag
 	return page, false
 }
 
-// readEvent reads the event at seq from the queue's log; nil when it is not there (pruned).
-func readEvent(ctx context.Context, q *work.Queue, seq uint64) (events.Event, error) {
-	var got events.Event
-	err := q.ReadLog(ctx, seq, func(ev events.Event) error {
-		if ev.Head().Seq == seq {
-			got = ev
-		}
-		return errStop
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return nil, err
-	}
-	return got, nil
-}
-
 // readEvents reads the events at seqs (ascending); a pruned one is left out.
 func readEvents(ctx context.Context, q *work.Queue, seqs []uint64) ([]events.Event, error) {
 	out := make([]events.Event, 0, len(seqs))
