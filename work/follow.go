@@ -116,6 +116,8 @@ func (b *logBackend) Follow(ctx context.Context, from uint64, fn func(events.Eve
 			case err == nil || errors.Is(err, errPastHead):
 			case ctx.Err() != nil:
 				return ctx.Err()
+			case b.closed():
+				return backendErr(ErrClosed) // the engine's own words for it differ (postgres: a canceled read)
 			default:
 				return backendErr(err)
 			}
@@ -130,5 +132,15 @@ func (b *logBackend) Follow(ctx context.Context, from uint64, fn func(events.Eve
 		case <-b.hub.done:
 			return backendErr(ErrClosed)
 		}
+	}
+}
+
+// closed reports whether the backend was closed.
+func (b *logBackend) closed() bool {
+	select {
+	case <-b.hub.done:
+		return true
+	default:
+		return false
 	}
 }

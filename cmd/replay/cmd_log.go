@@ -27,6 +27,7 @@ type logOptions struct {
 	until     string
 	json      bool
 	limit     uint64
+	follow    bool     // --follow (cmd_follow.go)
 	oldKind   []string // --kind, the hidden old name of --type
 }
 
@@ -44,7 +45,8 @@ Filters combine (all must hold):
 
 ` + "%s" + `
 --json prints one JSON object per line instead, the schema of docs/replay-json.md (the same as
-export). Lease tokens are [redacted] unless --show-tokens.`
+export). Lease tokens are [redacted] unless --show-tokens.
+` + followHelp
 
 // eventTypesHelp lists the event types, one a line with what each records, from the events
 // catalogue: a new type appears here without anyone editing this text.
@@ -70,7 +72,8 @@ func (a *app) logCommand() *cobra.Command {
 		Example: `  replay log ./store
   replay log ./store --session checkout-4821 --type task_claimed,task_settled
   replay log ./store --from 100 --to 200 --json
-  replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z`,
+  replay log ./store --since 2026-03-02T09:00:00Z --until 2026-03-02T09:05:00Z
+  replay log 'postgres://host/db?search_path=q' --follow --type task_settled`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
 			if c.Flags().Changed("kind") {
@@ -94,6 +97,7 @@ func (a *app) logCommand() *cobra.Command {
 	f.StringVar(&o.since, "since", "", "only events at or after this RFC 3339 `TIME` (inclusive)")
 	f.StringVar(&o.until, "until", "", "only events at or before this RFC 3339 `TIME` (inclusive)")
 	f.BoolVar(&o.json, "json", false, "print JSON lines (docs/replay-json.md)")
+	f.BoolVarP(&o.follow, "follow", "f", false, "after the log, print each new event as it commits, until Ctrl-C")
 	f.Var(countValue(&o.limit, "a whole number, 0 or more; 0: no limit"), "limit", "stop after this many events (0: no limit)")
 	return c
 }
@@ -235,6 +239,9 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 		f.hasUntil = true
 	}
 	hasTo := c.Flags().Changed("to")
+	if hasTo && o.follow {
+		return usagef(c, "--follow prints the events to come: it takes no --to")
+	}
 	if hasTo && o.to < o.from {
 		return usagef(c, "--to %d is before --from %d", o.to, o.from)
 	}
@@ -308,6 +315,8 @@ func (a *app) runLog(c *cobra.Command, dir string, o *logOptions) error {
 		err = markGaps(math.MaxUint64) // the newest events were pruned
 		if errors.Is(err, errStop) {
 			err = nil
+		} else if err == nil && o.follow && (w.limit == 0 || w.n < w.limit) {
+			err = a.followLog(c, st, dir, max(to+1, o.from), o.session, emit)
 		}
 	}
 	if err != nil {

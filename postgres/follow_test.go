@@ -1,0 +1,219 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
+)
+
+// followed is one Queue.Follow in its own goroutine, its events handed to the test.
+type followed struct {
+	evs    chan events.Event
+	done   chan error
+	cancel context.CancelFunc
+}
+
+func startFollow(t *testing.T, q *work.Queue, from uint64) *followed {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &followed{evs: make(chan events.Event, 1<<12), done: make(chan error, 1), cancel: cancel}
+	go func() {
+		f.done <- q.Follow(ctx, from, func(ev events.Event) error { f.evs <- ev; return nil })
+	}()
+	t.Cleanup(cancel)
+	return f
+}
+
+// take receives n events from f.
+func (f *followed) take(t *testing.T, what string, n int) []events.Event {
+	t.Helper()
+	var out []events.Event
+	deadline := time.After(30 * time.Second)
+	for len(out) < n {
+		select {
+		case ev := <-f.evs:
+			out = append(out, ev)
+		case err := <-f.done:
+			t.Fatalf("%s: the follower ended after %d of %d events: %v", what, len(out), n, err)
+		case <-deadline:
+			t.Fatalf("%s: the follower handed out %d of %d events in 30 s", what, len(out), n)
+		}
+	}
+	return out
+}
+
+func readAllEvents(t *testing.T, q *work.Queue) []events.Event {
+	t.Helper()
+	var out []events.Event
+	if err := q.ReadLog(context.Background(), 0, func(ev events.Event) error { out = append(out, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sameLog requires got to hold exactly want's sequences and types, in order.
+func sameLog(t *testing.T, what string, got, want []events.Event) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d events, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Head().Seq != want[i].Head().Seq || got[i].Type() != want[i].Type() {
+			t.Fatalf("%s: event %d is seq %d %s, want seq %d %s", what, i,
+				got[i].Head().Seq, got[i].Type(), want[i].Head().Seq, want[i].Type())
+		}
+	}
+}
+
+// A follower sees the commits of every queue sharing the schema (another postgres.Open, as
+// another process would be), in sequence order, each once, as soon as they commit: it waits
+// on the schema's LISTEN channel, not a timer.
+func TestFollowSeesOtherQueuesCommits(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	qa, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qa.Close()
+	qb, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qb.Close()
+	if _, err := qa.Session("a").Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	onA := startFollow(t, qa, 0)
+	onB := startFollow(t, qb, 1)
+	onA.take(t, "history on a", 1)
+	onB.take(t, "history on b", 1)
+
+	// Writers on both queues at once; each event once, in order, on both followers.
+	const each = 15
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for _, q := range []*work.Queue{qa, qb, qb} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if _, err := q.Session("w").Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatal(err)
+	}
+	all := readAllEvents(t, qa)
+	if len(all) != 1+3*each {
+		t.Fatalf("the log holds %d events, want %d", len(all), 1+3*each)
+	}
+	sameLog(t, "follower on a", onA.take(t, "live on a", 3*each), all[1:])
+	sameLog(t, "follower on b", onB.take(t, "live on b", 3*each), all[1:])
+
+	// One more commit of b alone reaches a's follower: only the notification can wake it.
+	tk, err := qb.Session("b").Submit(ctx, work.TaskRequest{Kind: "marker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := onA.take(t, "b's marker on a", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("a's follower handed out %s, want b's marker %s", ev.Type(), tk.ID)
+	}
+	onA.cancel()
+	if err := <-onA.done; err != context.Canceled {
+		t.Errorf("a canceled follower returned %v, want context.Canceled", err)
+	}
+}
+
+// A group whose commit fails (its connection is lost before COMMIT) is rolled back: no
+// follower, on this queue or another, ever hands out one of its events, and the next commit
+// reaches them with the sequence the failed group would have taken.
+func TestFollowNeverSeesAFailedGroup(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	other, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	s := q.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	here, there := startFollow(t, q, 0), startFollow(t, other, 0)
+	here.take(t, "history here", 1)
+	there.take(t, "history there", 1)
+
+	var fired atomic.Int32
+	e.hookBeforeCommit = func(c *pgx.Conn) {
+		if fired.Add(1) == 1 {
+			dropConn(c) // the group's COMMIT never reaches the server
+		}
+	}
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "lost"}); !errors.Is(err, work.ErrBackend) {
+		t.Fatalf("the submit of the failed group returned %v, want ErrBackend", err)
+	}
+	e.hookBeforeCommit = nil
+	after, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]*followed{"here": here, "there": there} {
+		ev := f.take(t, "after the failed group, "+name, 1)[0]
+		sub, ok := ev.(*events.TaskSubmitted)
+		if !ok || sub.TaskID != after.ID || ev.Head().Seq != 2 {
+			t.Fatalf("follower %s handed out seq %d %s (%+v), want seq 2, the submit after the failed group", name, ev.Head().Seq, ev.Type(), ev)
+		}
+	}
+}
+
+// BenchmarkFollowLatency: a follower on one queue waits at the head; each op submits one task
+// through a second postgres.Open on the same schema (another process, as far as the follower
+// knows) and waits until the follower's fn has it: commit, NOTIFY, LISTEN, the follower's
+// read. pgtest's server runs with fsync off: the figure compares designs, not disks.
+func BenchmarkFollowLatency(b *testing.B) {
+	dsn := pgtest.Schema(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reader, err := Open(ctx, dsn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer reader.Close()
+	writer, err := Open(ctx, dsn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer writer.Close()
+	got := make(chan time.Time, 1)
+	go reader.Follow(ctx, 1, func(events.Event) error { got <- time.Now(); return nil })
+	s := writer.Session("latency")
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, (<-got).Sub(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "submit-to-follower-p50-µs")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds()), "submit-to-follower-p99-µs")
+}
