@@ -54,6 +54,8 @@ func genOp(r *rand.Rand, m *model) op {
 			choice{1, func() op { return genSettleAndClaim(r, m, nil) }},
 		)
 	}
+	// Part 3: an operator's retry of a finished task.
+	choices = append(choices, choice{4, func() op { return genRetry(r, m) }})
 	// Retention: a prune, weighted up when it would remove something.
 	if m.prunableNow() > 0 {
 		choices = append(choices, choice{6, func() op { return genPrune(r, m) }})

@@ -376,6 +376,8 @@ var opTypes = map[string]reflect.Type{
 	"settleAndClaim": reflect.TypeOf(SettleAndClaimOp{}),
 
 	"prune": reflect.TypeOf(PruneOp{}),
+
+	"retry": reflect.TypeOf(RetryOp{}),
 }
 
 func opName(o op) string {

@@ -160,6 +160,8 @@ type mTask struct {
 	cwake     int    // completion wake handle, -1 if none
 	extended  bool   // the current attempt's lease was extended (for coverage only)
 	pruned    bool   // removed by a Prune: reads as absent, its key is free
+	atRetry   uint32 // attempts when last retried (Task.AttemptsAtRetry)
+	retries   int    // how often it was retried
 }
 
 // eligible reports whether a claim at now may deliver the task, and since when it is eligible.
@@ -188,6 +190,7 @@ type mWake struct {
 	ackedBy  uint32
 	ackedAt  int64 // when the acknowledgment was recorded
 	pruned   bool  // removed by a Prune (a completion wake goes with its task)
+	detached bool  // a completion wake whose task was retried since: pruned on its own
 }
 
 func (w *mWake) available(now int64) (int64, bool) {
@@ -685,9 +688,12 @@ func (m *model) prunableTask(h int, before int64) bool {
 }
 
 // prunableWake: a requested (direct) wake acknowledged before before. A completion wake is
-// never pruned on its own.
+// pruned on its own only once its task was retried (it is acknowledged then): by any prune.
 func (m *model) prunableWake(h int, before int64) bool {
 	w := m.wakes[h]
+	if w.detached { // the earlier wake of a retried task: acknowledged, prunable at once
+		return !w.pruned && w.acked
+	}
 	return !w.pruned && w.direct && w.acked && w.ackedAt < before
 }
 

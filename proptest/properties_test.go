@@ -465,6 +465,7 @@ var caseAppending = map[events.Type]string{
 	events.TypeWakeAckRejected:     "ack stale",
 	events.TypeTaskExtended:        "extend current",
 	events.TypeTaskReleased:        "release current",
+	events.TypeTaskRetried:         "retry failed",
 }
 
 var coverageCases = []string{
@@ -497,6 +498,9 @@ var coverageCases = []string{
 	"tasks after an unknown id", "tasks cut by limit",
 	"settle and claim finish", "settle and claim release", "settle and claim stale settle",
 	"settle and claim claims", "settle and claim mixed results", "settle and claim claims a task it released",
+	// part 3
+	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
+	"retry foreign or pruned", "retry unknown",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -505,6 +509,8 @@ func classify(o op, m, n *model) []string {
 	var c []string
 	add := func(s ...string) { c = append(c, s...) }
 	switch o := o.(type) {
+	case RetryOp:
+		classifyRetry(add, o, m, e)
 	case SubmitOp:
 		switch {
 		case e.newRec:

@@ -364,7 +364,8 @@ func (s *system) checkLog(m *model, r *result) []string {
 }
 
 // checkCompletionWakes: a task with WakeOnCompletion has exactly one completion wake once it
-// is terminal, whichever way it ended, and none before; other tasks have none.
+// is terminal, whichever way it ended, and none before, for each run (a retry starts a new
+// one); other tasks have none.
 func (s *system) checkCompletionWakes(m *model) []string {
 	var fails []string
 	seen := 0
@@ -375,6 +376,9 @@ func (s *system) checkCompletionWakes(m *model) []string {
 		want := 0
 		if t.wake && t.state.terminal() {
 			want = 1
+		}
+		if t.wake {
+			want += t.retries // each retried run ended with its own (acknowledged) wake
 		}
 		got := s.cw[s.taskIDs[h]]
 		seen += got

@@ -226,17 +226,9 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	if verr != nil {
 		return Task{}, verr
 	}
-	var runAt int64
-	if !r.RunAt.IsZero() {
-		if runAt, verr = nanos("run_at", r.RunAt); verr != nil {
-			return Task{}, verr
-		}
-	}
-	// The new id is drawn before the command is queued: randomness stays off the single
-	// writer's path. An idempotent repeat simply does not use it.
-	newID, idErr := b.ids.id("task", at)
-	if idErr != nil {
-		return Task{}, backendErr(idErr)
+	p, perr := b.prepareSubmit(&r, at)
+	if perr != nil {
+		return Task{}, perr
 	}
 	// The input is copied (and a large one staged) once, before the command is queued: the
 	// command appends this very slice however often it runs.
@@ -245,33 +237,70 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 		return Task{}, serr
 	}
 	defer release()
-	input := ownValue(r.Input, staged)
+	p.input = ownValue(r.Input, staged)
 	var out Task
 	var derr error
 	err := b.update(ctx, func(tx txn) error {
-		out, derr = Task{}, nil // fn may run twice (engine.update)
-		differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, &r, runAt), t.ID }
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, differs, b.taskSnapshot, &out, &derr); found || err != nil {
-			return err
-		}
-		id := newID
-		ev := &events.TaskSubmitted{
-			Header: events.Header{SessionID: sessionID, At: at},
-			TaskID: id, Kind: r.Kind, Input: input,
-			HasRunAt: !r.RunAt.IsZero(), RunAt: runAt,
-			IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
-		}
-		if err := tx.Append(ev); err != nil {
-			return err
-		}
-		t, err := mustTask(tx, id)
-		if err != nil {
-			return err
-		}
-		out = b.taskSnapshot(t)
-		return nil
+		var err error
+		out, derr, err = b.submitIn(tx, sessionID, &p, at) // fn may run twice: all three set afresh
+		return err
 	})
 	return result(out, derr, err)
+}
+
+// preparedSubmit is one submit request made ready off the writer's path: its run-at in
+// nanoseconds, the id a new task gets, and its input as the command appends it.
+type preparedSubmit struct {
+	r     *TaskRequest
+	runAt int64
+	newID string
+	input []byte
+}
+
+// prepareSubmit converts r's times and draws the id its task gets if the submit makes one
+// (before the command is queued: randomness stays off the single writer's path; an
+// idempotent repeat simply does not use it). The caller sets input.
+func (b *logBackend) prepareSubmit(r *TaskRequest, at int64) (preparedSubmit, error) {
+	p := preparedSubmit{r: r}
+	if !r.RunAt.IsZero() {
+		var verr *Error
+		if p.runAt, verr = nanos("run_at", r.RunAt); verr != nil {
+			return p, verr
+		}
+	}
+	id, err := b.ids.id("task", at)
+	if err != nil {
+		return p, backendErr(err)
+	}
+	p.newID = id
+	return p, nil
+}
+
+// submitIn decides one submit inside a command (Submit, SubmitMany): the task it makes or
+// the one its key names, or the domain error (a conflict); the last error is the engine's,
+// which fails the command.
+func (b *logBackend) submitIn(tx txn, sessionID string, p *preparedSubmit, at int64) (Task, error, error) {
+	var out Task
+	var derr error
+	r := p.r
+	differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, r, p.runAt), t.ID }
+	if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, differs, b.taskSnapshot, &out, &derr); found || err != nil {
+		return out, derr, err
+	}
+	ev := &events.TaskSubmitted{
+		Header: events.Header{SessionID: sessionID, At: at},
+		TaskID: p.newID, Kind: r.Kind, Input: p.input,
+		HasRunAt: !r.RunAt.IsZero(), RunAt: p.runAt,
+		IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
+	}
+	if err := tx.Append(ev); err != nil {
+		return Task{}, nil, err
+	}
+	t, err := mustTask(tx, p.newID)
+	if err != nil {
+		return Task{}, nil, err
+	}
+	return b.taskSnapshot(t), nil, nil
 }
 
 func (b *logBackend) Task(ctx context.Context, sessionID, taskID string) (Task, bool, error) {

@@ -18,6 +18,9 @@ type SessionBackend interface {
 	// Retry makes a failed or canceled task of the session pending again at runAt (already
 	// max(runAt, now) and validated by the Session).
 	Retry(ctx context.Context, sessionID, taskID string, runAt, now time.Time) (Task, error)
+	// SubmitMany submits rs (each already validated) one after another in one durable
+	// step: one result per request, in order (Session.SubmitManyAt).
+	SubmitMany(ctx context.Context, sessionID string, rs []TaskRequest, now time.Time) ([]SubmitResult, error)
 }
 
 var _ SessionBackend = (*logBackend)(nil)

@@ -27,7 +27,8 @@ type TaskRequest struct {
 	// "run_at", "wake", "input") and Error.ID the existing task. The trap: a producer that
 	// computes RunAt = now + 5s and resubmits after a crash asks for another instant, a
 	// conflict on run_at; compute RunAt once and keep it with the key, or keep RunAt out of
-	// the intent by submitting immediately.
+	// the intent by submitting immediately. To fetch the existing task by its key, whatever
+	// its request, use Session.TaskByKey.
 	//
 	// A key is free again once its task was pruned (Options.Retention, Queue.Prune): from
 	// then on it names nothing and a submit makes a new task.

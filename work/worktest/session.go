@@ -1,6 +1,7 @@
 package worktest
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -26,6 +27,12 @@ func sessionScenarios() []scenario {
 		{"retry/retention_after_a_retry", retryRetention},
 		{"retry/reopen_keeps_the_retry", retryReopen},
 		{"retry/validation", retryValidation},
+
+		{"submit_many/each_result_as_submit_would_answer", submitManyAsSubmits},
+		{"submit_many/one_step_in_order", submitManyOneStep},
+		{"submit_many/invalid_items_only_fail_themselves", submitManyInvalidItems},
+		{"submit_many/reopen_keeps_the_batch", submitManyReopen},
+		{"submit_many/validation", submitManyValidation},
 	}
 }
 
@@ -397,5 +404,210 @@ func retryValidation(e *env) {
 	e.ok("Retry", err)
 	if got.State != work.TaskPending || got.ScheduledAt.IsZero() {
 		e.t.Errorf("Retry: %s scheduled %v", got.State, got.ScheduledAt)
+	}
+}
+
+// submitMany calls SubmitManyAt, which must succeed with one result per request.
+func (e *env) submitMany(session string, rs []work.TaskRequest, now time.Time) []work.SubmitResult {
+	e.t.Helper()
+	res, err := e.q.Session(session).SubmitManyAt(e.ctx, rs, now)
+	e.ok("SubmitManyAt", err)
+	if len(res) != len(rs) {
+		e.t.Fatalf("SubmitManyAt: %d results for %d requests", len(res), len(rs))
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			e.check(r.Err)
+			e.zeroOnError(fmt.Sprintf("SubmitManyAt item %d", i), r.Task)
+		}
+	}
+	return res
+}
+
+// submitManyErr calls SubmitManyAt, which must fail as a whole and append nothing.
+func (e *env) submitManyErr(session string, rs []work.TaskRequest, now time.Time) error {
+	e.t.Helper()
+	n := e.lastSeq()
+	res, err := e.q.Session(session).SubmitManyAt(e.ctx, rs, now)
+	if err == nil {
+		e.t.Fatalf("SubmitManyAt of %d requests succeeded, want an error", len(rs))
+	}
+	if res != nil {
+		e.t.Errorf("SubmitManyAt failed but returned %d results, want none", len(res))
+	}
+	if evs := e.after(n); len(evs) != 0 {
+		e.t.Errorf("a refused batch appended %v", typesOf(evs))
+	}
+	return err
+}
+
+// batchOfEveryAnswer is a batch with every answer Submit can give: new tasks, a repeat of a
+// key used before the batch, a repeat and a conflict of a key first used in the batch, a
+// conflict with a task before the batch, an invalid request between valid ones.
+func batchOfEveryAnswer() []work.TaskRequest {
+	return []work.TaskRequest{
+		{Kind: "mail", Input: js(`{"to":"a"}`), IdempotencyKey: "b1"},
+		{Kind: "mail", Input: js(`{"to":"b"}`), RunAt: at(500), Wake: work.WakeOnCompletion},
+		{Kind: "mail", Input: js(`{ "to" : "a" }`), IdempotencyKey: "b1"}, // the first item's task
+		{Kind: "mail", Input: js(`{"to":"c"}`), IdempotencyKey: "b1"},     // conflict on input
+		{Kind: " ", IdempotencyKey: "b2"},                                 // invalid: its key stays free
+		{Kind: "sms", IdempotencyKey: "b2"},                               // so this one is new
+		{Kind: "mail", IdempotencyKey: "before"},                          // the task made before the batch
+		{Kind: "sms", IdempotencyKey: "before"},                           // conflict on kind with it
+		{Kind: "mail", Input: js(`nope`)},                                 // invalid JSON
+		{Kind: "mail"},
+	}
+}
+
+// submitManyAsSubmits: each result is what SubmitAt answers for the same requests one after
+// another, on a second queue given the same history (the differential).
+func submitManyAsSubmits(e *env) {
+	const s = "session_many"
+	rs := batchOfEveryAnswer()
+	before := work.TaskRequest{Kind: "mail", IdempotencyKey: "before"}
+	pre := e.submit(s, before, at(1))
+	res := e.submitMany(s, rs, at(2))
+
+	other := e.fresh()
+	opre, err := other.Session(s).SubmitAt(e.ctx, before, at(1))
+	e.ok("SubmitAt on the second queue", err)
+	names := map[string]string{pre.ID: opre.ID} // this queue's ids to the other's
+	for i, r := range rs {
+		want, werr := other.Session(s).SubmitAt(e.ctx, r, at(2))
+		got := res[i]
+		if (werr == nil) != (got.Err == nil) {
+			e.t.Errorf("item %d: SubmitMany said %v, SubmitAt %v", i, got.Err, werr)
+			continue
+		}
+		if werr != nil {
+			ge, we := e.check(got.Err), e.check(werr)
+			if ge == nil || we == nil || ge.Kind != we.Kind || ge.Field != we.Field || ge.Key != we.Key ||
+				(we.ID != "" && names[ge.ID] != we.ID) {
+				e.t.Errorf("item %d: SubmitMany error %v, SubmitAt error %v", i, got.Err, werr)
+			}
+			continue
+		}
+		if id, ok := names[got.Task.ID]; ok && id != want.ID {
+			e.t.Errorf("item %d: task %s, SubmitAt answered the other task (%s)", i, got.Task.ID, want.ID)
+		}
+		names[got.Task.ID] = want.ID
+		w := want
+		w.ID, w.CreatedAt = got.Task.ID, got.Task.CreatedAt
+		e.sameTask(fmt.Sprintf("item %d", i), got.Task, w)
+	}
+	// The answers themselves, as the spec names them.
+	if res[2].Err != nil || res[2].Task.ID != res[0].Task.ID {
+		e.t.Errorf("a key repeated in the batch: %v %s, want the first item's task %s", res[2].Err, res[2].Task.ID, res[0].Task.ID)
+	}
+	if we := e.wantErr("a conflicting key in the batch", res[3].Err, work.ErrIdempotencyConflict); we != nil &&
+		(we.ID != res[0].Task.ID || we.Field != "input") {
+		e.t.Errorf("the conflict names %s field %q, want %s input", we.ID, we.Field, res[0].Task.ID)
+	}
+	e.wantInvalid("an invalid item", res[4].Err, "kind")
+	if res[5].Err != nil || res[5].Task.IdempotencyKey != "b2" {
+		e.t.Errorf("the key an invalid item named: %v", res[5].Err)
+	}
+	if res[6].Err != nil || res[6].Task.ID != pre.ID {
+		e.t.Errorf("a key used before the batch: %v %s, want %s", res[6].Err, res[6].Task.ID, pre.ID)
+	}
+	e.wantErr("a conflict with a task before the batch", res[7].Err, work.ErrIdempotencyConflict)
+	e.wantInvalid("invalid JSON", res[8].Err, "input")
+	// Every new task reads back as returned, and the key finds it.
+	for i, r := range res {
+		if r.Err == nil {
+			e.sameTask(fmt.Sprintf("item %d read back", i), e.mustTask(s, r.Task.ID), r.Task)
+		}
+	}
+	e.sameTask("TaskByKey of a batch's key", e.taskByKey(s, "b1"), res[0].Task)
+}
+
+// submitManyOneStep: the batch's new tasks are task_submitted events in request order, one
+// after another with nothing between them, in submission order in the session's list, and
+// claimed in that order.
+func submitManyOneStep(e *env) {
+	const s = "session_many_step"
+	var rs []work.TaskRequest
+	for i := range 50 {
+		rs = append(rs, work.TaskRequest{Kind: "k", Input: js(fmt.Sprint(i))})
+	}
+	n := e.lastSeq()
+	res := e.submitMany(s, rs, at(3))
+	evs := e.after(n)
+	if len(evs) != len(rs) {
+		e.t.Fatalf("the batch appended %d events, want %d", len(evs), len(rs))
+	}
+	for i, ev := range evs {
+		sub, ok := ev.(*events.TaskSubmitted)
+		if !ok || sub.TaskID != res[i].Task.ID || ev.Head().Seq != n+1+uint64(i) || sub.At != at(3).UnixNano() {
+			e.t.Fatalf("event %d of the batch: %T %+v, want task_submitted of %s", i, ev, ev, res[i].Task.ID)
+		}
+	}
+	if l := e.list(s, work.TaskFilter{Limit: 100}); fmt.Sprint(idsOf(l)) != fmt.Sprint(idsOfResults(res)) {
+		e.t.Errorf("Tasks: %v, want the batch's order %v", idsOf(l), idsOfResults(res))
+	}
+	ds := e.claim(at(3), lease, 100)
+	if fmt.Sprint(idsOf(ds)) != fmt.Sprint(idsOfResults(res)) {
+		e.t.Errorf("claim order %v, want the batch's order", idsOf(ds))
+	}
+}
+
+func idsOfResults(res []work.SubmitResult) []string {
+	out := make([]string, len(res))
+	for i, r := range res {
+		out[i] = r.Task.ID
+	}
+	return out
+}
+
+// submitManyInvalidItems: a batch whose every item is invalid records nothing and answers
+// each with its error.
+func submitManyInvalidItems(e *env) {
+	const s = "session_many_invalid"
+	n := e.lastSeq()
+	res := e.submitMany(s, []work.TaskRequest{{Kind: ""}, {Kind: "k", IdempotencyKey: " "}, {Kind: "k", RunAt: time.Unix(0, math.MaxInt64).Add(time.Hour)}}, at(1))
+	e.wantInvalid("item 0", res[0].Err, "kind")
+	e.wantInvalid("item 1", res[1].Err, "idempotency_key")
+	e.wantInvalid("item 2", res[2].Err, "run_at")
+	if evs := e.after(n); len(evs) != 0 {
+		e.t.Errorf("a batch of invalid items appended %v", typesOf(evs))
+	}
+}
+
+func submitManyReopen(e *env) {
+	const s = "session_many_reopen"
+	res := e.submitMany(s, batchOfEveryAnswer(), at(1))
+	e.reopen()
+	for i, r := range res {
+		if r.Err == nil {
+			e.sameTask(fmt.Sprintf("item %d after reopening", i), e.mustTask(s, r.Task.ID), r.Task)
+		}
+	}
+	// The keys the batch took stay taken.
+	if again := e.submit(s, work.TaskRequest{Kind: "mail", Input: js(`{"to":"a"}`), IdempotencyKey: "b1"}, at(2)); again.ID != res[0].Task.ID {
+		e.t.Errorf("after reopening, key b1 names %s, want %s", again.ID, res[0].Task.ID)
+	}
+}
+
+func submitManyValidation(e *env) {
+	const s = "session_many_valid"
+	e.wantInvalid("an empty batch", e.submitManyErr(s, nil, at(1)), "requests")
+	e.wantInvalid("an empty batch", e.submitManyErr(s, []work.TaskRequest{}, at(1)), "requests")
+	big := make([]work.TaskRequest, work.MaxSubmitMany+1)
+	for i := range big {
+		big[i] = work.TaskRequest{Kind: "k"}
+	}
+	e.wantInvalid("a batch over the limit", e.submitManyErr(s, big, at(1)), "requests")
+	e.wantInvalid("a blank session", e.submitManyErr(" ", big[:1], at(1)), "session_id")
+	far := time.Unix(0, math.MaxInt64).Add(time.Hour)
+	e.wantInvalid("now out of range", e.submitManyErr(s, big[:1], far), "now")
+	// Exactly the limit is one batch; the wall-clock twin submits at the queue's clock.
+	res := e.submitMany(s, big[:work.MaxSubmitMany], at(1))
+	if res[0].Err != nil || res[work.MaxSubmitMany-1].Err != nil {
+		e.t.Fatalf("a batch of exactly the limit: %v, %v", res[0].Err, res[work.MaxSubmitMany-1].Err)
+	}
+	got, err := e.q.Session(s).SubmitMany(e.ctx, big[:2])
+	e.ok("SubmitMany", err)
+	if len(got) != 2 || got[0].Err != nil || got[0].Task.CreatedAt.IsZero() {
+		e.t.Errorf("SubmitMany: %+v", got)
 	}
 }

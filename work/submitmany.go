@@ -1,0 +1,133 @@
+package work
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// MaxSubmitMany is the most requests one SubmitMany takes.
+const MaxSubmitMany = 10000
+
+// SubmitResult is what one request of SubmitMany did: the task, or this request's error.
+type SubmitResult struct {
+	Task Task
+	Err  error // nil, or this item's error (e.g. ErrIdempotencyConflict); the others still apply
+}
+
+// SubmitMany submits a batch at the queue's clock's time.
+func (s *Session) SubmitMany(ctx context.Context, rs []TaskRequest) ([]SubmitResult, error) {
+	return s.SubmitManyAt(ctx, rs, s.q.now())
+}
+
+// SubmitManyAt submits rs as if each were given to SubmitAt, one after another in order, in
+// one atomic, durable step: one fsync on a queue from Open, one transaction on PostgreSQL.
+// It returns one result per request, in order, each exactly what SubmitAt would have
+// answered: a new task, the task an equal request with the same key made (earlier in the
+// batch too: a key repeated in the batch names the first request's task), or this request's
+// own error (ErrInvalidRequest for a request SubmitAt would refuse, ErrIdempotencyConflict),
+// while the others still apply. Every task of the batch has now as its submit time.
+//
+// The error is for the batch as a whole, and then nothing was recorded: an empty rs or more
+// than MaxSubmitMany requests (ErrInvalidRequest, field "requests"), a blank session, a now
+// out of range, a context that ended, a store that failed.
+func (s *Session) SubmitManyAt(ctx context.Context, rs []TaskRequest, now time.Time) ([]SubmitResult, error) {
+	if err := s.q.begin(ctx); err != nil {
+		return nil, err
+	}
+	if err := validateNonBlank("session_id", s.id); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(rs) == 0:
+		return nil, invalid("requests", "must not be empty")
+	case len(rs) > MaxSubmitMany:
+		return nil, invalid("requests", fmt.Sprintf("has %d requests, more than the limit of %d", len(rs), MaxSubmitMany))
+	}
+	if _, err := nanos("now", now); err != nil {
+		return nil, err
+	}
+	sb, serr := s.q.sessionOps()
+	if serr != nil {
+		return nil, serr
+	}
+	// Each request is validated as SubmitAt validates it; an invalid one gets its error and
+	// is not passed on (the backend sees the valid ones, in order).
+	out := make([]SubmitResult, len(rs))
+	valid := make([]TaskRequest, 0, len(rs))
+	index := make([]int, 0, len(rs))
+	for i := range rs {
+		r := rs[i]
+		if err := validateTaskRequest(&r, s.q.maxValue); err != nil {
+			out[i].Err = err
+			continue
+		}
+		valid = append(valid, r)
+		index = append(index, i)
+	}
+	if len(valid) == 0 {
+		return out, nil
+	}
+	res, err := sb.SubmitMany(ctx, s.id, valid, now)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if len(res) != len(valid) {
+		return nil, backendErr(fmt.Errorf("work: SubmitMany returned %d results for %d requests", len(res), len(valid)))
+	}
+	for j, i := range index {
+		out[i] = SubmitResult{Task: res[j].Task, Err: wrapItem(res[j].Err)}
+	}
+	return out, nil
+}
+
+// wrapItem is wrap for one item's error (nil stays nil).
+func wrapItem(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrap(err)
+}
+
+// SubmitMany is the batch command: every request's submit is decided in one Update, so the
+// batch is one command of the engine (one Pebble batch under one fsync, one PostgreSQL
+// transaction), and each request sees the ones before it, as separate submits would.
+func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []TaskRequest, now time.Time) ([]SubmitResult, error) {
+	at, verr := nanos("now", now)
+	if verr != nil {
+		return nil, verr
+	}
+	ps := make([]preparedSubmit, len(rs))
+	inputs := make([][]byte, len(rs))
+	for i := range rs {
+		p, err := b.prepareSubmit(&rs[i], at)
+		if err != nil {
+			return nil, err
+		}
+		ps[i] = p
+		inputs[i] = rs[i].Input
+	}
+	release, staged, serr := b.stage(inputs...)
+	if serr != nil {
+		return nil, serr
+	}
+	defer release()
+	for i := range ps {
+		ps[i].input = ownValue(rs[i].Input, staged)
+	}
+	out := make([]SubmitResult, len(rs))
+	err := b.update(ctx, func(tx txn) error {
+		for i := range ps { // fn may run twice: every result is set afresh
+			t, derr, err := b.submitIn(tx, sessionID, &ps[i], at)
+			if err != nil {
+				return err
+			}
+			out[i] = SubmitResult{Task: t, Err: derr}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, backendErr(err)
+	}
+	return out, nil
+}
