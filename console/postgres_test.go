@@ -69,4 +69,30 @@ func TestConsoleOnPostgres(t *testing.T) {
 	if r := get(t, srv, "/verify?run=1"); !strings.Contains(r.body, "OK: the stored projection") {
 		t.Errorf("verify over PostgreSQL: %s", r.body)
 	}
+
+	// The live tail over PostgreSQL: the other process's submit arrives.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, srv.URL+"/log/stream?type=task_submitted&from=1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	late, err := b.Session("pg-late").Submit(ctx, work.TaskRequest{Kind: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf []byte
+	tmp := make([]byte, 1024)
+	for !strings.Contains(string(buf), late.ID) {
+		n, err := resp.Body.Read(tmp)
+		if err != nil {
+			t.Fatalf("stream over PostgreSQL ended: %v after %q", err, buf)
+		}
+		buf = append(buf, tmp[:n]...)
+	}
+	if !strings.Contains(string(buf), tk.ID) {
+		t.Error("the stream from seq 1 lacks the first submit")
+	}
 }
