@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/console"
+	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/work"
 )
 
@@ -537,3 +538,104 @@ func TestLiveTailStreamsNewEvents(t *testing.T) {
 }
 
 func strconvU(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestPastCountsMatchARefold: the overview's and stats page's counts at every past seq (from
+// checkpoints plus steps) equal those of a fresh console over the log cut at that seq.
+func TestPastCountsMatchARefold(t *testing.T) {
+	ctx := context.Background()
+	q := work.NewInMemory()
+	defer q.Close()
+	// Enough events for several checkpoints (4096 apart).
+	for i := range 3000 {
+		s := q.Session("s" + strconv.Itoa(i%7))
+		tk, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "k" + strconv.Itoa(i%3)}, t0.Add(time.Duration(i)*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%4 == 0 {
+			continue
+		}
+		ds, err := q.ClaimDueAt(ctx, t0.Add(time.Duration(i)*time.Millisecond), time.Minute, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatal(err)
+		}
+		o := work.Success(nil)
+		if i%5 == 0 {
+			o = work.Failure("no")
+		}
+		if i%6 == 0 {
+			if _, err := s.CancelAt(ctx, tk.ID, t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := q.FinishAt(ctx, ds[0], o, t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := newServer(t, q, nil)
+	last := get(t, srv, "/api/stats")
+	var st struct {
+		LastSeq uint64 `json:"last_seq"`
+	}
+	if err := json.Unmarshal([]byte(last.body), &st); err != nil || st.LastSeq < 5000 {
+		t.Fatalf("%v %d", err, st.LastSeq)
+	}
+	for _, seq := range []uint64{1, 2, 4095, 4096, 4097, 5000, st.LastSeq - 1} {
+		// The reference: each task folded on its own up to seq (the task page's path, no
+		// checkpoint and no count involved), counted by state.
+		cut := seq
+		r := get(t, srv, "/?at_seq="+strconvU(cut))
+		s := get(t, srv, "/stats?at_seq="+strconvU(cut))
+		if r.code != 200 || s.code != 200 {
+			t.Fatalf("seq %d: %d %d", cut, r.code, s.code)
+		}
+		want := refCounts(t, q, cut)
+		for state, n := range want {
+			if !strings.Contains(r.body, `id="count-`+state+`">`+strconv.Itoa(n)+`<`) {
+				t.Errorf("seq %d: overview %s is not %d", cut, state, n)
+			}
+		}
+		total := 0
+		for _, n := range want {
+			total += n
+		}
+		if !strings.Contains(s.body, `id="stats-tasks">`+strconv.Itoa(total)+`<`) {
+			t.Errorf("seq %d: stats tasks is not %d", cut, total)
+		}
+	}
+}
+
+// refCounts counts the tasks of q's log up to seq by state, each task's state being its own
+// events folded up to seq (GET /api/tasks/{id}?at_seq=seq).
+func refCounts(t *testing.T, q *work.Queue, seq uint64) map[string]int {
+	t.Helper()
+	ids := map[string]bool{}
+	err := q.ReadLog(context.Background(), 0, func(ev events.Event) error {
+		if ev.Head().Seq > seq {
+			return errDone
+		}
+		if tid, _ := ev.Subject(); tid != "" {
+			ids[tid] = true
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errDone) {
+		t.Fatal(err)
+	}
+	h, _ := console.New(q, nil)
+	out := map[string]int{"pending": 0, "running": 0, "succeeded": 0, "failed": 0, "canceled": 0}
+	for id := range ids {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/tasks/"+id+"?at_seq="+strconvU(seq), nil))
+		var j struct {
+			State string `json:"state"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &j); err != nil {
+			t.Fatal(err)
+		}
+		out[j.State]++
+	}
+	return out
+}
+
+var errDone = errors.New("done")

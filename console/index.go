@@ -52,6 +52,7 @@ type sessRec struct {
 type countsCk struct {
 	pos    int // counts after evs[pos-1]
 	counts map[string]*[nStates]int64
+	types  [256]int64 // events by type up to here
 }
 
 type failure struct {
@@ -230,7 +231,11 @@ func (ix *index) add(ev events.Event) error {
 	ix.evs = append(ix.evs, r)
 	ix.lastSeq = h.Seq
 	if len(ix.evs)%checkpointEvery == 0 {
-		ix.cks = append(ix.cks, countsCk{pos: len(ix.evs), counts: copyCounts(ix.counts)})
+		ck := countsCk{pos: len(ix.evs), counts: copyCounts(ix.counts)}
+		for t, n := range ix.types {
+			ck.types[t] = n
+		}
+		ix.cks = append(ix.cks, ck)
 	}
 	return nil
 }
@@ -298,6 +303,27 @@ func (ix *index) countsAt(p int) map[string]*[nStates]int64 {
 		v[r.after]++
 	}
 	return c
+}
+
+// typesAt is the number of events of each type among the first p retained events: the
+// newest checkpoint at or before p plus at most checkpointEvery steps.
+func (ix *index) typesAt(p int) map[events.Type]int64 {
+	out := map[events.Type]int64{}
+	start := 0
+	i, _ := slices.BinarySearchFunc(ix.cks, p+1, func(ck countsCk, p int) int { return cmp.Compare(ck.pos, p) })
+	if i > 0 {
+		ck := &ix.cks[i-1]
+		start = ck.pos
+		for t, n := range ck.types {
+			if n != 0 {
+				out[events.Type(t)] = n
+			}
+		}
+	}
+	for _, r := range ix.evs[start:p] {
+		out[r.typ]++
+	}
+	return out
 }
 
 // seqAtTime is the last seq of the longest prefix of the log whose events are all stamped at

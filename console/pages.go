@@ -752,13 +752,9 @@ func (c *Console) statsPage(r *http.Request, p *page) (string, error) {
 	if pos > 0 {
 		d.FirstSeq, d.FirstAt, d.LastAt = ix.evs[0].seq, fmtTime(ix.evs[0].at), fmtTime(ix.evs[pos-1].at)
 	}
-	types := map[events.Type]int64{}
+	types := ix.types
 	if p.Past {
-		for _, r := range ix.evs[:pos] {
-			types[r.typ]++
-		}
-	} else {
-		types = ix.types
+		types = ix.typesAt(pos)
 	}
 	for _, t := range events.Types() {
 		d.Types = append(d.Types, typeCount{Name: t.Name, N: types[t.Type]})
