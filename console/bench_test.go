@@ -228,3 +228,82 @@ func BenchmarkLiveTail(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConsoleCost is what an open console costs the queue (issue 21 §5: ≤ 5% of W2's
+// throughput): workers submit, claim and finish on a durable Pebble queue, in parallel, with
+// no console (console=off) and with one open on the overview, refreshed every 100 ms, and a
+// live tail streaming every event (console=on). Compare the two tasks/s figures.
+func BenchmarkConsoleCost(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("console=%v", map[bool]string{false: "off", true: "on"}[on]), func(b *testing.B) {
+			q, err := work.Open(b.TempDir(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			if on {
+				h, err := console.New(q, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				srv := httptest.NewServer(h)
+				defer func() { cancel(); wg.Wait(); srv.CloseClientConnections(); srv.Close() }()
+				wg.Add(2)
+				go func() { // the live tail
+					defer wg.Done()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/log/stream?from=1", nil)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						return
+					}
+					defer resp.Body.Close()
+					sc := bufio.NewScanner(resp.Body)
+					for sc.Scan() {
+					}
+				}()
+				go func() { // the overview, refreshed
+					defer wg.Done()
+					tick := time.NewTicker(100 * time.Millisecond)
+					defer tick.Stop()
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-tick.C:
+						}
+						req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/", nil)
+						if resp, err := http.DefaultClient.Do(req); err == nil {
+							resp.Body.Close()
+						}
+					}
+				}()
+			}
+			start := time.Now()
+			b.SetParallelism(8) // 16 workers on this 2-core machine, as W2
+			b.RunParallel(func(pb *testing.PB) {
+				s := q.Session("w2")
+				for pb.Next() {
+					if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+						b.Error(err)
+						return
+					}
+					ds, err := q.ClaimKinds(ctx, []string{"k"}, time.Minute, 1)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					for _, d := range ds {
+						if _, err := q.Finish(ctx, d, work.Success(nil)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+		})
+	}
+}
