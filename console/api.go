@@ -164,7 +164,7 @@ func (c *Console) verify(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, asHTTPError(err))
 		return
 	}
-	p := &page{Title: "Verify", Nav: "verify", Root: rootOf(r.URL.Path), ReadOnly: c.ro}
+	p := &page{Title: "Verify", Nav: "verify", Root: rootOf(r.URL.EscapedPath()), ReadOnly: c.ro}
 	c.ix.mu.RLock()
 	p.Head = c.ix.lastSeq
 	c.ix.mu.RUnlock()

@@ -317,7 +317,7 @@ func (c *Console) page(fn pageFunc) http.HandlerFunc {
 }
 
 func (c *Console) newPage(r *http.Request, ct cut) *page {
-	p := &page{Root: rootOf(r.URL.Path), Cut: ct, Past: ct.past, AtSeq: ct.seq, Head: ct.head, ReadOnly: c.ro}
+	p := &page{Root: rootOf(r.URL.EscapedPath()), Cut: ct, Past: ct.past, AtSeq: ct.seq, Head: ct.head, ReadOnly: c.ro}
 	if ct.at != 0 || ct.seq != 0 {
 		p.AtTime = fmtTime(ct.at)
 	}
@@ -364,7 +364,7 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, e *httpError
 	if e.code >= 500 {
 		c.log.Error("console: request failed", "path", r.URL.Path, "err", e.msg)
 	}
-	p := &page{Title: http.StatusText(e.code), Root: rootOf(r.URL.Path), ReadOnly: c.ro, Data: e}
+	p := &page{Title: http.StatusText(e.code), Root: rootOf(r.URL.EscapedPath()), ReadOnly: c.ro, Data: e}
 	c.render(w, e.code, "error", p)
 }
 

@@ -639,3 +639,27 @@ func refCounts(t *testing.T, q *work.Queue, seq uint64) map[string]int {
 }
 
 var errDone = errors.New("done")
+
+// A session id with a slash, a question mark and a hash: its links escape them, its page is
+// found, and the page's relative links still lead to the console's root.
+func TestSessionIDsThatLookLikePaths(t *testing.T) {
+	q := work.NewInMemory()
+	defer q.Close()
+	id := "tenant/7?x=1#frag"
+	tk, err := q.Session(id).SubmitAt(context.Background(), work.TaskRequest{Kind: "k"}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, q, nil)
+	list := get(t, srv, "/sessions")
+	if !strings.Contains(list.body, `href="./sessions/tenant%2f7%3fx=1%23frag"`) && !strings.Contains(list.body, `href="./sessions/tenant%2F7%3Fx=1%23frag"`) {
+		t.Fatalf("the session's link is not escaped:\n%s", list.body)
+	}
+	r := get(t, srv, "/sessions/"+url.PathEscape(id))
+	if r.code != 200 || !strings.Contains(r.body, tk.ID) {
+		t.Fatalf("session page: %d", r.code)
+	}
+	if !strings.Contains(r.body, `href="../assets/console.css"`) {
+		t.Error("the session page's root is wrong for an id with a slash")
+	}
+}
