@@ -663,3 +663,28 @@ func TestSessionIDsThatLookLikePaths(t *testing.T) {
 		t.Error("the session page's root is wrong for an id with a slash")
 	}
 }
+
+func TestSessionPageListsWakes(t *testing.T) {
+	ctx := context.Background()
+	q := work.NewInMemory()
+	defer q.Close()
+	s := q.Session("w")
+	if _, err := s.WakeAt(ctx, work.WakeRequest{Payload: json.RawMessage(`{"p":"` + strings.ReplaceAll(hostile, `"`, `\"`) + `"}`)}, t0); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CancelAt(ctx, tk.ID, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, q, nil)
+	r := get(t, srv, "/sessions/w")
+	if !strings.Contains(r.body, "<td>requested</td>") || !strings.Contains(r.body, "<td>task_finished</td>") || strings.Contains(r.body, hostile) {
+		t.Fatalf("wakes on the session page:\n%s", r.body)
+	}
+	if r := get(t, srv, "/sessions/w?at_seq=1"); strings.Contains(r.body, "<td>task_finished</td>") {
+		t.Error("the completion wake shows before it was recorded")
+	}
+}

@@ -266,7 +266,26 @@ type sessionData struct {
 	Matching int
 	Slider   slider
 	Timeline *timeline
-	Wakes    []*projection.Wake
+	Wakes    []wakeRow
+}
+
+// wakeRow is one of a session's wakes on its page.
+type wakeRow struct {
+	ID, Reason, State string
+	Attempts          uint32
+	Task              string
+	Created           string
+	RecordSeq         uint64
+}
+
+func wakeStateOf(w *projection.Wake) string {
+	switch {
+	case w.Acked:
+		return "acked"
+	case w.LeaseToken != "":
+		return "claimed"
+	}
+	return "available"
 }
 
 // slider is the time-travel control of the session and task pages.
@@ -344,6 +363,13 @@ func (c *Console) session(r *http.Request, p *page) (string, error) {
 	}
 	slices.Sort(d.Kinds)
 	d.Shown = len(d.Tasks)
+	for _, w := range m.Wakes() {
+		d.Wakes = append(d.Wakes, wakeRow{ID: w.ID, Reason: w.Reason.String(), State: wakeStateOf(&w), Attempts: w.Attempts, Task: w.TaskID, Created: fmtTime(w.CreatedAt), RecordSeq: w.RecordSeq})
+	}
+	slices.SortFunc(d.Wakes, func(a, b wakeRow) int { return cmp.Compare(a.RecordSeq, b.RecordSeq) })
+	if len(d.Wakes) > sessionTaskLimit {
+		d.Wakes = d.Wakes[len(d.Wakes)-sessionTaskLimit:]
+	}
 	d.Slider = sliderOf(s.seqs, p.Cut.seq, p.Head)
 	d.Timeline = buildTimeline(evs, p.Cut.at)
 	p.Data = d
