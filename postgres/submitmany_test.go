@@ -1,0 +1,66 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
+)
+
+// TestSubmitManyLostCommitRecordsNothing (spec part 3, "Batch submit": one transaction on
+// PostgreSQL; a store failure is the batch's error and nothing was recorded): the connection
+// is lost before the COMMIT of a batch of 500 submits. SubmitMany returns ErrBackend and no
+// result, the log holds none of the batch and its keys are free; the same batch then
+// succeeds whole, and the store verifies. (Submits one after another would each be a
+// command of their own: the later ones would be stored.)
+func TestSubmitManyLostCommitRecordsNothing(t *testing.T) {
+	e, q := openEngine(t, pgtest.Schema(t), nil)
+	ctx := context.Background()
+	s := q.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	e.hookBeforeCommit = func(c *pgx.Conn) {
+		if armed.CompareAndSwap(true, false) {
+			dropConn(c)
+		}
+	}
+	rs := make([]work.TaskRequest, 500)
+	for i := range rs {
+		rs[i] = work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprint(i)), IdempotencyKey: fmt.Sprintf("key-%d", i)}
+	}
+	armed.Store(true)
+	res, err := s.SubmitMany(ctx, rs)
+	if !errors.Is(err, work.ErrBackend) || res != nil {
+		t.Fatalf("SubmitMany with the connection lost before COMMIT: %d results, %v; want ErrBackend and none", len(res), err)
+	}
+	e.hookBeforeCommit = nil
+	if n := logLen(t, q); n != 1 {
+		t.Fatalf("the log has %d events after the lost batch, want the 1 before it", n)
+	}
+	for _, key := range []string{"key-0", "key-499"} {
+		if _, err := s.TaskByKey(ctx, key); !errors.Is(err, work.ErrTaskNotFound) {
+			t.Errorf("TaskByKey(%s) after the lost batch: %v, want ErrTaskNotFound", key, err)
+		}
+	}
+	res, err = s.SubmitMany(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("item %d: %v", i, r.Err)
+		}
+	}
+	if n := logLen(t, q); n != 501 {
+		t.Errorf("the log has %d events, want 501", n)
+	}
+	mustVerify(t, q)
+}
