@@ -167,6 +167,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.exportCommand(),
 		a.importCommand(),
 		a.demoCommand(),
+		a.serveCommand(),
 	)
 	return root
 }
