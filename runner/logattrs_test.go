@@ -36,8 +36,8 @@ type captured struct {
 }
 
 func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h captureHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h captureHandler) WithGroup(string) slog.Handler           { return h }
+func (h captureHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h captureHandler) WithGroup(string) slog.Handler            { return h }
 func (h captureHandler) Handle(ctx context.Context, r slog.Record) error {
 	c := captured{msg: r.Message, attrs: map[string]any{}, ctxID: ctx.Value(ctxKey{})}
 	r.Attrs(func(a slog.Attr) bool { c.attrs[a.Key] = a.Value.Any(); return true })
