@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"sync"
 
@@ -20,7 +21,7 @@ const EnvelopeV1 = 1
 // version from 1 to this one. Indexed by any type byte ([256]): a type added to the catalogue
 // but not here reads as version 0, which Decode refuses, instead of an index panic.
 var schemaVersion = [256]uint8{
-	TypeTaskSubmitted:       1,
+	TypeTaskSubmitted:       2, // 2: Priority, Headers
 	TypeTaskClaimed:         2, // 2: Worker
 	TypeTaskSettled:         1,
 	TypeTaskCancelRequested: 1,
@@ -39,12 +40,39 @@ var schemaVersion = [256]uint8{
 // byte (replay's import re-encodes what it reads).
 func bodyVersion(e Event) uint8 {
 	switch e := e.(type) {
+	case *TaskSubmitted:
+		return 1 + uint8(submitV2Fields(e))/2
 	case *TaskClaimed:
 		return 1 + uint8(claimV2Fields(e.Worker))
 	case *WakeClaimed:
 		return 1 + uint8(claimV2Fields(e.Worker))
 	}
 	return schemaVersion[e.Type()]
+}
+
+// submitV2Fields is how many fields version 2 of a submit adds to its body (priority,
+// headers): none for a submit with neither, which is written as version 1.
+func submitV2Fields(e *TaskSubmitted) int {
+	if e.Priority == 0 && len(e.Headers) == 0 {
+		return 0
+	}
+	return 2
+}
+
+// appendHeaders writes a submit's headers as a msgpack map of str to str, sorted by key, so
+// the same headers always encode to the same bytes.
+func appendHeaders(b []byte, h map[string]string) []byte {
+	b = msgp.AppendMapLen(b, len(h))
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = msgp.AppendStr(b, k)
+		b = msgp.AppendStr(b, h[k])
+	}
+	return b
 }
 
 // claimV2Fields is how many fields version 2 of a claim adds to its body for worker.
@@ -113,7 +141,8 @@ func Append(dst []byte, e Event) ([]byte, error) {
 	// Per-field codec boilerplate: one line a field, in the order of the catalogue (doc.go).
 	switch e := e.(type) {
 	case *TaskSubmitted:
-		b = appendHeader(msgp.AppendArrayLen(b, 10), h)
+		v2 := submitV2Fields(e)
+		b = appendHeader(msgp.AppendArrayLen(b, 10+v2), h)
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendStr(b, e.Kind)
 		b = msgp.AppendBin(b, e.Input)
@@ -121,6 +150,10 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendInt(b, e.RunAt)
 		b = msgp.AppendStr(b, e.IdempotencyKey)
 		b = msgp.AppendBool(b, e.WakeOnCompletion)
+		if v2 != 0 {
+			b = msgp.AppendInt(b, e.Priority)
+			b = appendHeaders(b, e.Headers)
+		}
 	case *TaskClaimed:
 		b = appendHeader(msgp.AppendArrayLen(b, 7+claimV2Fields(e.Worker)), h)
 		b = msgp.AppendStr(b, e.TaskID)
@@ -464,6 +497,49 @@ func (r *decoder) bin(field string) []byte {
 	return v
 }
 
+// headers reads a submit's headers: a msgpack map of str to str (nil: none), at most
+// MaxHeaders entries (checked before anything is allocated), keys in strictly ascending
+// order (as appendHeaders writes them: so no key repeats). Each string is its own
+// allocation; the lengths were checked against the body's bytes.
+func (r *decoder) headers(field string) map[string]string {
+	if !r.next(field) {
+		return nil
+	}
+	n, err := r.MapLen()
+	if err != nil {
+		r.fail(field, err)
+		return nil
+	}
+	if n <= 0 {
+		return nil
+	}
+	if n > MaxHeaders {
+		r.fail(field, fmt.Errorf("%d entries is more than %d", n, MaxHeaders))
+		return nil
+	}
+	h := make(map[string]string, n)
+	prev := ""
+	for i := range n {
+		var kv [2]string
+		for j := range kv {
+			l, err := r.StrLen()
+			if err != nil {
+				r.fail(field, err)
+				return nil
+			}
+			p, _ := r.Take(max(l, 0)) // StrLen checked l
+			kv[j] = string(p)
+		}
+		if i > 0 && kv[0] <= prev {
+			r.fail(field, fmt.Errorf("key %q is not after %q", kv[0], prev))
+			return nil
+		}
+		prev = kv[0]
+		h[kv[0]] = kv[1]
+	}
+	return h
+}
+
 // bool reads a bool field; nil is false.
 func (r *decoder) bool(field string) bool {
 	if !r.next(field) {
@@ -619,6 +695,10 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.RunAt = r.i64("run_at")
 		r.str("idempotency_key", &e.IdempotencyKey)
 		e.WakeOnCompletion = r.bool("wake_on_completion")
+		if r.ver >= 2 {
+			e.Priority = r.i64("priority")
+			e.Headers = r.headers("headers")
+		}
 		ev = e
 	case TypeTaskClaimed:
 		e := fresh(d, func(d *Decoder) *TaskClaimed { return &d.taskClaimed })
@@ -738,6 +818,13 @@ func check(ev Event, seq uint64) *DecodeError {
 		return bad("subject", "event names no task or wake")
 	}
 	switch e := ev.(type) {
+	case *TaskSubmitted:
+		if e.Priority < MinPriority || e.Priority > MaxPriority {
+			return bad("priority", fmt.Sprintf("%d is not in %d..%d", e.Priority, MinPriority, MaxPriority))
+		}
+		if msg := CheckHeaders(e.Headers); msg != "" {
+			return bad("headers", msg)
+		}
 	case *TaskClaimed:
 		if e.Attempt == 0 {
 			return bad("attempt", "must be positive")

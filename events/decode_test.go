@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"runtime"
 	"slices"
@@ -481,6 +482,14 @@ func TestDecodeChecks(t *testing.T) {
 		{"release eligible before its time", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 9}, 3, "run_at"},
 		{"release reason over 64 KiB", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10,
 			Reason: strings.Repeat("r", MaxReleaseReason+1)}, 3, "reason"},
+		{"priority above 1000", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k", Priority: MaxPriority + 1}, 3, "priority"},
+		{"priority below -1000", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k", Priority: MinPriority - 1}, 3, "priority"},
+		{"65 headers", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k", Headers: manyHeaders(MaxHeaders + 1)}, 3, "headers"},
+		{"empty header key", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k", Headers: map[string]string{"": "v"}}, 3, "headers"},
+		{"header key over 256 bytes", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k",
+			Headers: map[string]string{strings.Repeat("k", MaxHeaderKey+1): ""}}, 3, "headers"},
+		{"headers over 16 KiB", &TaskSubmitted{Header: h, TaskID: "t", Kind: "k",
+			Headers: map[string]string{"a": strings.Repeat("v", MaxHeaderBytes)}}, 3, "headers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -740,3 +749,87 @@ func TestLeaseToken(t *testing.T) {
 
 func itoa(n int) string    { return strconv.Itoa(n) }
 func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// manyHeaders is n distinct small headers.
+func manyHeaders(n int) map[string]string {
+	h := make(map[string]string, n)
+	for i := range n {
+		h[fmt.Sprintf("k%03d", i)] = "v"
+	}
+	return h
+}
+
+// TestDecodeHeadersWire: headers the encoder never writes (keys out of order or repeated, a
+// map claiming more entries than the cap or than the bytes hold, a value of the wrong type)
+// are ErrCorrupt naming "headers", read without allocating what the count claims.
+func TestDecodeHeadersWire(t *testing.T) {
+	fields := [][]byte{
+		{0x03}, {0xa1, 's'}, {0x0a}, {0xa1, 't'}, {0xa1, 'k'}, {0xc4, 0}, {0xc2}, {0x00}, {0xa0}, {0xc2},
+		{0x05}, // priority
+	}
+	body := func(headers []byte) []byte { return join([]byte{0x9c}, fields, headers) }
+	cases := map[string][]byte{
+		"keys out of order":  {0x82, 0xa1, 'b', 0xa0, 0xa1, 'a', 0xa0},
+		"a key repeated":     {0x82, 0xa1, 'a', 0xa0, 0xa1, 'a', 0xa0},
+		"count over the cap": {0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'a', 0xa0},
+		"count over bytes":   {0x83, 0xa1, 'a', 0xa0},
+		"value not a string": {0x81, 0xa1, 'a', 0x05},
+		"not a map":          {0x91, 0xa1, 'a'},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := envelope(TypeTaskSubmitted, 2, body(h))
+			decodeErr(t, b, 3, ErrCorrupt, "headers")
+			if _, err := refDecode(b, 3); err == nil {
+				t.Fatal("the reference decoder accepted it")
+			}
+			if n := testing.AllocsPerRun(10, func() { _, _ = Decode(b, 3) }); n > 20 {
+				t.Errorf("%v allocations for a rejected event", n)
+			}
+		})
+	}
+	// nil headers and an empty map both decode as none.
+	for _, h := range [][]byte{{0xc0}, {0x80}} {
+		ev, err := Decode(envelope(TypeTaskSubmitted, 2, body(h)), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := ev.(*TaskSubmitted); s.Headers != nil || s.Priority != 5 {
+			t.Fatalf("headers %v priority %d", s.Headers, s.Priority)
+		}
+	}
+}
+
+// TestSubmitBodyVersion: a submit with neither priority nor headers is written as version
+// 1, byte for byte what older builds wrote; either one makes it version 2.
+func TestSubmitBodyVersion(t *testing.T) {
+	base := TaskSubmitted{Header: Header{Seq: 1, SessionID: "s", At: 1}, TaskID: "t", Kind: "k"}
+	for _, tc := range []struct {
+		ev   TaskSubmitted
+		want uint8
+	}{
+		{base, 1},
+		{func() TaskSubmitted { e := base; e.Priority = -1; return e }(), 2},
+		{func() TaskSubmitted { e := base; e.Headers = map[string]string{"a": ""}; return e }(), 2},
+		{func() TaskSubmitted { e := base; e.Headers = map[string]string{}; return e }(), 1},
+	} {
+		b := mustEncode(t, &tc.ev)
+		if b[2] != tc.want {
+			t.Errorf("priority %d headers %v: version %d, want %d", tc.ev.Priority, tc.ev.Headers, b[2], tc.want)
+		}
+		got, err := Decode(b, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got.(*TaskSubmitted); g.Priority != tc.ev.Priority || len(g.Headers) != len(tc.ev.Headers) {
+			t.Errorf("round trip: %+v", g)
+		}
+	}
+	// The same headers in any insertion order encode to the same bytes.
+	a, b := base, base
+	a.Headers = map[string]string{"x": "1", "y": "2", "z": "3"}
+	b.Headers = map[string]string{"z": "3", "x": "1", "y": "2"}
+	if !bytes.Equal(mustEncode(t, &a), mustEncode(t, &b)) {
+		t.Error("headers encode depending on the map")
+	}
+}

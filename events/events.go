@@ -218,6 +218,11 @@ type TaskSubmitted struct {
 	RunAt            int64  // meaningful when HasRunAt
 	IdempotencyKey   string // "" means none
 	WakeOnCompletion bool
+
+	// Schema version 2 (written only when either is set: a submit with neither keeps
+	// encoding version 1, the bytes older builds wrote).
+	Priority int64             // claim order among due tasks, higher first: MinPriority..MaxPriority
+	Headers  map[string]string // carried with the task (trace context, tenant, ...): see MaxHeaders; nil when none
 }
 
 // ScheduledAt is when the task first becomes eligible: RunAt, or the submit time.
@@ -236,6 +241,38 @@ type TaskClaimed struct {
 	LeaseToken     string
 	LeaseExpiresAt int64
 	Worker         string // who claimed it (schema version 2; "" in version 1): at most MaxWorker bytes
+}
+
+// The bounds of TaskSubmitted's priority and headers: the limits the API validates
+// (work.TaskRequest), which decoding checks again.
+const (
+	MinPriority = -1000
+	MaxPriority = 1000
+	// MaxHeaders is the most headers a task carries; each key is 1..MaxHeaderKey bytes and
+	// the keys and values together at most MaxHeaderBytes. Keys and values are any bytes
+	// (no UTF-8 rule, as for kinds and keys): the tools escape them when they print them.
+	MaxHeaders     = 64
+	MaxHeaderKey   = 256
+	MaxHeaderBytes = 16 << 10
+)
+
+// CheckHeaders says what is wrong with h as a task's headers ("" when nothing): too many
+// entries, a key empty or too long, too many bytes. The API and the decoder both ask it.
+func CheckHeaders(h map[string]string) string {
+	if len(h) > MaxHeaders {
+		return fmt.Sprintf("%d entries is more than %d", len(h), MaxHeaders)
+	}
+	total := 0
+	for k, v := range h {
+		if len(k) == 0 || len(k) > MaxHeaderKey {
+			return fmt.Sprintf("a key of %d bytes is not 1..%d bytes", len(k), MaxHeaderKey)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxHeaderBytes {
+		return fmt.Sprintf("%d bytes of keys and values is more than %d", total, MaxHeaderBytes)
+	}
+	return ""
 }
 
 // MaxWorker is the longest worker identity of a claim event, in bytes: the limit the API

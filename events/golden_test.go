@@ -55,6 +55,21 @@ var goldenFixtures = []goldenFixture{
 		IdempotencyKey:   "signup-42",
 		WakeOnCompletion: true,
 	}},
+	{"task_submitted.v2", &TaskSubmitted{
+		// Priority and headers (schema version 2): a negative priority; headers written
+		// sorted by key, one value of more than 31 bytes (str8), one key not ASCII.
+		Header:         Header{Seq: 2, SessionID: goldenSession, At: goldenAt},
+		TaskID:         goldenTask,
+		Kind:           "email.send",
+		Input:          []byte(`{"to":"ada@example.com"}`),
+		IdempotencyKey: "signup-43",
+		Priority:       -17,
+		Headers: map[string]string{
+			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			"tenant":      "acme",
+			"ключ":        "",
+		},
+	}},
 	{"task_claimed.v1", &TaskClaimed{
 		Header:         Header{Seq: 200, SessionID: goldenSession, At: goldenAt + 91e9},
 		TaskID:         goldenTask,
@@ -154,7 +169,7 @@ var goldenFixtures = []goldenFixture{
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
 // order; the golden .hex files and the decode error tests use them.
 var bodyFieldNames = map[Type][]string{
-	TypeTaskSubmitted:       {"task_id", "kind", "input", "has_run_at", "run_at", "idempotency_key", "wake_on_completion"},
+	TypeTaskSubmitted:       {"task_id", "kind", "input", "has_run_at", "run_at", "idempotency_key", "wake_on_completion", "priority", "headers"},
 	TypeTaskClaimed:         {"task_id", "attempt", "lease_token", "lease_expires_at", "worker"},
 	TypeTaskSettled:         {"task_id", "attempt", "lease_token", "outcome"},
 	TypeTaskCancelRequested: {"task_id"},

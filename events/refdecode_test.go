@@ -112,6 +112,47 @@ func (r *refDecoder) bin(field string) []byte {
 	return v
 }
 
+// headers is not in the original (task_submitted v2 came later): the same rules as the
+// hand-written decoder's, on msgpack's Decoder.
+func (r *refDecoder) headers(field string) map[string]string {
+	if !r.next(field) {
+		return nil
+	}
+	n, err := r.dec.DecodeMapLen()
+	if err != nil {
+		r.fail(field, err)
+		return nil
+	}
+	if n <= 0 {
+		return nil
+	}
+	if n > MaxHeaders {
+		r.fail(field, fmt.Errorf("%d entries is more than %d", n, MaxHeaders))
+		return nil
+	}
+	h := make(map[string]string, n)
+	prev := ""
+	for i := range n {
+		k, err := r.dec.DecodeString()
+		if err != nil {
+			r.fail(field, err)
+			return nil
+		}
+		v, err := r.dec.DecodeString()
+		if err != nil {
+			r.fail(field, err)
+			return nil
+		}
+		if i > 0 && k <= prev {
+			r.fail(field, fmt.Errorf("key %q is not after %q", k, prev))
+			return nil
+		}
+		prev = k
+		h[k] = v
+	}
+	return h
+}
+
 func (r *refDecoder) bool(field string) bool {
 	if !r.next(field) {
 		return false
@@ -198,6 +239,10 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.RunAt = r.i64("run_at")
 		e.IdempotencyKey = r.str("idempotency_key")
 		e.WakeOnCompletion = r.bool("wake_on_completion")
+		if ver >= 2 {
+			e.Priority = r.i64("priority")
+			e.Headers = r.headers("headers")
+		}
 		ev = e
 	case TypeTaskClaimed:
 		e := &TaskClaimed{}

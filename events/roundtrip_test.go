@@ -137,8 +137,23 @@ func (g *gen) event(t Type, seq uint64) Event {
 	h := g.header(seq)
 	switch t {
 	case TypeTaskSubmitted:
-		return &TaskSubmitted{Header: h, TaskID: g.str(true), Kind: g.str(false), Input: g.bin(),
+		e := &TaskSubmitted{Header: h, TaskID: g.str(true), Kind: g.str(false), Input: g.bin(),
 			HasRunAt: g.r.IntN(2) == 0, RunAt: g.i64(), IdempotencyKey: g.str(false), WakeOnCompletion: g.r.IntN(2) == 0}
+		if g.r.IntN(2) == 0 { // version 2: a priority, headers
+			e.Priority = int64(g.r.IntN(MaxPriority-MinPriority+1) + MinPriority)
+			if n := g.r.IntN(4); n > 0 {
+				e.Headers = map[string]string{}
+				for range n {
+					if k := g.str(true); len(k) <= MaxHeaderKey {
+						e.Headers[k] = g.str(false)
+					}
+				}
+				if CheckHeaders(e.Headers) != "" || len(e.Headers) == 0 {
+					e.Headers = nil
+				}
+			}
+		}
+		return e
 	case TypeTaskClaimed:
 		return &TaskClaimed{Header: h, TaskID: g.str(true), Attempt: g.attempt(), LeaseToken: g.str(false), LeaseExpiresAt: g.i64(), Worker: g.worker()}
 	case TypeTaskSettled:

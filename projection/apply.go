@@ -296,6 +296,7 @@ func fillTask(t *Task, e *events.TaskSubmitted) {
 		HasRunAt: e.HasRunAt, RunAt: e.RunAt, IdempotencyKey: e.IdempotencyKey,
 		WakeOnCompletion: e.WakeOnCompletion, CreatedAt: e.At, ScheduledAt: e.ScheduledAt(),
 		SubmitSeq: e.Seq, State: events.StatePending, UpdatedSeq: e.Seq,
+		Priority: e.Priority, Headers: e.Headers,
 	}
 }
 
@@ -448,7 +449,7 @@ func moveTask(s State, old taskPlace, t *Task) error {
 		if newIn && old.at == newAt {
 			return nil // entries unchanged
 		}
-		e := IndexEntry{At: old.at, Seq: t.SubmitSeq, ID: t.ID}
+		e := t.DueEntry(old.at)
 		if err := s.DeleteDue(e); err != nil {
 			return err
 		}
@@ -464,7 +465,7 @@ func moveTask(s State, old taskPlace, t *Task) error {
 
 // putDue puts t's entries at at into the due index and its kind's.
 func putDue(s State, t *Task, at int64) error {
-	e := IndexEntry{At: at, Seq: t.SubmitSeq, ID: t.ID}
+	e := t.DueEntry(at)
 	if err := s.PutDue(e); err != nil {
 		return err
 	}

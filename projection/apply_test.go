@@ -110,7 +110,7 @@ func TestApplyTaskSubmitted(t *testing.T) {
 				x.UpdatedSeq != 1 || x.SessionID != sess || x.Kind != "k" || string(x.Input) != `{"n":1}` || x.HasRunAt {
 				t.Errorf("task %+v", x)
 			}
-			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{5, 1, "t"}) {
+			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 5, Seq: 1, ID: "t"}) {
 				t.Errorf("due %v", got)
 			}
 		}},
@@ -183,7 +183,7 @@ func TestApplyTaskClaimed(t *testing.T) {
 				t.Errorf("task %+v", x)
 			}
 			// A running task is in the due index at its lease expiry.
-			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{80, 1, "t"}) {
+			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 80, Seq: 1, ID: "t"}) {
 				t.Errorf("due %v", got)
 			}
 		}},
@@ -193,7 +193,7 @@ func TestApplyTaskClaimed(t *testing.T) {
 			if x.State != events.StateRunning || x.Attempts != 2 || x.LeaseToken != "b" || x.LeaseExpiresAt != 70 {
 				t.Errorf("task %+v", x)
 			}
-			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{70, 1, "t"}) {
+			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 70, Seq: 1, ID: "t"}) {
 				t.Errorf("due %v", got)
 			}
 		}},
@@ -300,7 +300,7 @@ func TestApplyTaskCancelRequested(t *testing.T) {
 			if x.State != events.StateRunning || !x.CancelRequested || x.CancelRequestedAt != 15 || x.FinishedAt != 0 || x.LeaseToken != "a" {
 				t.Errorf("task %+v", x)
 			}
-			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{40, 1, "t"}) {
+			if got := dueOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 40, Seq: 1, ID: "t"}) {
 				t.Errorf("due %v", got)
 			}
 		}},
@@ -386,7 +386,7 @@ func TestApplyWakeRecorded(t *testing.T) {
 				w.UpdatedSeq != 1 || w.Attempts != 0 || w.Acked || w.SessionID != sess {
 				t.Errorf("wake %+v", w)
 			}
-			if got := wakesOf(t, m); len(got) != 1 || got[0] != (IndexEntry{5, 1, "w"}) {
+			if got := wakesOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 5, Seq: 1, ID: "w"}) {
 				t.Errorf("wake index %v", got)
 			}
 		}},
@@ -407,7 +407,7 @@ func TestApplyWakeRecorded(t *testing.T) {
 				if w.Reason != events.WakeTaskFinished || w.TaskID != "t" || w.Outcome.Summary != "done" || w.RecordSeq != 4 {
 					t.Errorf("wake %+v", w)
 				}
-				if got := wakesOf(t, m); len(got) != 1 || got[0] != (IndexEntry{20, 4, "w"}) {
+				if got := wakesOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 20, Seq: 4, ID: "w"}) {
 					t.Errorf("wake index %v", got)
 				}
 			}},
@@ -457,7 +457,7 @@ func TestApplyWakeClaimed(t *testing.T) {
 			if w.Attempts != 1 || w.LeaseToken != "a" || w.LeaseExpiresAt != 35 || w.UpdatedSeq != 2 || !w.Claimed() {
 				t.Errorf("wake %+v", w)
 			}
-			if got := wakesOf(t, m); len(got) != 1 || got[0] != (IndexEntry{35, 1, "w"}) {
+			if got := wakesOf(t, m); len(got) != 1 || got[0] != (IndexEntry{At: 35, Seq: 1, ID: "w"}) {
 				t.Errorf("wake index %v", got)
 			}
 		}},

@@ -189,12 +189,12 @@ func TestIndexEntryLess(t *testing.T) {
 		a, b IndexEntry
 		less bool
 	}{
-		{IndexEntry{1, 9, "z"}, IndexEntry{2, 1, "a"}, true},
-		{IndexEntry{2, 1, "a"}, IndexEntry{1, 9, "z"}, false},
-		{IndexEntry{1, 1, "z"}, IndexEntry{1, 2, "a"}, true},
-		{IndexEntry{1, 2, "a"}, IndexEntry{1, 1, "z"}, false},
-		{IndexEntry{1, 1, "a"}, IndexEntry{1, 1, "b"}, false},
-		{IndexEntry{math.MinInt64, 1, ""}, IndexEntry{math.MaxInt64, 0, ""}, true},
+		{IndexEntry{At: 1, Seq: 9, ID: "z"}, IndexEntry{At: 2, Seq: 1, ID: "a"}, true},
+		{IndexEntry{At: 2, Seq: 1, ID: "a"}, IndexEntry{At: 1, Seq: 9, ID: "z"}, false},
+		{IndexEntry{At: 1, Seq: 1, ID: "z"}, IndexEntry{At: 1, Seq: 2, ID: "a"}, true},
+		{IndexEntry{At: 1, Seq: 2, ID: "a"}, IndexEntry{At: 1, Seq: 1, ID: "z"}, false},
+		{IndexEntry{At: 1, Seq: 1, ID: "a"}, IndexEntry{At: 1, Seq: 1, ID: "b"}, false},
+		{IndexEntry{At: math.MinInt64, Seq: 1, ID: ""}, IndexEntry{At: math.MaxInt64, Seq: 0, ID: ""}, true},
 	}
 	for _, c := range cases {
 		if got := c.a.Less(c.b); got != c.less {

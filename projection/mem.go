@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"sort"
@@ -115,7 +116,7 @@ func (m *Mem) BuildIndexes() {
 	due := make([]IndexEntry, 0, len(m.tasks)/8)
 	for _, t := range m.tasks {
 		if at, ok := t.EligibleAt(); ok {
-			due = append(due, IndexEntry{At: at, Seq: t.SubmitSeq, ID: t.ID})
+			due = append(due, t.DueEntry(at))
 		}
 	}
 	avail := make([]IndexEntry, 0, len(m.wakes)/8)
@@ -144,8 +145,40 @@ func sortedTree(es []IndexEntry) *btree.BTreeG[IndexEntry] {
 
 func (m *Mem) ScanDue(maxAt int64, fn func(IndexEntry) bool) error {
 	m.BuildIndexes()
-	m.due.Ascend(func(e IndexEntry) bool { return e.At <= maxAt && fn(e) })
+	scanDue(m.due, maxAt, fn)
 	return nil
+}
+
+// scanDue calls fn with t's entries due at maxAt in claim order (priority descending, then
+// At, then Seq), until fn returns false. The tree is in that order, so the entries of one
+// priority are a run in At order: the scan walks a run while its entries are due and, at
+// the first that is not, jumps to the start of the next lower priority present (a seek).
+// Its cost is O(p · log n + entries seen), p the priorities present: a future entry of a
+// high priority does not hide the due ones of lower priorities.
+func scanDue(t *btree.BTreeG[IndexEntry], maxAt int64, fn func(IndexEntry) bool) {
+	pivot, first := IndexEntry{}, true
+	for {
+		var next IndexEntry
+		jump, stop := false, false
+		visit := func(e IndexEntry) bool {
+			if e.At > maxAt {
+				next, jump = e, true
+				return false
+			}
+			stop = !fn(e)
+			return !stop
+		}
+		if first {
+			t.Ascend(visit)
+			first = false
+		} else {
+			t.AscendGreaterOrEqual(pivot, visit)
+		}
+		if stop || !jump || next.Pri == math.MinInt64 {
+			return
+		}
+		pivot = IndexEntry{Pri: next.Pri - 1, At: math.MinInt64}
+	}
 }
 
 func (m *Mem) ScanWakes(maxAt int64, fn func(IndexEntry) bool) error {

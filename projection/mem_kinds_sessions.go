@@ -59,7 +59,7 @@ func (m *Mem) ScanDueKind(kind string, maxAt int64, fn func(IndexEntry) bool) er
 	if ki == nil {
 		return nil
 	}
-	ki.due.Ascend(func(e IndexEntry) bool { return e.At <= maxAt && fn(e) })
+	scanDue(ki.due, maxAt, fn)
 	return nil
 }
 
@@ -170,7 +170,7 @@ func (m *Mem) buildKindsSessions() {
 		ki := m.kind(t.Kind)
 		ki.counts[t.State]++
 		if at, ok := t.EligibleAt(); ok {
-			due[t.Kind] = append(due[t.Kind], IndexEntry{At: at, Seq: t.SubmitSeq, ID: t.ID})
+			due[t.Kind] = append(due[t.Kind], t.DueEntry(at))
 		}
 		l := m.sessions[t.SessionID]
 		if l == nil {

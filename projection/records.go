@@ -37,8 +37,9 @@ type Task struct {
 
 	// Fields appended after format 4 (records only ever gain fields at the end; a record
 	// written before them decodes with them zero).
-	AttemptsAtRetry uint32 // Attempts when the task was last retried (task_retried); 0 if never
-	Priority        int64  // claim order among due tasks: higher first (task_submitted v3)
+	AttemptsAtRetry uint32            // Attempts when the task was last retried (task_retried); 0 if never
+	Priority        int64             // claim order among due tasks: higher first (task_submitted v2)
+	Headers         map[string]string // carried with the task (task_submitted v2); nil when none
 }
 
 // Claimed reports whether the task is held by a claim.
@@ -93,20 +94,22 @@ func (w *Wake) AvailableAt() (int64, bool) {
 
 // IndexEntry is one entry of an eligibility index: ordered by At, then Seq.
 type IndexEntry struct {
+	Pri int64 // the task's Priority (due indexes); 0 in the wake index
 	At  int64
 	Seq uint64
 	ID  string
 }
 
-// Less orders entries by (At, Seq).
-func (a IndexEntry) Less(b IndexEntry) bool {
-	if a.At != b.At {
-		return a.At < b.At
-	}
-	return a.Seq < b.Seq
-}
+// Less orders entries by claim order: higher Pri first, then (At, Seq). Wake entries all
+// have Pri 0, so theirs is (At, Seq).
+func (a IndexEntry) Less(b IndexEntry) bool { return compareEntries(a, b) < 0 }
 
 // compareEntries is Less as a three-way comparison, for slices.SortFunc.
 func compareEntries(a, b IndexEntry) int {
-	return cmp.Or(cmp.Compare(a.At, b.At), cmp.Compare(a.Seq, b.Seq))
+	return cmp.Or(cmp.Compare(b.Pri, a.Pri), cmp.Compare(a.At, b.At), cmp.Compare(a.Seq, b.Seq))
+}
+
+// DueEntry is t's entry in the due indexes when it is eligible at at.
+func (t *Task) DueEntry(at int64) IndexEntry {
+	return IndexEntry{Pri: t.Priority, At: at, Seq: t.SubmitSeq, ID: t.ID}
 }

@@ -13,8 +13,11 @@ type Reader interface {
 	TaskKey(sessionID, key string) (string, error)
 	// WakeKey returns the id of the wake requested under (session, key), or "".
 	WakeKey(sessionID, key string) (string, error)
-	// ScanDue calls fn for due-index entries with At <= maxAt, in index order, until fn
-	// returns false.
+	// ScanDue calls fn for due-index entries with At <= maxAt, in claim order (Pri
+	// descending, then At, then Seq: IndexEntry.Less), until fn returns false. Its cost is
+	// O(p · log n) plus the entries fn sees, p the distinct priorities in the index: each
+	// priority's entries are a run in At order, and the scan seeks from one run's first
+	// entry past maxAt to the next run.
 	ScanDue(maxAt int64, fn func(IndexEntry) bool) error
 	// ScanWakes is ScanDue for the available-wake index.
 	ScanWakes(maxAt int64, fn func(IndexEntry) bool) error

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/worklog/worklog/events"
@@ -116,6 +117,8 @@ func (b *logBackend) taskSnapshotOf(t *projection.Task, viewed bool) Task {
 		ScheduledAt:    fromNanos(t.ScheduledAt),
 		CreatedAt:      fromNanos(t.CreatedAt),
 		Attempts:       t.Attempts,
+		Priority:       int(t.Priority),
+		Headers:        cloneHeaders(t.Headers),
 	}
 	if t.CancelRequested {
 		out.CancelRequestedAt = fromNanos(t.CancelRequestedAt)
@@ -200,7 +203,7 @@ func (b *logBackend) wakeSnapshot(w *projection.Wake) Wake {
 }
 
 // taskRequestDiffers is the seed's request equality (kind, input as a JSON value, schedule,
-// key and wake policy), answered with the first field of the intent in which r differs from
+// key and wake policy) and the priority; never the headers, answered with the first field of the intent in which r differs from
 // the task the key names, by its request field name; "" when r is the same request. The
 // idempotency conflict names that field, so a caller sees what changed (a recomputed RunAt
 // is the usual trap).
@@ -212,6 +215,8 @@ func taskRequestDiffers(t *projection.Task, r *TaskRequest, runAt int64) string 
 		return "run_at"
 	case t.WakeOnCompletion != (r.Wake == WakeOnCompletion):
 		return "wake"
+	case t.Priority != int64(r.Priority):
+		return "priority"
 	case !sameJSON(t.Input, jsonOrNull(r.Input)):
 		return "input"
 	}
@@ -245,6 +250,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	}
 	defer release()
 	input := ownValue(r.Input, staged)
+	headers := cloneHeaders(r.Headers) // the caller may change its map afterwards
 	var out Task
 	var derr error
 	err := b.update(ctx, func(tx txn) error {
@@ -259,6 +265,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 			TaskID: id, Kind: r.Kind, Input: input,
 			HasRunAt: !r.RunAt.IsZero(), RunAt: runAt,
 			IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
+			Priority: int64(r.Priority), Headers: headers,
 		}
 		if err := tx.Append(ev); err != nil {
 			return err
@@ -700,4 +707,14 @@ func result[T any](out T, derr, err error) (T, error) {
 		return zero, derr
 	}
 	return out, nil
+}
+
+// cloneHeaders copies a task's headers, so that neither the caller's map nor a snapshot
+// shares memory with a stored record (the in-memory engine keeps the event's map); nil when
+// there are none.
+func cloneHeaders(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	return maps.Clone(h)
 }

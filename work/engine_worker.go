@@ -166,7 +166,7 @@ func distinct(kinds []string) []string {
 }
 
 // scanKinds calls fn with the due entries (At <= maxAt) of kinds, distinct, in the due
-// index's order (At, then Seq: ClaimDue's claim order), until fn returns false. It is a k-way
+// index's order (priority descending, then At, then Seq: ClaimDue's claim order), until fn returns false. It is a k-way
 // merge of each kind's own index (Reader.ScanDueKind), each pulled one entry at a time
 // (iter.Pull over the push scan), under a heap of the kinds' next entries: it reads one entry
 // per kind to start and one more per entry fn takes, so a claim of limit tasks costs
@@ -316,8 +316,9 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 		// A reader may give a kind's states apart; merge them, in kind order.
 		slices.SortStableFunc(out.Kinds, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
 		out.Kinds = mergeKinds(out.Kinds)
+		// The scan is in claim order (priority first): the oldest is the least At of all.
 		return r.ScanDue(at, func(e projection.IndexEntry) bool {
-			if out.DueNow == 0 {
+			if out.DueNow == 0 || e.At < out.OldestDueAt.UnixNano() {
 				out.OldestDueAt, out.OldestDueAge = fromNanos(e.At), age(at, e.At)
 			}
 			out.DueNow++

@@ -21,10 +21,12 @@ type TaskRequest struct {
 	// session instead of a new one. "" means none; all-whitespace is invalid.
 	//
 	// The key stands for an intent: Kind, Input (compared as a JSON value), RunAt (as an
-	// instant; zero and non-zero differ) and Wake. A resubmit equal in all of them returns
-	// the existing task, in whatever state it is now; one that differs in any is
-	// ErrIdempotencyConflict, whose Error.Field names the first differing field ("kind",
-	// "run_at", "wake", "input") and Error.ID the existing task. The trap: a producer that
+	// instant; zero and non-zero differ), Wake and Priority. A resubmit equal in all of them
+	// returns the existing task, in whatever state it is now (Headers are not part of the
+	// intent: a resubmit with other headers returns the existing task, headers unchanged);
+	// one that differs in any is ErrIdempotencyConflict, whose Error.Field names the first
+	// differing field in the order "kind", "run_at", "wake", "priority", "input", and
+	// Error.ID the existing task. The trap: a producer that
 	// computes RunAt = now + 5s and resubmits after a crash asks for another instant, a
 	// conflict on run_at; compute RunAt once and keep it with the key, or keep RunAt out of
 	// the intent by submitting immediately.
@@ -33,6 +35,18 @@ type TaskRequest struct {
 	// then on it names nothing and a submit makes a new task.
 	IdempotencyKey string
 	Wake           WakePolicy
+	// Priority orders the claims among due tasks: every claim method takes a higher
+	// Priority first, then the earlier ScheduledAt, then submission order. Default 0; it must
+	// be in -1000..1000 (else ErrInvalidRequest naming "priority"). A task scheduled later is
+	// never claimed before it is due, whatever its priority; a running task whose lease
+	// expired is claimed again in the same order, under its own priority.
+	Priority int
+	// Headers are carried with the task unchanged (W3C traceparent/tracestate, a tenant, a
+	// request id): stored in its task_submitted event, returned in Task.Headers, shown by
+	// replay. At most 64 entries, each key 1..256 bytes, keys and values together at most
+	// 16 KiB, else ErrInvalidRequest naming "headers". Keys and values may be any bytes (no
+	// UTF-8 rule, as for Kind). Not part of the idempotency intent. The map is copied.
+	Headers map[string]string
 }
 
 // WakePolicy says whether a task that reaches a terminal state wakes its session.
@@ -111,9 +125,11 @@ type Task struct {
 	IdempotencyKey      string
 	ScheduledAt         time.Time
 	CreatedAt           time.Time
-	Attempts            uint32    // claims so far, redeliveries included
-	FinishedAt          time.Time // zero: not terminal
-	Outcome             *Outcome  // nil until terminal
+	Attempts            uint32            // claims so far, redeliveries included
+	FinishedAt          time.Time         // zero: not terminal
+	Outcome             *Outcome          // nil until terminal
+	Priority            int               // the request's Priority
+	Headers             map[string]string // the request's Headers (a copy); nil when none
 }
 
 // TaskDelivery is a leased, at-least-once delivery of a task to a worker. Its lease token

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/worklog/worklog/events"
 )
 
 // Limits on what the in-memory backend and the durable store accept. Options.MaxValueBytes
@@ -105,6 +107,12 @@ func validateTaskRequest(r *TaskRequest, maxValue int) *Error {
 		if _, err := nanos("run_at", r.RunAt); err != nil {
 			return err
 		}
+	}
+	if r.Priority < events.MinPriority || r.Priority > events.MaxPriority {
+		return invalid("priority", fmt.Sprintf("%d is not in %d..%d", r.Priority, events.MinPriority, events.MaxPriority))
+	}
+	if msg := events.CheckHeaders(r.Headers); msg != "" {
+		return invalid("headers", msg)
 	}
 	return nil
 }

@@ -241,10 +241,15 @@ func (q *Queue) WaitWakes(ctx context.Context) error {
 func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
 	return b.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
 		if len(kinds) == 0 {
-			return r.ScanDue(math.MaxInt64, first)
+			return earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
+				return r.ScanDue(maxAt, fn)
+			}, first)
 		}
 		for _, k := range kinds {
-			if err := r.ScanDueKind(k, math.MaxInt64, first); err != nil {
+			err := earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
+				return r.ScanDueKind(k, maxAt, fn)
+			}, first)
+			if err != nil {
 				return err
 			}
 		}
@@ -257,6 +262,30 @@ func (b *logBackend) WaitWakes(ctx context.Context) error {
 	return b.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
 		return r.ScanWakes(math.MaxInt64, first)
 	})
+}
+
+// earliestDue calls first with the due-index entry of least At that scan (a due index's
+// ScanDue or ScanDueKind) holds, if any. The index is in claim order, priority first, so its
+// first entry is the earliest of the highest priority only: each round asks for the first
+// entry strictly earlier than the last one found, which is the head of a lower priority,
+// until there is none. At most one round per priority present, each O(p · log n).
+func earliestDue(scan func(maxAt int64, fn func(projection.IndexEntry) bool) error, first func(projection.IndexEntry) bool) error {
+	bound := int64(math.MaxInt64)
+	for {
+		var e projection.IndexEntry
+		found := false
+		if err := scan(bound, func(x projection.IndexEntry) bool { e, found = x, true; return false }); err != nil {
+			return err
+		}
+		if !found {
+			return nil
+		}
+		first(e)
+		if e.At == math.MinInt64 {
+			return nil
+		}
+		bound = e.At - 1
+	}
 }
 
 // wait is WaitTasks and WaitWakes: scan calls first with the first entry of each index the

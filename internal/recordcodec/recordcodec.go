@@ -7,6 +7,7 @@ package recordcodec
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/internal/msgp"
@@ -26,7 +27,7 @@ import (
 // array or map belongs.
 
 const (
-	taskFields = 25
+	taskFields = 26
 	wakeFields = 17
 )
 
@@ -84,7 +85,27 @@ func AppendTask(b []byte, t *projection.Task) []byte {
 	b = msgp.AppendUint32(b, t.RejectedAttempt)
 	b = msgp.AppendUint64(b, t.UpdatedSeq)
 	b = msgp.AppendUint32(b, t.AttemptsAtRetry)
-	return msgp.AppendInt64(b, t.Priority)
+	b = msgp.AppendInt64(b, t.Priority)
+	return appendHeaders(b, t.Headers)
+}
+
+// appendHeaders writes a task's headers as msgpack's reflection encoder writes a
+// map[string]string with sorted keys (SetSortMapKeys): nil when there are none, else a map of
+// str to str in key order, so a record's bytes depend only on its contents.
+func appendHeaders(b []byte, h map[string]string) []byte {
+	if h == nil {
+		return append(b, 0xc0)
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = msgp.AppendMapLen(b, len(h))
+	for _, k := range keys {
+		b = msgp.AppendStr(msgp.AppendStr(b, k), h[k])
+	}
+	return b
 }
 
 // AppendWake appends the record of x.
@@ -243,6 +264,29 @@ func (r *recordReader) fuint(bits int) (v uint64) {
 	return v
 }
 
+// fheaders reads a task's headers: nil, or a map of str to str of at most
+// events.MaxHeaders entries (checked before the map is allocated); an empty map reads as nil.
+func (r *recordReader) fheaders() map[string]string {
+	if !r.next() {
+		return nil
+	}
+	n, err := r.MapLen()
+	if err != nil || n <= 0 {
+		r.fail(err)
+		return nil
+	}
+	if n > events.MaxHeaders {
+		r.fail(fmt.Errorf("headers: %d entries is more than %d", n, events.MaxHeaders))
+		return nil
+	}
+	h := make(map[string]string, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		k := r.str()
+		h[k] = r.str()
+	}
+	return h
+}
+
 func (r *recordReader) foutcome(o *events.Outcome) {
 	if r.next() {
 		r.outcome(o)
@@ -279,6 +323,7 @@ func DecodeTask(key, v []byte) (*projection.Task, error) {
 	t.UpdatedSeq = r.fuint(64)
 	t.AttemptsAtRetry = uint32(r.fuint(32))
 	t.Priority = r.fint()
+	t.Headers = r.fheaders()
 	r.end()
 	if r.err != nil {
 		return nil, &DecodeError{Key: key, Err: r.err}

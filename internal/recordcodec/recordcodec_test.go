@@ -54,7 +54,20 @@ func randTask(r *rand.Rand) *projection.Task {
 		LeaseExpiresAt: randInt(r), FinishedAt: randInt(r), Outcome: randOutcome(r),
 		SettledToken: randStr(r), CompletionWakeID: randStr(r), RejectedAttempt: r.Uint32(),
 		UpdatedSeq: r.Uint64(), AttemptsAtRetry: r.Uint32(), Priority: randInt(r),
+		Headers: randHeaders(r),
 	}
+}
+
+func randHeaders(r *rand.Rand) map[string]string {
+	n := []int{0, 0, 1, 3, 16, 64}[r.IntN(6)]
+	if n == 0 {
+		return nil
+	}
+	h := make(map[string]string, n)
+	for i := range n {
+		h[strings.Repeat("k", i+1)] = randStr(r)
+	}
+	return h
 }
 
 func randWake(r *rand.Rand) *projection.Wake {
@@ -88,7 +101,11 @@ type wakeRef struct {
 func refMarshal[T projection.Task | projection.Wake](rec *T) ([]byte, error) {
 	switch rec := any(rec).(type) {
 	case *projection.Task:
-		return msgpack.Marshal(&taskRef{Task: *rec})
+		var buf bytes.Buffer
+		enc := msgpack.NewEncoder(&buf)
+		enc.SetSortMapKeys(true) // headers: the codec writes them in key order
+		err := enc.Encode(&taskRef{Task: *rec})
+		return buf.Bytes(), err
 	case *projection.Wake:
 		return msgpack.Marshal(&wakeRef{Wake: *rec})
 	}
@@ -326,6 +343,14 @@ var recordFixtures = []recordFixture{
 			Output: bytes.Repeat([]byte{1}, 256), Error: strings.Repeat("e", 255)},
 		AttemptsAtRetry: math.MaxUint32, Priority: 1000,
 	}},
+	{name: "task_headers", task: &projection.Task{
+		ID: gTask, SessionID: gSession, Kind: "email.send", Input: []byte(`{}`),
+		CreatedAt: gAt, ScheduledAt: gAt, SubmitSeq: 3, State: events.StatePending, UpdatedSeq: 3,
+		Priority: 7, Headers: map[string]string{
+			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			"tenant":      "acme", "ключ": "", strings.Repeat("h", 40): strings.Repeat("v", 300),
+		},
+	}},
 	{name: "wake_requested", wake: &projection.Wake{
 		ID: gWake, SessionID: gSession, Reason: events.WakeRequested, Payload: []byte(`{"n":1}`),
 		IdempotencyKey: "nudge-1", CreatedAt: gAt, RecordSeq: 12, UpdatedSeq: 12,
@@ -416,7 +441,7 @@ func TestRecordGoldenTask23(t *testing.T) {
 		path := filepath.Join(recordGoldenDir, "task23", f.name+".bin")
 		b, err := os.ReadFile(path)
 		if os.IsNotExist(err) {
-			continue // a fixture added with the 25-field layout
+			continue // a fixture added with a later layout
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -429,6 +454,59 @@ func TestRecordGoldenTask23(t *testing.T) {
 		back, err := DecodeTask([]byte(f.name), b)
 		if err != nil || !reflect.DeepEqual(back, &want) {
 			t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, &want)
+		}
+	}
+}
+
+// TestRecordGoldenTask25 reads the task records written before Headers was appended (25
+// fields; testdata/records/task25, never rewritten): they decode to their fixtures with no
+// headers.
+func TestRecordGoldenTask25(t *testing.T) {
+	n := 0
+	for _, f := range recordFixtures {
+		if f.task == nil {
+			continue
+		}
+		path := filepath.Join(recordGoldenDir, "task25", f.name+".bin")
+		b, err := os.ReadFile(path)
+		if os.IsNotExist(err) {
+			continue // a fixture added with the 26-field layout
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != 0xdc || b[1] != 0 || b[2] != 25 {
+			t.Fatalf("%s: not a 25-field array (% x)", path, b[:3])
+		}
+		want := *f.task
+		want.Headers = nil
+		back, err := DecodeTask([]byte(f.name), b)
+		if err != nil || !reflect.DeepEqual(back, &want) {
+			t.Fatalf("decode %s = %+v, %v; want %+v", path, back, err, &want)
+		}
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("%d 25-field goldens read, want 5", n)
+	}
+}
+
+// TestRecordHeadersCorrupt: a record's headers that claim more entries than the cap are
+// refused before anything is allocated for them; nil and an empty map read as none.
+func TestRecordHeadersCorrupt(t *testing.T) {
+	base := AppendTask(nil, &projection.Task{ID: "t1"})
+	base = base[:len(base)-1] // the nil headers
+	bad := append(append([]byte{}, base...), 0xdf, 0xff, 0xff, 0xff, 0xff)
+	if _, err := DecodeTask([]byte("k"), bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("2^32-1 headers: err = %v, want ErrCorrupt", err)
+	}
+	if n := testing.AllocsPerRun(10, func() { _, _ = DecodeTask([]byte("k"), bad) }); n > 10 {
+		t.Errorf("%v allocations", n)
+	}
+	for _, h := range []byte{0xc0, 0x80} {
+		got, err := DecodeTask([]byte("k"), append(append([]byte{}, base...), h))
+		if err != nil || got.Headers != nil {
+			t.Fatalf("% x: %+v, %v", h, got, err)
 		}
 	}
 }

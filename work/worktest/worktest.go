@@ -69,6 +69,7 @@ func scenarios() []scenario {
 		runningScenarios(),
 		pruneScenarios(),
 		workerScenarios(),
+		priorityScenarios(),
 	} {
 		all = append(all, group...)
 	}
