@@ -195,7 +195,7 @@ func (r *Runner) recorded(f finished, serr error) {
 	if serr != nil && errors.Is(serr, work.ErrInvalidRequest) && f.settle.Outcome != nil && f.settle.Outcome.State == work.TaskSucceeded {
 		// The output was refused (not JSON, too large): the task fails, with the reason.
 		err := fmt.Errorf("the handler's output was refused: %w", serr)
-		r.log.Error("runner: task output refused", "task", d.Task.ID, "kind", d.Task.Kind, "err", serr)
+		r.log.ErrorContext(f.t.ctx(), "runner: task output refused", append(taskAttrs(d), "err", serr)...)
 		o := work.Failure(message(err))
 		r.mu.Lock()
 		r.active++
@@ -206,18 +206,19 @@ func (r *Runner) recorded(f finished, serr error) {
 	}
 	res := f.res
 	res.SettleErr = serr
-	attrs := []any{"task", d.Task.ID, "kind", d.Task.Kind, "attempt", d.Attempt, "result", res.Result}
+	attrs := append(taskAttrs(d), "result", res.Result)
+	ctx := f.t.ctx()
 	switch {
 	case serr != nil:
-		r.log.Error("runner: recording the result failed", append(attrs, "err", serr)...)
+		r.log.ErrorContext(ctx, "runner: recording the result failed", append(attrs, "err", serr)...)
 	case res.Result == Failed:
-		r.log.Error("runner: task failed", append(attrs, "err", res.Err)...)
+		r.log.ErrorContext(ctx, "runner: task failed", append(attrs, "err", res.Err)...)
 	case res.Result == Retried:
-		r.log.Warn("runner: task will be retried", append(attrs, "retry_at", res.RetryAt, "err", res.Err)...)
+		r.log.WarnContext(ctx, "runner: task will be retried", append(attrs, "retry_at", res.RetryAt, "err", res.Err)...)
 	case res.Result == Released:
-		r.log.Warn("runner: task released at stop", attrs...)
+		r.log.WarnContext(ctx, "runner: task released at stop", attrs...)
 	default:
-		r.log.Debug("runner: task done", attrs...)
+		r.log.DebugContext(ctx, "runner: task done", attrs...)
 	}
 	r.taskEnd(f.t.ctx(), d, res)
 }

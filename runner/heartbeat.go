@@ -19,7 +19,7 @@ func (r *Runner) beat(t *task) {
 	switch {
 	case errors.Is(err, work.ErrStaleDelivery):
 		if t.take(ownerLost) {
-			r.log.Warn("runner: task lease lost", "task", t.d.Task.ID, "kind", t.d.Task.Kind, "attempt", t.d.Attempt)
+			r.log.WarnContext(t.ctx(), "runner: task lease lost", taskAttrs(t.d)...)
 			t.cancel(ErrLeaseLost)
 			r.mu.Lock()
 			r.active--
@@ -35,11 +35,11 @@ func (r *Runner) beat(t *task) {
 	case err != nil:
 		// The lease may still hold: try again at the next beat.
 		if t.owner.Load() == 0 && r.runCtx.Err() == nil {
-			r.log.Warn("runner: heartbeat failed", "task", t.d.Task.ID, "err", err)
+			r.log.WarnContext(t.ctx(), "runner: heartbeat failed", append(taskAttrs(t.d), "err", err)...)
 		}
 	default:
 		if !d.Task.CancelRequestedAt.IsZero() && !t.canceled.Swap(true) {
-			r.log.Info("runner: cancel requested", "task", t.d.Task.ID, "kind", t.d.Task.Kind)
+			r.log.InfoContext(t.ctx(), "runner: cancel requested", taskAttrs(t.d)...)
 			t.cancel(ErrCancelRequested)
 		}
 	}

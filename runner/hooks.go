@@ -73,30 +73,30 @@ func (NoHooks) WakeEnd(context.Context, work.WakeDelivery, error)               
 
 func (r *Runner) taskStart(base context.Context, d work.TaskDelivery) context.Context {
 	var ctx context.Context
-	if !r.hook("TaskStart", "task", d.Task.ID, func() { ctx = r.hooks.TaskStart(base, d) }) || ctx == nil {
+	if !r.hook("TaskStart", "task_id", d.Task.ID, func() { ctx = r.hooks.TaskStart(base, d) }) || ctx == nil {
 		return base
 	}
 	return ctx
 }
 
 func (r *Runner) taskEnd(ctx context.Context, d work.TaskDelivery, res TaskResult) {
-	r.hook("TaskEnd", "task", d.Task.ID, func() { r.hooks.TaskEnd(ctx, d, res) })
+	r.hook("TaskEnd", "task_id", d.Task.ID, func() { r.hooks.TaskEnd(ctx, d, res) })
 }
 
 func (r *Runner) wakeStart(base context.Context, d work.WakeDelivery) context.Context {
 	var ctx context.Context
-	if !r.hook("WakeStart", "wake", d.Wake.ID, func() { ctx = r.hooks.WakeStart(base, d) }) || ctx == nil {
+	if !r.hook("WakeStart", "wake_id", d.Wake.ID, func() { ctx = r.hooks.WakeStart(base, d) }) || ctx == nil {
 		return base
 	}
 	return ctx
 }
 
 func (r *Runner) wakeEnd(ctx context.Context, d work.WakeDelivery, err error) {
-	r.hook("WakeEnd", "wake", d.Wake.ID, func() { r.hooks.WakeEnd(ctx, d, err) })
+	r.hook("WakeEnd", "wake_id", d.Wake.ID, func() { r.hooks.WakeEnd(ctx, d, err) })
 }
 
 // hook runs call, a call of the hook method named method about the task or wake id
-// (subject: "task" or "wake"), and recovers its panic: logged with the panic's stack (the
+// (subject: the log key, "task_id" or "wake_id"), and recovers its panic: logged with the panic's stack (the
 // deferred function runs on it), and reported as false.
 func (r *Runner) hook(method, subject, id string, call func()) (ok bool) {
 	defer func() {
@@ -108,4 +108,11 @@ func (r *Runner) hook(method, subject, id string, call func()) (ok bool) {
 	}()
 	call()
 	return true
+}
+
+// taskAttrs are the attributes of every log record about a task: its id, session, kind and
+// attempt, under the same keys everywhere, so that a log pipeline can join a task's records
+// (and contrib/otelworklog's handler adds trace_id and span_id from the record's context).
+func taskAttrs(d work.TaskDelivery) []any {
+	return []any{"task_id", d.Task.ID, "session", d.Task.SessionID, "kind", d.Task.Kind, "attempt", d.Attempt}
 }

@@ -145,7 +145,7 @@ func (r *Runner) backoff(d work.TaskDelivery, err error) (wait time.Duration) {
 	defer func() {
 		if v := recover(); v != nil {
 			r.log.Error("runner: Config.Backoff panicked (recovered); the default backoff is used",
-				"task", d.Task.ID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				append(taskAttrs(d), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))...)
 			wait = ExponentialBackoff(DefaultBackoffBase, DefaultBackoffMax)(runAttempt(d), err)
 		}
 	}()

@@ -82,9 +82,9 @@ func (r *Runner) runWake(d work.WakeDelivery) {
 		cancel()
 	}
 	if err != nil {
-		r.log.Error("runner: wake not acknowledged", "wake", d.Wake.ID, "attempt", d.Attempt, "err", err)
+		r.log.ErrorContext(ctx, "runner: wake not acknowledged", "wake_id", d.Wake.ID, "session", d.Wake.SessionID, "attempt", d.Attempt, "err", err)
 	} else {
-		r.log.Debug("runner: wake acknowledged", "wake", d.Wake.ID)
+		r.log.DebugContext(ctx, "runner: wake acknowledged", "wake_id", d.Wake.ID, "session", d.Wake.SessionID, "attempt", d.Attempt)
 	}
 	r.wakeEnd(ctx, d, err)
 }
