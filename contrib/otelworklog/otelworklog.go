@@ -186,6 +186,51 @@ func (in *Instrumentation) Submit(ctx context.Context, s *work.Session, r work.T
 	return t, nil
 }
 
+// SubmitMany submits rs in session s as one batch (Session.SubmitMany) inside one PRODUCER
+// span — "send <kind>" when every request has that kind, else "send" — with
+// messaging.batch.message_count, the span's context injected into every request's headers,
+// and each task that was submitted counted in messaging.client.sent.messages. An item's own
+// error (a conflict) is recorded as a span event; the batch's error fails the span.
+func (in *Instrumentation) SubmitMany(ctx context.Context, s *work.Session, rs []work.TaskRequest) ([]work.SubmitResult, error) {
+	name := "send"
+	if len(rs) > 0 {
+		name = "send " + rs[0].Kind
+		for _, r := range rs[1:] {
+			if r.Kind != rs[0].Kind {
+				name = "send"
+				break
+			}
+		}
+	}
+	attrs := []attribute.KeyValue{systemWorklog, keyOperationType.String("send"), keyOperationName.String("send"),
+		keySession.String(s.ID()), attribute.Int("messaging.batch.message_count", len(rs))}
+	if name != "send" {
+		attrs = append(attrs, keyDestination.String(rs[0].Kind))
+	}
+	ctx, span := in.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	defer span.End()
+	own := make([]work.TaskRequest, len(rs))
+	for i, r := range rs {
+		r.Headers = cloneHeaders(r.Headers)
+		in.Inject(ctx, &r)
+		own[i] = r
+	}
+	res, err := s.SubmitMany(ctx, own)
+	if err != nil {
+		recordError(span, err)
+		return res, err
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			span.AddEvent("item refused", trace.WithAttributes(attribute.Int("worklog.batch.index", i),
+				keyErrorType.String(errorType(r.Err))))
+			continue
+		}
+		in.sent.Add(ctx, 1, metric.WithAttributes(systemWorklog, keyDestination.String(own[i].Kind), keyOperationName.String("send")))
+	}
+	return res, nil
+}
+
 func cloneHeaders(h map[string]string) map[string]string {
 	if h == nil {
 		return nil

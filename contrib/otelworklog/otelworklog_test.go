@@ -344,3 +344,42 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// TestSubmitManySpan: one PRODUCER span for the batch, its context in every task's headers
+// (each run links to it), the refused item an event on the span.
+func TestSubmitManySpan(t *testing.T) {
+	s := newSetup(t, 0)
+	q := work.NewInMemory()
+	defer q.Close()
+	sess := q.Session("batch")
+	if _, err := sess.Submit(context.Background(), work.TaskRequest{Kind: "mail", IdempotencyKey: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.inst.SubmitMany(context.Background(), sess, []work.TaskRequest{
+		{Kind: "mail", IdempotencyKey: "a"}, {Kind: "mail", IdempotencyKey: "b"},
+		{Kind: "mail", IdempotencyKey: "taken", Input: json.RawMessage(`{"other":1}`)},
+	})
+	if err != nil || len(res) != 3 || res[0].Err != nil || res[1].Err != nil || !errors.Is(res[2].Err, work.ErrIdempotencyConflict) {
+		t.Fatalf("SubmitMany: %v %+v", err, res)
+	}
+	runTasks(t, q, s, 3, map[string]runner.Handler{"mail": func(context.Context, work.Task) (json.RawMessage, error) {
+		return json.RawMessage(`1`), nil
+	}})
+	spans := s.spans.Ended()
+	send := spanNamed(t, spans, "send mail")
+	if a := attrMap(send.Attributes()); a["messaging.batch.message_count"] != "3" || send.SpanKind() != trace.SpanKindProducer {
+		t.Errorf("batch span: kind %v attrs %v", send.SpanKind(), a)
+	}
+	if ev := send.Events(); len(ev) != 1 || ev[0].Name != "item refused" {
+		t.Errorf("batch span events %v: want one refused item", ev)
+	}
+	linked := 0
+	for _, sp := range spans {
+		if sp.Name() == "process mail" && len(sp.Links()) == 1 && sp.Links()[0].SpanContext.SpanID() == send.SpanContext().SpanID() {
+			linked++
+		}
+	}
+	if linked != 2 {
+		t.Errorf("%d process spans link to the batch's send span, want 2 (the task submitted before the batch has no link)", linked)
+	}
+}
