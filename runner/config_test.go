@@ -40,6 +40,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"Logger", r.log, slog.Default()},
 		{"Hooks", r.hooks, Hooks(NoHooks{})},
 		{"WakeHandler", c.WakeHandler == nil, true},
+		{"WakeSessions", c.WakeSessions == nil, true}, // every session's wakes; refusals: TestWakeSessionsRunner
 	} {
 		if d.got != d.want {
 			t.Errorf("default %s = %v, want %v", d.field, d.got, d.want)
@@ -47,7 +48,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	// Handlers, Concurrency, LeaseFor: required (TestConfigErrors).
 	optionerr.FieldsCovered(t, Config{}, "Handlers", "Concurrency", "Prefetch", "LeaseFor", "Heartbeat", "MaxAttempts",
-		"Backoff", "WakeHandler", "WakeConcurrency", "WakeLeaseFor", "WorkerID", "Logger", "Hooks")
+		"Backoff", "WakeHandler", "WakeConcurrency", "WakeLeaseFor", "WorkerID", "Logger", "Hooks", "WakeSessions")
 }
 
 func between(d, lo, hi time.Duration) bool { return lo <= d && d <= hi }
