@@ -246,6 +246,11 @@ func Open(dir string, o *Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	if state == dirStore || state == dirCreating {
+		if err := checkRegularFiles(fs, dir, names); err != nil {
+			return nil, err
+		}
+	}
 
 	l, err := lockDir(fs, dir, opts.ReadOnly)
 	if err != nil {
@@ -896,6 +901,48 @@ func syncDir(fs vfs.FS, dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// checkRegularFiles refuses a store one of whose files (the directory's, and the blob files)
+// is neither a regular file nor a directory: a FIFO put in place of a WAL, the MANIFEST, an
+// OPTIONS file or an sstable blocked Open for good (the WAL check, Pebble and the blob sweep
+// open them, and opening a FIFO for reading waits for a writer). One Stat per file, before
+// the locks: nothing is opened or changed.
+func checkRegularFiles(fs vfs.FS, dir string, names []string) error {
+	check := func(rel string) (isDir bool, err error) {
+		st, err := fs.Stat(fs.PathJoin(dir, rel))
+		if err != nil {
+			if oserrNotExist(err) {
+				return false, nil // gone since the listing: the steps after this one report it
+			}
+			return false, ioError(dir, rel, "reading the directory", err)
+		}
+		if st.IsDir() || st.Mode().IsRegular() {
+			return st.IsDir(), nil
+		}
+		return false, &OpenError{Dir: dir, Kind: ErrCorruptStore, File: rel, Offset: -1,
+			Detail: fmt.Sprintf("%s is not a regular file (mode %s)", rel, st.Mode().Type()),
+			Hint:   "remove it and restore the file from a backup or a checkpoint"}
+	}
+	for _, n := range names {
+		isDir, err := check(n)
+		if err != nil {
+			return err
+		}
+		if !isDir || n != BlobDir {
+			continue
+		}
+		blobs, err := fs.List(fs.PathJoin(dir, BlobDir))
+		if err != nil {
+			return ioError(dir, BlobDir, "listing the blob files", err)
+		}
+		for _, b := range blobs {
+			if _, err := check(BlobDir + "/" + b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func checkMarker(fs vfs.FS, dir string) error {
