@@ -232,18 +232,26 @@ func OpenFS(fs vfs.FS, dir string) (*Reader, error) {
 // openRegular opens a segment for reading, refusing anything but a regular file before
 // opening it: opening a FIFO blocks until someone writes into it, a device reads forever.
 func openRegular(fs vfs.FS, path string) (vfs.File, error) {
-	st, err := fs.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("archive: opening %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, &Error{File: path, Offset: -1, Kind: ErrCorrupt, Detail: fmt.Sprintf("not a regular file (%s)", st.Mode().Type())}
+	if err := checkRegular(fs, path); err != nil {
+		return nil, err
 	}
 	f, err := fs.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("archive: opening %s: %w", path, err)
 	}
 	return f, nil
+}
+
+// checkRegular refuses a segment that is not a regular file (ErrCorrupt naming it).
+func checkRegular(fs vfs.FS, path string) error {
+	st, err := fs.Stat(path)
+	if err != nil {
+		return fmt.Errorf("archive: opening %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return &Error{File: path, Offset: -1, Kind: ErrCorrupt, Detail: fmt.Sprintf("not a regular file (%s)", st.Mode().Type())}
+	}
+	return nil
 }
 
 func readAt(fs vfs.FS, path string, b []byte, off int64) error {

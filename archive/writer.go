@@ -110,6 +110,11 @@ func (w *Writer) findEnd() error {
 	}
 	last := nums[len(nums)-1]
 	path := w.fs.PathJoin(w.dir, segName(last))
+	// A last segment that is not a regular file (a FIFO) read as damaged, and its size (0)
+	// was taken for its valid length: the next segment claimed the one before it was empty.
+	if err := checkRegular(w.fs, path); err != nil {
+		return err
+	}
 	s, err := scanSegment(w.fs, path, last, -1)
 	if errors.Is(err, ErrCorrupt) {
 		fi, serr := w.fs.Stat(path)
@@ -135,6 +140,9 @@ func (w *Writer) findEnd() error {
 		}
 	}
 	if len(nums) > 1 && nums[len(nums)-2] == last-1 {
+		if err := checkRegular(w.fs, w.fs.PathJoin(w.dir, segName(last-1))); err != nil {
+			return err
+		}
 		prev, err := scanSegment(w.fs, w.fs.PathJoin(w.dir, segName(last-1)), last-1, -1)
 		if err == nil {
 			w.nextPrev = uint64(prev.valid)

@@ -75,7 +75,7 @@ func (s *Store) planGroup(before int64, limit int) (_ []uint64, more bool, err e
 	defer snap.Close()
 	// Everything the snapshot holds is applied to the WAL before it; a synced record after
 	// it makes it durable.
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.fh.call("a WAL sync", func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
 		return nil, false, fmt.Errorf("pebblelog: syncing the WAL before archiving: %w", err)
 	}
 	r := reader{r: snap} // no blobs: it reads no event

@@ -695,7 +695,7 @@ func (s *Store) removePrunedBlobs(names []string) {
 		return
 	}
 	if s.opts.NoSync {
-		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		if err := s.fh.call("a WAL sync", func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
 			return
 		}
 	}

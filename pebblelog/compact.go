@@ -101,7 +101,7 @@ func (s *Store) CompactPruned(ctx context.Context) (err error) {
 	if to <= from {
 		return nil
 	}
-	if err := s.db.Compact(ctx, eventKey(from), eventKey(to), false); err != nil {
+	if err := s.fh.call("a compaction", func() error { return s.db.Compact(ctx, eventKey(from), eventKey(to), false) }); err != nil {
 		return fmt.Errorf("pebblelog: compacting the log from seq %d to %d: %w", from, to, err)
 	}
 	s.comp.mu.Lock()
@@ -149,5 +149,5 @@ func (t Tools) CompactRange(ctx context.Context, start, end []byte) (err error) 
 		return err
 	}
 	defer s.leave(&err)
-	return s.db.Compact(ctx, start, end, false)
+	return s.fh.call("a compaction", func() error { return s.db.Compact(ctx, start, end, false) })
 }

@@ -190,7 +190,9 @@ func buildMatrixStores(t *testing.T) []matrixStore {
 		t.Fatal(err)
 	}
 	out = append(out, matrixStore{"blobs", mem, l})
-	return out
+	// Crashed after many WAL rotations, with several live WALs, sstables and blob files
+	// (corruption_many_test.go).
+	return append(out, buildManyWALStore(t))
 }
 
 // storeFiles lists the files of a matrix store: the store directory's and, under BlobDir,

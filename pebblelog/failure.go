@@ -53,6 +53,9 @@ type failures struct {
 	// to wait for a WAL sync, in nanoseconds since base; 0 while neither waits.
 	commitSince atomic.Int64
 	syncSince   atomic.Int64
+	// calls: our calls into Pebble in flight, other than the writer's commit, that can write
+	// or rotate the WAL (pebblecall.go); a parked one stays counted.
+	calls atomic.Int32
 
 	bgErr       atomic.Pointer[error]  // the last background error (a failed flush or compaction)
 	bgSince     atomic.Int64           // when the current run of background errors began (ns since base + 1); 0: none
@@ -530,8 +533,9 @@ func asOpenError(dir string, err error) error {
 // waitWriter waits for the writer to stop (done closed) after Close closed its queue. While
 // the store is healthy it waits as long as the writer needs. Once the store has failed, it
 // waits at most f.stall (a writer stuck in a write stall returns when the disk recovers, or
-// never); false means the writer is still inside Pebble, or a Pebble goroutine is parked, and
-// the database must not be closed from here: DB.Close would wait for the same locks.
+// never), and not at all once a goroutine is parked; false means the writer is still inside
+// Pebble, or a Pebble goroutine is parked, and the database must not be closed from here:
+// DB.Close would wait for the same locks.
 func (f *failures) waitWriter(done <-chan struct{}) bool {
 	select {
 	case <-done:
@@ -544,11 +548,19 @@ func (f *failures) waitWriter(done <-chan struct{}) bool {
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-done:
-		return !f.parked.Load()
-	case <-t.C:
-		return false
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return !f.parked.Load()
+		case <-tick.C:
+			if f.parked.Load() {
+				return false
+			}
+		case <-t.C:
+			return false
+		}
 	}
 }
 

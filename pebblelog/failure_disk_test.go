@@ -108,36 +108,52 @@ func wantTasks(t *testing.T, dir string, ids []string) {
 // Now the stall watchdog fails the store after StallTimeout and every waiting caller gets
 // ErrStoreFailed naming the stall and the flush's error; once space returns the writer gets
 // out, Close completes, and every acknowledged submit is in the reopened store.
+//
+// The state asserted is a commit blocked in the write stall when the store fails. Under load
+// a WAL fsync slower than the 300 ms StallTimeout can trip the watchdog first ("a WAL sync has
+// waited", no flush error in it: issue 25's stress run, 1 run in 6): such a round did not
+// reach the state, so it is closed and tried again on a new store; the test fails only if
+// five rounds in a row never do.
 func TestFullDiskStallFailsStore(t *testing.T) {
-	dir := t.TempDir()
-	disk := &fullDisk{}
 	const stall = 300 * time.Millisecond
-	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, disk), MemTableSize: 256 << 10, StallTimeout: stall})
-	if err != nil {
-		t.Fatal(err)
-	}
-	disk.on.Store(true)
-	start := time.Now()
-	// Contexts far longer than the stall bound: the answer must come from the watchdog.
-	acked, err := submitAll(s, "t", 8, time.Minute)
-	t.Logf("%d submits acknowledged; first refusal after %v: %v", len(acked), time.Since(start), err)
-	if !errors.Is(err, ErrStoreFailed) {
-		t.Fatalf("a submit during the stall: err = %v, want ErrStoreFailed", err)
-	}
-	var se *stallError
-	if !errors.As(err, &se) || !errors.Is(err, syscall.ENOSPC) {
-		t.Errorf("err = %v, want a stall error whose cause is the flush's ENOSPC", err)
-	}
-	if err := update(s, submitted("s1", "after", sec(2), false)); !errors.Is(err, ErrStoreFailed) {
-		t.Errorf("a submit after the failure: err = %v, want ErrStoreFailed", err)
-	}
+	for round := 1; ; round++ {
+		dir := t.TempDir()
+		disk := &fullDisk{}
+		s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, disk), MemTableSize: 256 << 10, StallTimeout: stall})
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk.on.Store(true)
+		start := time.Now()
+		// Contexts far longer than the stall bound: the answer must come from the watchdog.
+		acked, err := submitAll(s, "t", 8, time.Minute)
+		t.Logf("round %d: %d submits acknowledged; first refusal after %v: %v", round, len(acked), time.Since(start), err)
+		if !errors.Is(err, ErrStoreFailed) {
+			t.Fatalf("a submit during the stall: err = %v, want ErrStoreFailed", err)
+		}
+		var se *stallError
+		if errors.As(err, &se) && se.What == "WAL sync" && se.Reason == "" && round < 5 {
+			// A slow fsync, not the write stall under test: try again on a new store.
+			disk.on.Store(false)
+			waitFor(t, "the writer to leave its commit", func() bool { return s.fh.commitSince.Load() == 0 })
+			s.Close()
+			continue
+		}
+		if !errors.As(err, &se) || !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("err = %v, want a stall error whose cause is the flush's ENOSPC", err)
+		}
+		if err := update(s, submitted("s1", "after", sec(2), false)); !errors.Is(err, ErrStoreFailed) {
+			t.Errorf("a submit after the failure: err = %v, want ErrStoreFailed", err)
+		}
 
-	disk.on.Store(false) // space returns: the flush goes through and the writer gets out
-	waitFor(t, "the writer to leave its stalled commit", func() bool { return s.fh.commitSince.Load() == 0 })
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close after space returned: %v", err)
+		disk.on.Store(false) // space returns: the flush goes through and the writer gets out
+		waitFor(t, "the writer to leave its stalled commit", func() bool { return s.fh.commitSince.Load() == 0 })
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close after space returned: %v", err)
+		}
+		wantTasks(t, dir, acked)
+		return
 	}
-	wantTasks(t, dir, acked)
 }
 
 // While the writer is stalled, a caller's context bounds its wait, before the watchdog

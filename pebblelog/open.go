@@ -253,6 +253,11 @@ func Open(dir string, o *Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	if state == dirStore || state == dirCreating {
+		if err := checkRegularFiles(fs, dir, names); err != nil {
+			return nil, err
+		}
+	}
 
 	l, err := lockDir(fs, dir, opts.ReadOnly)
 	if err != nil {
@@ -538,17 +543,17 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	}
 	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir)}
 	fail := func(err error) (*Store, error) {
-		if !fh.parked.Load() { // a parked Pebble goroutine may hold what Close waits for
+		if !fh.parked.Load() && fh.calls.Load() == 0 { // a parked Pebble goroutine may hold what Close waits for
 			db.Close()
 		}
 		return nil, err
 	}
 	if !exists {
-		if err := rotateFirstWAL(db); err != nil { // before the first write (walrotate.go)
+		if err := fh.call("rotating the first WAL", func() error { return rotateFirstWAL(db) }); err != nil { // before the first write (walrotate.go)
 			return fail(ioError(dir, "", "rotating the new store's first WAL", err))
 		}
 	}
-	if err := checkFormatKey(dir, db, exists, o.ReadOnly); err != nil {
+	if err := checkFormatKey(dir, db, fh, exists, o.ReadOnly); err != nil {
 		return fail(err)
 	}
 	if err := fh.err(); err != nil { // a new store's format key write failed (see upgrade)
@@ -647,7 +652,7 @@ func checkReadOnly(dir string, po *pebble.Options, fh *failures) error {
 	// names a file where the format key's check can only say the database is empty.
 	err = checkWitnessOf(dir, po.FS, db)
 	if err == nil {
-		err = checkFormatKey(dir, db, true, true)
+		err = checkFormatKey(dir, db, nil, true, true)
 	}
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = ioError(dir, "", "closing the read-only check", cerr)
@@ -907,6 +912,48 @@ func syncDir(fs vfs.FS, dir string) error {
 	return err
 }
 
+// checkRegularFiles refuses a store one of whose files (the directory's, and the blob files)
+// is neither a regular file nor a directory: a FIFO put in place of a WAL, the MANIFEST, an
+// OPTIONS file or an sstable blocked Open for good (the WAL check, Pebble and the blob sweep
+// open them, and opening a FIFO for reading waits for a writer). One Stat per file, before
+// the locks: nothing is opened or changed.
+func checkRegularFiles(fs vfs.FS, dir string, names []string) error {
+	check := func(rel string) (isDir bool, err error) {
+		st, err := fs.Stat(fs.PathJoin(dir, rel))
+		if err != nil {
+			if oserrNotExist(err) {
+				return false, nil // gone since the listing: the steps after this one report it
+			}
+			return false, ioError(dir, rel, "reading the directory", err)
+		}
+		if st.IsDir() || st.Mode().IsRegular() {
+			return st.IsDir(), nil
+		}
+		return false, &OpenError{Dir: dir, Kind: ErrCorruptStore, File: rel, Offset: -1,
+			Detail: fmt.Sprintf("%s is not a regular file (mode %s)", rel, st.Mode().Type()),
+			Hint:   "remove it and restore the file from a backup or a checkpoint"}
+	}
+	for _, n := range names {
+		isDir, err := check(n)
+		if err != nil {
+			return err
+		}
+		if !isDir || n != BlobDir {
+			continue
+		}
+		blobs, err := fs.List(fs.PathJoin(dir, BlobDir))
+		if err != nil {
+			return ioError(dir, BlobDir, "listing the blob files", err)
+		}
+		for _, b := range blobs {
+			if _, err := check(BlobDir + "/" + b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func checkMarker(fs vfs.FS, dir string) error {
 	refuse := func(kind error, format string, args ...any) error {
 		return &OpenError{Dir: dir, Kind: kind, File: MarkerFile, Offset: -1, Detail: fmt.Sprintf(format, args...)}
@@ -947,8 +994,9 @@ func checkMarker(fs vfs.FS, dir string) error {
 // checkFormatKey checks (or, on a new store, writes) the format key inside the database,
 // the second half of the marker: a directory with a marker but someone else's database in
 // it is refused, and so is an existing store whose database is empty (its WAL or sstables
-// are gone: Pebble opens that as a new, empty database).
-func checkFormatKey(dir string, db *pebble.DB, exists, readOnly bool) error {
+// are gone: Pebble opens that as a new, empty database). fh runs the write of a new store's
+// key (failures.call); nil only where nothing is written (read-only).
+func checkFormatKey(dir string, db *pebble.DB, fh *failures, exists, readOnly bool) error {
 	want := []byte(markerPrefix + strconv.Itoa(FormatVersion))
 	refuse := func(kind error, format string, args ...any) *OpenError {
 		return &OpenError{Dir: dir, Kind: kind, Offset: -1, Detail: fmt.Sprintf(format, args...)}
@@ -979,7 +1027,7 @@ func checkFormatKey(dir string, db *pebble.DB, exists, readOnly bool) error {
 		case readOnly:
 			return nil
 		}
-		if err := db.Set(keyFormat, want, pebble.Sync); err != nil {
+		if err := fh.call("writing the format key", func() error { return db.Set(keyFormat, want, pebble.Sync) }); err != nil {
 			return ioError(dir, "", "writing the format key", err)
 		}
 		return nil

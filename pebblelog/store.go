@@ -92,11 +92,17 @@ func (s *Store) Close() error {
 	var err error
 	if s.reqs != nil {
 		close(s.reqs)
-		if !s.fh.waitWriter(s.done) {
-			return s.fh.abandon(s.done, func() { s.db.Close(); s.lock.Close() })
+		// The writer, and every call that can rotate the WAL (pebblecall.go), must have
+		// returned before the database is closed.
+		idle := s.fh.idle(s.done)
+		if !s.fh.waitWriter(idle) {
+			return s.fh.abandon(idle, func() { s.db.Close(); s.lock.Close() })
 		}
 		if s.opts.NoSync && s.fh.err() == nil {
-			err = s.db.LogData(nil, pebble.Sync)
+			err = s.fh.call("a WAL sync", func() error { return s.db.LogData(nil, pebble.Sync) })
+			if s.fh.parked.Load() || s.fh.calls.Load() != 0 {
+				return s.fh.abandon(s.fh.idle(s.done), func() { s.db.Close(); s.lock.Close() })
+			}
 		}
 	}
 	err = errors.Join(err, s.db.Close())
@@ -264,7 +270,7 @@ func (s *Store) Checkpoint(dir string) (err error) {
 	// linked (blob.go).
 	s.blobs.delMu.Lock()
 	defer s.blobs.delMu.Unlock()
-	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+	if err := s.fh.call("a checkpoint", func() error { return s.db.Checkpoint(dir, pebble.WithFlushedWAL()) }); err != nil {
 		return fmt.Errorf("pebblelog: checkpoint of %s into %s: %w", s.dir, dir, err)
 	}
 	if err := s.linkBlobs(dir); err != nil {

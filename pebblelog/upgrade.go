@@ -92,12 +92,11 @@ func (s *Store) upgrade() error {
 		}
 	}
 	if key < FormatVersion {
-		err := s.db.Set(keyFormat, []byte(markerPrefix+strconv.Itoa(FormatVersion)), pebble.Sync)
-		if err == nil {
-			// Pebble answers a commit whose WAL write or sync failed with nil once its
-			// Fatalf returns (failure.go): the store's failure says it did not happen.
-			err = s.fh.err()
-		}
+		// Pebble answers a commit whose WAL write or sync failed with nil once its Fatalf
+		// returns (failure.go): call returns the store's failure then.
+		err := s.fh.call("the upgrade", func() error {
+			return s.db.Set(keyFormat, []byte(markerPrefix+strconv.Itoa(FormatVersion)), pebble.Sync)
+		})
 		if err != nil {
 			return fmt.Errorf("pebblelog: %s: upgrading the format key to %d: %w", s.dir, FormatVersion, err)
 		}
@@ -215,10 +214,8 @@ func (s *Store) commitIfFull(b **pebble.Batch) error {
 // commitUpgrade commits one batch of the upgrade without sync (the format key's synced write
 // comes after) and closes it.
 func (s *Store) commitUpgrade(b *pebble.Batch) error {
-	err := b.Commit(pebble.NoSync)
-	if err == nil {
-		err = s.fh.err() // a Fatalf in the commit pipeline returns nil to us
-	}
+	// A Fatalf in the commit pipeline returns nil to us: call returns the store's failure.
+	err := s.fh.call("the upgrade", func() error { return b.Commit(pebble.NoSync) })
 	if err == nil {
 		b.Close()
 	}

@@ -24,8 +24,10 @@ import (
 // walFS wraps the FS Pebble uses so that the store fails the moment a WAL file operation
 // fails (the writer checks before every commit, so it rarely gets that far), and so that a
 // rotation that would panic never returns to Pebble: closing a WAL file whose write failed,
-// or failing to create a WAL file, while our writer is inside a commit parks the writer for
-// good (Pebble's commit mutex is held, so the database is not closed again; see fatal).
+// or failing to create a WAL file, while our writer is inside a commit, or while one of our
+// other calls that can rotate the WAL runs (failures.call: a flush, a compaction), parks that
+// goroutine for good (Pebble's mutexes are held, so the database is not closed again; see
+// fatal).
 // Nothing else changes: every other call goes straight to the wrapped FS.
 type walFS struct {
 	vfs.FS
@@ -81,14 +83,17 @@ func (f *failures) walFailed(name, op string, err error) {
 	f.fail(&walError{File: name, Op: op, Err: err})
 }
 
-// parkIfRotating parks the calling goroutine if it is our writer inside a commit: Pebble is
-// rotating the WAL there and panics fatally once this returns (see walFS).
+// parkIfRotating parks the calling goroutine if it is our writer inside a commit, or one of
+// our other calls that can rotate the WAL (a flush, a compaction that flushes, a commit
+// outside the writer: failures.call): Pebble is rotating the WAL there and panics fatally
+// once this returns (see walFS). The only other goroutine that closes a WAL file is
+// DB.Close's, and Close calls it only once the writer and every call have returned.
 func (f *failures) parkIfRotating() {
-	if f.commitSince.Load() == 0 {
+	if f.commitSince.Load() == 0 && f.calls.Load() == 0 {
 		return
 	}
 	f.parked.Store(true)
-	f.log.Error("the writer is parked for good: Pebble cannot rotate its WAL after a failed WAL write; restart the process to reopen the store",
+	f.log.Error("a goroutine rotating Pebble's WAL is parked for good: Pebble cannot rotate its WAL after a failed WAL write; restart the process to reopen the store",
 		"component", "pebblelog", "dir", f.dir)
 	select {}
 }

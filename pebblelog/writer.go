@@ -204,7 +204,7 @@ func (s *Store) writeLoop() {
 	defer close(s.done)
 	syncq := make(chan pending, syncDepth)
 	synced := make(chan struct{})
-	if !s.opts.NoSync { // NoSync batches are never known durable: nothing to witness
+	if !s.opts.NoSync && !witnessOff { // NoSync batches are never known durable: nothing to witness
 		s.wit = newSyncWitness(s.fs, s.dir, s.opts.Logger)
 		go s.wit.run()
 	}

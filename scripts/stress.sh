@@ -3,7 +3,7 @@
 # core busy, and report the failures (issue 25: a test that fails 1 run in 30 under load is a
 # bug). Not part of CI.
 #
-#   scripts/stress.sh [-n RUNS] [-run REGEX] [-timeout DUR] PACKAGE...
+#   scripts/stress.sh [-n RUNS] [-run REGEX] [-skip REGEX] [-timeout DUR] PACKAGE...
 #   scripts/stress.sh -n 20 ./pebblelog ./work
 #
 # Each package's test binary is built once (go test -c -race) and run RUNS times. A failed
@@ -12,18 +12,19 @@
 # failed.
 set -euo pipefail
 
-runs=20 run="" timeout=20m
+runs=20 run="" skip="" timeout=20m
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	-n) runs=$2; shift 2 ;;
 	-run) run=$2; shift 2 ;;
+	-skip) skip=$2; shift 2 ;;
 	-timeout) timeout=$2; shift 2 ;;
 	-h|--help) sed -n '2,12p' "$0"; exit 0 ;;
 	-*) echo "stress.sh: unknown flag $1" >&2; exit 2 ;;
 	*) break ;;
 	esac
 done
-[[ $# -gt 0 ]] || { echo "usage: stress.sh [-n RUNS] [-run REGEX] [-timeout DUR] PACKAGE..." >&2; exit 2; }
+[[ $# -gt 0 ]] || { echo "usage: stress.sh [-n RUNS] [-run REGEX] [-skip REGEX] [-timeout DUR] PACKAGE..." >&2; exit 2; }
 
 out=${STRESS_OUT:-$(mktemp -d -t worklog-stress.XXXXXX)}
 mkdir -p "$out"
@@ -52,6 +53,7 @@ for pkg in "$@"; do
 		start=$(date +%s)
 		args=(-test.timeout "$timeout")
 		[[ -n "$run" ]] && args+=(-test.run "$run")
+		[[ -n "$skip" ]] && args+=(-test.skip "$skip")
 		if (cd "$dir" && "$bin/$name.test" "${args[@]}") >"$log" 2>&1; then
 			rm -f "$log"
 			status=ok
