@@ -24,10 +24,11 @@ func (e *engine) Verify(ctx context.Context) ([]string, error) {
 	if e.isClosed() {
 		return nil, errClosed()
 	}
-	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, conn, err := e.beginRead(ctx) // on another connection if the pool's was dead
 	if err != nil {
 		return nil, backendError(err)
 	}
+	defer conn.Release()
 	defer tx.Rollback(context.Background())
 	p, err := verify(ctx, tx, e.st)
 	return p, backendError(err)
