@@ -94,7 +94,7 @@ func TestCompactRotationAfterFailedWrite(t *testing.T) {
 				t.Fatalf("helper said:\n%s\nwant:\n%s", out, want)
 			}
 			s := openT(t, dir, &Options{})
-			if last, err := s.LastSeq(); err != nil || last < 6 {
+			if last, err := s.LastSeq(context.Background()); err != nil || last < 6 {
 				t.Fatalf("reopened: LastSeq %d, %v; want the seed's 6 at least", last, err)
 			}
 			mustVerify(t, s)

@@ -343,10 +343,11 @@ func (e *engine) View(ctx context.Context, fn func(projection.Reader) error) err
 	}
 	ctx, stop := e.untilClose(ctx)
 	defer stop()
-	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, conn, err := e.beginRead(ctx) // on another connection if the pool's was dead
 	if err != nil {
 		return backendError(err)
 	}
+	defer conn.Release()
 	defer tx.Rollback(context.Background())
 	if err := fn(viewReader{ctx: ctx, tx: tx, st: e.st}); err != nil {
 		return err

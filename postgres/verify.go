@@ -27,10 +27,11 @@ func (e *engine) verify(ctx context.Context, progress func(seq, last uint64)) ([
 	if e.isClosed() {
 		return nil, errClosed()
 	}
-	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, conn, err := e.beginRead(ctx) // on another connection if the pool's was dead
 	if err != nil {
 		return nil, backendError(err)
 	}
+	defer conn.Release()
 	defer tx.Rollback(context.Background())
 	p, err := verify(ctx, tx, e.st, progress)
 	return p, backendError(err)

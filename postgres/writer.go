@@ -199,18 +199,12 @@ func (e *engine) runAlone(c *command) {
 func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, err error) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.opts.WriteTimeout) // deadlines on the connection's I/O
 	defer cancel()
-	conn, err := e.pool.Acquire(ctx)
+	conn, tx, err := e.acquireBegun(ctx)
 	if err != nil {
 		e.cache.valid = false
 		return notCommitted, group, backendError(err)
 	}
 	defer conn.Release()
-	tx, err := e.begin(ctx, conn)
-	if err != nil {
-		e.cache.valid = false
-		rollback(conn)
-		return notCommitted, group, backendError(err)
-	}
 	ran = make([]*command, 0, len(group))
 	for i, c := range group {
 		if e.savepointEach {
