@@ -27,6 +27,12 @@ import (
 type Options struct {
 	ReadOnly bool         // no actions: every POST is refused with 403
 	Logger   *slog.Logger // nil: discarded
+	// TraceURL links a task page's trace id (from the W3C traceparent header the submitter
+	// put in the task's Headers, e.g. with contrib/otelworklog) to a tracing UI: the URL with
+	// {trace_id} replaced by the 32 hex digits, such as
+	// "https://jaeger.example.com/trace/{trace_id}". It must be an http or https URL holding
+	// {trace_id}. "": the trace id is shown without a link.
+	TraceURL string
 }
 
 //go:embed templates/*.html
@@ -43,12 +49,13 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 
 // Console is the handler New returns.
 type Console struct {
-	q     *work.Queue
-	ro    bool
-	log   *slog.Logger
-	ix    *index
-	mux   *http.ServeMux
-	pages map[string]*template.Template
+	q        *work.Queue
+	ro       bool
+	traceURL string // Options.TraceURL
+	log      *slog.Logger
+	ix       *index
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
 }
 
 // New returns the console of q. It reads q's log (Queue.ReadLog) into its own index at once,
@@ -65,7 +72,13 @@ func New(q *work.Queue, opts *Options) (http.Handler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Console{q: q, ro: o.ReadOnly, log: o.Logger, ix: newIndex(q)}
+	if o.TraceURL != "" {
+		u, err := url.Parse(strings.ReplaceAll(o.TraceURL, "{trace_id}", "0"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(o.TraceURL, "{trace_id}") {
+			return nil, fmt.Errorf("console: Options.TraceURL %q: must be an http(s) URL holding {trace_id}", o.TraceURL)
+		}
+	}
+	c := &Console{q: q, ro: o.ReadOnly, log: o.Logger, ix: newIndex(q), traceURL: o.TraceURL}
 	if err := c.ix.catchUp(context.Background()); err != nil {
 		return nil, fmt.Errorf("console: reading the queue's log: %w", err)
 	}

@@ -217,27 +217,29 @@ type outcomeJSON struct {
 }
 
 type taskJSON struct {
-	ID                string          `json:"id"`
-	Session           string          `json:"session"`
-	Kind              string          `json:"kind"`
-	State             string          `json:"state"`
-	Attempts          uint32          `json:"attempts"`
-	Input             json.RawMessage `json:"input"`
-	IdempotencyKey    string          `json:"idempotency_key,omitempty"`
-	WakeOnCompletion  bool            `json:"wake_on_completion"`
-	CreatedAt         string          `json:"created_at"`
-	ScheduledAt       string          `json:"scheduled_at"`
-	RunAt             string          `json:"run_at,omitempty"`
-	CancelRequestedAt string          `json:"cancel_requested_at,omitempty"`
-	LeaseToken        string          `json:"lease_token,omitempty"`
-	LeaseExpiresAt    string          `json:"lease_expires_at,omitempty"`
-	FinishedAt        string          `json:"finished_at,omitempty"`
-	Outcome           *outcomeJSON    `json:"outcome,omitempty"`
-	CompletionWakeID  string          `json:"completion_wake_id,omitempty"`
-	RejectedAttempt   uint32          `json:"rejected_attempt,omitempty"`
-	AttemptsAtRetry   uint32          `json:"attempts_at_retry,omitempty"`
-	SubmitSeq         uint64          `json:"submit_seq"`
-	UpdatedSeq        uint64          `json:"updated_seq"`
+	ID                string            `json:"id"`
+	Session           string            `json:"session"`
+	Kind              string            `json:"kind"`
+	State             string            `json:"state"`
+	Attempts          uint32            `json:"attempts"`
+	Input             json.RawMessage   `json:"input"`
+	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
+	WakeOnCompletion  bool              `json:"wake_on_completion"`
+	CreatedAt         string            `json:"created_at"`
+	ScheduledAt       string            `json:"scheduled_at"`
+	RunAt             string            `json:"run_at,omitempty"`
+	CancelRequestedAt string            `json:"cancel_requested_at,omitempty"`
+	LeaseToken        string            `json:"lease_token,omitempty"`
+	LeaseExpiresAt    string            `json:"lease_expires_at,omitempty"`
+	FinishedAt        string            `json:"finished_at,omitempty"`
+	Outcome           *outcomeJSON      `json:"outcome,omitempty"`
+	CompletionWakeID  string            `json:"completion_wake_id,omitempty"`
+	RejectedAttempt   uint32            `json:"rejected_attempt,omitempty"`
+	AttemptsAtRetry   uint32            `json:"attempts_at_retry,omitempty"`
+	Priority          int64             `json:"priority,omitempty"`
+	Headers           map[string]string `json:"headers,omitempty"`
+	SubmitSeq         uint64            `json:"submit_seq"`
+	UpdatedSeq        uint64            `json:"updated_seq"`
 }
 
 // jsonValue embeds b as a JSON value; bytes that are not JSON become a JSON string.
@@ -266,7 +268,7 @@ func taskObject(t *projection.Task) *taskJSON {
 		Input: jsonValue(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
 		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
 		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt, AttemptsAtRetry: t.AttemptsAtRetry,
-		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq,
+		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq, Priority: t.Priority, Headers: t.Headers,
 	}
 	if t.HasRunAt {
 		j.RunAt = jsonTime(t.RunAt)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -390,7 +391,12 @@ type taskData struct {
 	Actions   bool
 	RetryNote string
 	WakeID    string
+	Headers   []headerRow // the task's headers, by key
+	TraceID   string      // from a W3C traceparent header; "" when none or malformed
+	TraceLink string      // Options.TraceURL for TraceID; "" without one
 }
+
+type headerRow struct{ Key, Value string }
 
 type stepRow struct {
 	Seq      uint64
@@ -419,6 +425,12 @@ func (c *Console) task(r *http.Request, p *page) (string, error) {
 	}
 	ti := ix.byID[id]
 	d := &taskData{T: taskObject(t), Input: prettyJSON(t.Input), WakeID: t.CompletionWakeID}
+	for _, k := range slices.Sorted(maps.Keys(t.Headers)) {
+		d.Headers = append(d.Headers, headerRow{k, t.Headers[k]})
+	}
+	if d.TraceID = traceID(t.Headers["traceparent"]); d.TraceID != "" && c.traceURL != "" {
+		d.TraceLink = strings.ReplaceAll(c.traceURL, "{trace_id}", d.TraceID)
+	}
 	if t.State == events.StateSucceeded {
 		d.Output = prettyJSON(t.Outcome.Output)
 	}
@@ -804,3 +816,18 @@ func (c *Console) statsPage(r *http.Request, p *page) (string, error) {
 
 // pathEscape escapes an id for one path segment of a link.
 func pathEscape(s string) string { return url.PathEscape(s) }
+
+// traceID is the trace id of a W3C traceparent header ("00-<32 hex>-<16 hex>-<2 hex>"), or
+// "" when tp is not one (an all-zero id is invalid too). Only lowercase hex passes, so the id
+// is safe in a URL as it is.
+func traceID(tp string) string {
+	parts := strings.Split(tp, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return ""
+	}
+	id := parts[1]
+	if strings.Trim(id, "0123456789abcdef") != "" || strings.Trim(id, "0") == "" {
+		return ""
+	}
+	return id
+}

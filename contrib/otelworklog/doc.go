@@ -23,6 +23,9 @@
 // process, and a trace that lasted hours would be useless. The handler's context carries the
 // process span, so spans the handler starts are its children.
 //
+// The console (package console) shows a task's trace id from its traceparent header, linked
+// to a tracing UI with console.Options.TraceURL.
+//
 // # Spans
 //
 // There is no OpenTelemetry convention for job queues; the messaging conventions fit a
