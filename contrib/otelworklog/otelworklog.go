@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
@@ -66,10 +67,26 @@ type Instrumentation struct {
 	duration  metric.Float64Histogram
 	consumed  metric.Int64Counter
 	sent      metric.Int64Counter
-	used      metric.Int64UpDownCounter
 	leaseLost metric.Int64Counter
 
-	running atomic.Int64 // handlers running now, for slots available
+	running atomic.Int64 // handlers running now: worklog.runner.slots.used and .available
+	sets    sync.Map     // endKey → metric.MeasurementOption: a task end's attribute set, made once
+}
+
+// endKey names the attribute set of a task end's metrics (bounded: kinds × outcomes × error
+// types), so that the set is sorted and hashed once, not at every task.
+type endKey struct{ kind, outcome, errType string }
+
+func (in *Instrumentation) endSet(k endKey) metric.MeasurementOption {
+	if v, ok := in.sets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	attrs := []attribute.KeyValue{systemWorklog, keyDestination.String(k.kind), keyOperationName.String("process"), keyOutcome.String(k.outcome)}
+	if k.errType != "" {
+		attrs = append(attrs, keyErrorType.String(k.errType))
+	}
+	v, _ := in.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	return v.(metric.MeasurementOption)
 }
 
 // New makes the instruments. It fails only when the meter provider refuses an instrument.
@@ -109,8 +126,12 @@ func New(opts *Options) (*Instrumentation, error) {
 	in.sent, err = in.meter.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("Tasks submitted through this instrumentation."))
 	add(err)
-	in.used, err = in.meter.Int64UpDownCounter("worklog.runner.slots.used", metric.WithUnit("{slot}"),
-		metric.WithDescription("Task handlers running now."))
+	_, err = in.meter.Int64ObservableUpDownCounter("worklog.runner.slots.used", metric.WithUnit("{slot}"),
+		metric.WithDescription("Task handlers running now."),
+		metric.WithInt64Callback(func(_ context.Context, ob metric.Int64Observer) error {
+			ob.Observe(in.running.Load(), metric.WithAttributes(systemWorklog))
+			return nil
+		}))
 	add(err)
 	in.leaseLost, err = in.meter.Int64Counter("worklog.runner.lease_lost", metric.WithUnit("{task}"),
 		metric.WithDescription("Results not recorded because the lease had been lost: a stale worker, fenced."))
@@ -289,42 +310,44 @@ func (h hooks) TaskStart(ctx context.Context, d work.TaskDelivery) context.Conte
 	}
 	ctx, _ = in.tracer.Start(ctx, "process "+d.Task.Kind, opts...)
 	in.running.Add(1)
-	in.used.Add(ctx, 1, metric.WithAttributes(systemWorklog))
 	return ctx
 }
 
 func (h hooks) TaskEnd(ctx context.Context, d work.TaskDelivery, r runner.TaskResult) {
 	in := h.in
 	span := trace.SpanFromContext(ctx)
-	outcome := r.Result.String()
-	attrs := []attribute.KeyValue{systemWorklog, keyDestination.String(d.Task.Kind), keyOperationName.String("process"), keyOutcome.String(outcome)}
+	k := endKey{kind: d.Task.Kind, outcome: r.Result.String()}
 	switch {
 	case r.SettleErr != nil:
-		attrs = append(attrs, keyErrorType.String(errorType(r.SettleErr)))
+		k.errType = errorType(r.SettleErr)
 		span.RecordError(r.SettleErr)
 		span.SetStatus(codes.Error, "recording the result failed: "+r.SettleErr.Error())
 	case r.Result == runner.LeaseLost:
-		attrs = append(attrs, keyErrorType.String("lease_lost"))
+		k.errType = "lease_lost"
 		span.SetStatus(codes.Error, "lease lost: another worker claimed the task")
 	case r.Err != nil:
-		attrs = append(attrs, keyErrorType.String(errorType(r.Err)))
+		k.errType = errorType(r.Err)
 		span.RecordError(r.Err)
 		if r.Result == runner.Failed {
 			span.SetStatus(codes.Error, r.Err.Error())
 		}
 	}
-	span.AddEvent("settle", trace.WithAttributes(keyOutcome.String(outcome)))
-	span.SetAttributes(attrs[3:]...) // the outcome, and error.type when there was one
+	if span.IsRecording() {
+		span.AddEvent("settle", trace.WithAttributes(keyOutcome.String(k.outcome)))
+		span.SetAttributes(keyOutcome.String(k.outcome))
+		if k.errType != "" {
+			span.SetAttributes(keyErrorType.String(k.errType))
+		}
+	}
 	if r.Result == runner.LeaseLost {
 		in.leaseLost.Add(ctx, 1, metric.WithAttributes(systemWorklog, keyDestination.String(d.Task.Kind)))
 	}
-	set := metric.WithAttributes(attrs...)
+	set := in.endSet(k)
 	if r.Duration > 0 {
 		in.duration.Record(ctx, r.Duration.Seconds(), set)
 	}
 	in.consumed.Add(ctx, 1, set)
 	in.running.Add(-1)
-	in.used.Add(ctx, -1, metric.WithAttributes(systemWorklog))
 	span.End()
 }
 
