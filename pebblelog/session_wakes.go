@@ -2,7 +2,6 @@ package pebblelog
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -86,46 +85,19 @@ func (o format4Reader) ScanSessionWakes(string, int64, func(projection.IndexEntr
 // on the store meanwhile would make it stale), then built in batches committed without
 // sync; the synced write of the format key after it makes them durable and is the witness
 // that the build is complete.
-func (s *Store) buildFormat5() (err error) {
-	clear := s.db.NewBatch()
-	if err := clear.DeleteRange([]byte{prefixSessionWake}, []byte{prefixSessionWake + 1}, nil); err != nil {
-		clear.Close()
-		return err
-	}
-	if err := s.commitUpgrade(clear); err != nil {
+func (s *Store) buildFormat5() error {
+	if err := s.clearKeyspaces(prefixSessionWake); err != nil {
 		return fmt.Errorf("clearing the per-session wake index: %w", err)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixWake}, UpperBound: []byte{prefixWake + 1}})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, it.Close()) }()
-	b := s.db.NewBatch()
-	defer func() { b.Close() }()
-	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		x, err := decodeWake(it.Key(), v)
+	return s.buildFromRecords(prefixWake, func(b *pebble.Batch, key, v []byte) error {
+		x, err := decodeWake(key, v)
 		if err != nil {
 			return err
 		}
 		at, in := x.AvailableAt()
 		if !in {
-			continue
+			return nil
 		}
-		if err := b.Set(sessionWakeKey(x.SessionID, at, x.RecordSeq), []byte(x.ID), nil); err != nil {
-			return err
-		}
-		if err := s.commitIfFull(&b); err != nil {
-			return err
-		}
-	}
-	if err := it.Error(); err != nil {
-		return err
-	}
-	err = s.commitUpgrade(b)
-	b = s.db.NewBatch() // for the deferred Close: a committed batch is closed by commitUpgrade
-	return err
+		return b.Set(sessionWakeKey(x.SessionID, at, x.RecordSeq), []byte(x.ID), nil)
+	}, nil)
 }

@@ -132,14 +132,7 @@ func (s *Store) upgrade() error {
 const upgradeBatchBytes = 4 << 20
 
 func (s *Store) buildFormat3() (err error) {
-	clear := s.db.NewBatch()
-	for _, p := range format3Prefixes {
-		if err := clear.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
-			clear.Close()
-			return err
-		}
-	}
-	if err := s.commitUpgrade(clear); err != nil {
+	if err := s.clearKeyspaces(format3Prefixes...); err != nil {
 		return fmt.Errorf("clearing the new keyspaces: %w", err)
 	}
 	// The wakes first: an acknowledged wake gets its AckedAt (older formats did not keep it)
@@ -151,20 +144,9 @@ func (s *Store) buildFormat3() (err error) {
 	if err := s.buildSubjectIndex(); err != nil {
 		return fmt.Errorf("building the per-subject event index: %w", err)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixTask}, UpperBound: []byte{prefixTask + 1}})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, it.Close()) }()
 	counts := map[countID]int64{}
-	b := s.db.NewBatch()
-	defer func() { b.Close() }()
-	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		t, err := decodeTask(it.Key(), v)
+	return s.buildFromRecords(prefixTask, func(b *pebble.Batch, key, v []byte) error {
+		t, err := decodeTask(key, v)
 		if err != nil {
 			return err
 		}
@@ -178,7 +160,49 @@ func (s *Store) buildFormat3() (err error) {
 			}
 		}
 		counts[countID{t.Kind, t.State}]++
-		if err := s.buildRetentionTask(b, t); err != nil {
+		return s.buildRetentionTask(b, t)
+	}, func(b *pebble.Batch) error {
+		for id, n := range counts {
+			if err := b.Set(countKey(id.kind, id.state), encodeCount(n), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// clearKeyspaces deletes every key of the keyspaces prefixes, in one batch committed
+// without sync: an upgrade's build starts from nothing, whatever a crash kept of an earlier
+// build and whatever an older build wrote meanwhile.
+func (s *Store) clearKeyspaces(prefixes ...byte) error {
+	clear := s.db.NewBatch()
+	for _, p := range prefixes {
+		if err := clear.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
+			clear.Close()
+			return err
+		}
+	}
+	return s.commitUpgrade(clear)
+}
+
+// buildFromRecords calls add for every record of the keyspace prefix (its key and value),
+// with a batch to write the entries it derives into, then last (nil: none) with the final
+// batch; batches are committed without sync as they fill (commitIfFull). The caller's synced
+// write of the format key afterwards makes them durable and witnesses a complete build.
+func (s *Store) buildFromRecords(prefix byte, add func(b *pebble.Batch, key, v []byte) error, last func(b *pebble.Batch) error) (err error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	b := s.db.NewBatch()
+	defer func() { b.Close() }()
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if err := add(b, it.Key(), v); err != nil {
 			return err
 		}
 		if err := s.commitIfFull(&b); err != nil {
@@ -188,8 +212,8 @@ func (s *Store) buildFormat3() (err error) {
 	if err := it.Error(); err != nil {
 		return err
 	}
-	for id, n := range counts {
-		if err := b.Set(countKey(id.kind, id.state), encodeCount(n), nil); err != nil {
+	if last != nil {
+		if err := last(b); err != nil {
 			return err
 		}
 	}

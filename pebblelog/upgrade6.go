@@ -1,7 +1,6 @@
 package pebblelog
 
 import (
-	"errors"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -20,52 +19,23 @@ import (
 // clears and builds again, whatever a crash kept of the first build and whatever an older
 // build wrote meanwhile in the old layout. Records are not rewritten: their Headers field
 // (field 26) is absent in older records, which read with no headers.
-func (s *Store) buildFormat6() (err error) {
-	clear := s.db.NewBatch()
-	for _, p := range []byte{prefixDue, prefixKindDue} {
-		if err := clear.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
-			clear.Close()
-			return err
-		}
-	}
-	if err := s.commitUpgrade(clear); err != nil {
+func (s *Store) buildFormat6() error {
+	if err := s.clearKeyspaces(prefixDue, prefixKindDue); err != nil {
 		return err
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixTask}, UpperBound: []byte{prefixTask + 1}})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, it.Close()) }()
-	b := s.db.NewBatch()
-	defer func() { b.Close() }()
-	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		t, err := decodeTask(it.Key(), v)
+	return s.buildFromRecords(prefixTask, func(b *pebble.Batch, key, v []byte) error {
+		t, err := decodeTask(key, v)
 		if err != nil {
 			return err
 		}
 		at, in := t.EligibleAt()
 		if !in {
-			continue
+			return nil
 		}
 		id := []byte(t.ID)
 		if err := b.Set(dueKey(t.Priority, at, t.SubmitSeq), id, nil); err != nil {
 			return err
 		}
-		if err := b.Set(kindIndexKey(t.Kind, t.Priority, at, t.SubmitSeq), id, nil); err != nil {
-			return err
-		}
-		if err := s.commitIfFull(&b); err != nil {
-			return err
-		}
-	}
-	if err := it.Error(); err != nil {
-		return err
-	}
-	err = s.commitUpgrade(b)
-	b = s.db.NewBatch() // for the deferred Close: a committed batch is closed by commitUpgrade
-	return err
+		return b.Set(kindIndexKey(t.Kind, t.Priority, at, t.SubmitSeq), id, nil)
+	}, nil)
 }
