@@ -1,7 +1,6 @@
 package pebblelog
 
 import (
-
 	"github.com/cockroachdb/pebble/v2"
 )
 
