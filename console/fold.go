@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/replayjson"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -67,7 +68,7 @@ func foldEvents(evs []events.Event, explain bool) (*projection.Mem, []step) {
 }
 
 func fmtTime(ns int64) string  { return time.Unix(0, ns).UTC().Format("2006-01-02 15:04:05.000") }
-func jsonTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+func jsonTime(ns int64) string { return replayjson.Time(ns) }
 
 // taskRule says which rule of the fold an event about a task applied, from the task before
 // (nil before its submission) and after (replay task's explanation).
@@ -208,39 +209,8 @@ func outcomeText(o events.Outcome) string {
 // redacted stands for a lease token wherever one would be shown: the console never shows one.
 const redacted = events.Redacted
 
-// outcomeJSON and taskJSON are docs/replay-json.md's task object (state --json).
-type outcomeJSON struct {
-	State   string          `json:"state"`
-	Summary string          `json:"summary,omitempty"`
-	Output  json.RawMessage `json:"output,omitempty"`
-	Error   string          `json:"error,omitempty"`
-}
-
-type taskJSON struct {
-	ID                string            `json:"id"`
-	Session           string            `json:"session"`
-	Kind              string            `json:"kind"`
-	State             string            `json:"state"`
-	Attempts          uint32            `json:"attempts"`
-	Input             json.RawMessage   `json:"input"`
-	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
-	WakeOnCompletion  bool              `json:"wake_on_completion"`
-	CreatedAt         string            `json:"created_at"`
-	ScheduledAt       string            `json:"scheduled_at"`
-	RunAt             string            `json:"run_at,omitempty"`
-	CancelRequestedAt string            `json:"cancel_requested_at,omitempty"`
-	LeaseToken        string            `json:"lease_token,omitempty"`
-	LeaseExpiresAt    string            `json:"lease_expires_at,omitempty"`
-	FinishedAt        string            `json:"finished_at,omitempty"`
-	Outcome           *outcomeJSON      `json:"outcome,omitempty"`
-	CompletionWakeID  string            `json:"completion_wake_id,omitempty"`
-	RejectedAttempt   uint32            `json:"rejected_attempt,omitempty"`
-	AttemptsAtRetry   uint32            `json:"attempts_at_retry,omitempty"`
-	Priority          int64             `json:"priority,omitempty"`
-	Headers           map[string]string `json:"headers,omitempty"`
-	SubmitSeq         uint64            `json:"submit_seq"`
-	UpdatedSeq        uint64            `json:"updated_seq"`
-}
+// taskJSON is docs/replay-json.md's task object (state --json): replay's own type.
+type taskJSON = replayjson.Task
 
 // jsonValue embeds b as a JSON value; bytes that are not JSON become a JSON string.
 func jsonValue(b []byte) json.RawMessage {
@@ -254,33 +224,7 @@ func jsonValue(b []byte) json.RawMessage {
 	return s
 }
 
-func outcomeOf(o events.Outcome) *outcomeJSON {
-	j := &outcomeJSON{State: o.State.String(), Summary: o.Summary, Error: o.Error}
-	if o.State == events.StateSucceeded {
-		j.Output = jsonValue(o.Output)
-	}
-	return j
-}
-
+// taskObject is t's JSON form, its lease token redacted: the console never shows one.
 func taskObject(t *projection.Task) *taskJSON {
-	j := &taskJSON{
-		ID: t.ID, Session: t.SessionID, Kind: t.Kind, State: t.State.String(), Attempts: t.Attempts,
-		Input: jsonValue(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
-		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
-		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt, AttemptsAtRetry: t.AttemptsAtRetry,
-		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq, Priority: t.Priority, Headers: t.Headers,
-	}
-	if t.HasRunAt {
-		j.RunAt = jsonTime(t.RunAt)
-	}
-	if t.CancelRequested {
-		j.CancelRequestedAt = jsonTime(t.CancelRequestedAt)
-	}
-	if t.State == events.StateRunning {
-		j.LeaseToken, j.LeaseExpiresAt = redacted, jsonTime(t.LeaseExpiresAt)
-	}
-	if t.State.Terminal() {
-		j.FinishedAt, j.Outcome = jsonTime(t.FinishedAt), outcomeOf(t.Outcome)
-	}
-	return j
+	return replayjson.TaskOf(t, func(string) string { return redacted })
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -12,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/replayjson"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -20,7 +20,7 @@ import (
 const textTime = "2006-01-02T15:04:05.000Z"
 
 func fmtTime(ns int64) string  { return time.Unix(0, ns).UTC().Format(textTime) }
-func jsonTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+func jsonTime(ns int64) string { return replayjson.Time(ns) }
 
 // clock is the short form used inside a story: the date is in the header.
 func clock(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000") }
@@ -94,17 +94,7 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // compactJSON is the caller's JSON on one line. Bytes that are not JSON (a store written by
 // hand) come back as a JSON string of them, so the output always parses.
-func compactJSON(b []byte) json.RawMessage {
-	if len(b) == 0 {
-		return json.RawMessage("null")
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, b); err != nil {
-		q, _ := json.Marshal(string(b))
-		return q
-	}
-	return buf.Bytes()
-}
+func compactJSON(b []byte) json.RawMessage { return replayjson.Value(b) }
 
 // eventLine is the one-line text form of an event: sequence, time, session, event type,
 // then what the event says (ids, attempt, lease, outcome) as key=value pairs.
@@ -245,20 +235,9 @@ func subjectDetails(ev events.Event) []string {
 
 // --- JSON: the contract in docs/replay-json.md. Fields are only ever added. ---
 
-type outcomeJSON struct {
-	State   string          `json:"state"`
-	Summary string          `json:"summary,omitempty"`
-	Output  json.RawMessage `json:"output,omitempty"`
-	Error   string          `json:"error,omitempty"`
-}
+type outcomeJSON = replayjson.Outcome
 
-func outcomeOf(o events.Outcome) *outcomeJSON {
-	out := &outcomeJSON{State: o.State.String(), Summary: o.Summary, Error: o.Error}
-	if o.State == events.StateSucceeded {
-		out.Output = compactJSON(o.Output)
-	}
-	return out
-}
+func outcomeOf(o events.Outcome) *outcomeJSON { return replayjson.OutcomeOf(o) }
 
 // eventJSON is one event of `log --json` and `export`. A type without a case below still
 // prints its header and its subject.
@@ -345,55 +324,11 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 	return j, true
 }
 
-// taskJSON is one task of `state --json` and `task --json`.
-type taskJSON struct {
-	ID                string            `json:"id"`
-	Session           string            `json:"session"`
-	Kind              string            `json:"kind"`
-	State             string            `json:"state"`
-	Attempts          uint32            `json:"attempts"`
-	Input             json.RawMessage   `json:"input"`
-	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
-	WakeOnCompletion  bool              `json:"wake_on_completion"`
-	Priority          int64             `json:"priority,omitempty"`
-	Headers           map[string]string `json:"headers,omitempty"`
-	CreatedAt         string            `json:"created_at"`
-	ScheduledAt       string            `json:"scheduled_at"`
-	RunAt             string            `json:"run_at,omitempty"`
-	CancelRequestedAt string            `json:"cancel_requested_at,omitempty"`
-	LeaseToken        string            `json:"lease_token,omitempty"`
-	LeaseExpiresAt    string            `json:"lease_expires_at,omitempty"`
-	FinishedAt        string            `json:"finished_at,omitempty"`
-	Outcome           *outcomeJSON      `json:"outcome,omitempty"`
-	CompletionWakeID  string            `json:"completion_wake_id,omitempty"`
-	RejectedAttempt   uint32            `json:"rejected_attempt,omitempty"`
-	AttemptsAtRetry   uint32            `json:"attempts_at_retry,omitempty"`
-	SubmitSeq         uint64            `json:"submit_seq"`
-	UpdatedSeq        uint64            `json:"updated_seq"`
-}
+// taskJSON is one task of `state --json` and `task --json` (internal/replayjson: the
+// console answers the same object).
+type taskJSON = replayjson.Task
 
-func (a *app) taskJSON(t *projection.Task) *taskJSON {
-	j := &taskJSON{
-		ID: t.ID, Session: t.SessionID, Kind: t.Kind, State: t.State.String(), Attempts: t.Attempts,
-		Input: compactJSON(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
-		CreatedAt: jsonTime(t.CreatedAt), ScheduledAt: jsonTime(t.ScheduledAt),
-		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt, AttemptsAtRetry: t.AttemptsAtRetry,
-		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq, Priority: t.Priority, Headers: t.Headers,
-	}
-	if t.HasRunAt {
-		j.RunAt = jsonTime(t.RunAt)
-	}
-	if t.CancelRequested {
-		j.CancelRequestedAt = jsonTime(t.CancelRequestedAt)
-	}
-	if t.State == events.StateRunning {
-		j.LeaseToken, j.LeaseExpiresAt = a.token(t.LeaseToken), jsonTime(t.LeaseExpiresAt)
-	}
-	if t.State.Terminal() {
-		j.FinishedAt, j.Outcome = jsonTime(t.FinishedAt), outcomeOf(t.Outcome)
-	}
-	return j
-}
+func (a *app) taskJSON(t *projection.Task) *taskJSON { return replayjson.TaskOf(t, a.token) }
 
 // wakeJSON is one wake of `state --json` and `task --json`.
 type wakeJSON struct {
