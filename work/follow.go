@@ -51,14 +51,7 @@ func (q *Queue) Follow(ctx context.Context, from uint64, fn func(events.Event) e
 	if q.caps.follow == nil {
 		return unsupported("Queue.Follow", "Follower")
 	}
-	var fnErr error
-	err := q.caps.follow.Follow(ctx, from, func(ev events.Event) error {
-		if err := fn(ev); err != nil {
-			fnErr = err
-			return err
-		}
-		return nil
-	})
+	fnErr, err := callerFn(fn, func(fn func(events.Event) error) error { return q.caps.follow.Follow(ctx, from, fn) })
 	if fnErr != nil {
 		return fnErr
 	}

@@ -197,18 +197,24 @@ func (q *Queue) ReadLog(ctx context.Context, from uint64, fn func(events.Event) 
 	if q.caps.log == nil {
 		return unsupported("Queue.ReadLog", "LogReader")
 	}
-	var fnErr error
-	err := q.caps.log.ReadLog(ctx, from, func(ev events.Event) error {
+	fnErr, err := callerFn(fn, func(fn func(events.Event) error) error { return q.caps.log.ReadLog(ctx, from, fn) })
+	if fnErr != nil {
+		return fnErr
+	}
+	return wrap(err)
+}
+
+// callerFn runs read with fn and keeps fn's own error apart from read's: fn's is the
+// caller's, returned as it is (ReadLog, Follow), read's the backend's, wrapped.
+func callerFn(fn func(events.Event) error, read func(func(events.Event) error) error) (fnErr, err error) {
+	err = read(func(ev events.Event) error {
 		if err := fn(ev); err != nil {
 			fnErr = err
 			return err
 		}
 		return nil
 	})
-	if fnErr != nil {
-		return fnErr
-	}
-	return wrap(err)
+	return fnErr, err
 }
 
 // ReadLog is Queue.ReadLog on worklog's backend: the engine's log.
