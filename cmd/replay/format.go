@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/internal/replayjson"
@@ -44,6 +45,11 @@ func (a *app) token(t string) string {
 func word(s string) string {
 	if s == "" {
 		return `""`
+	}
+	// Invalid UTF-8 is quoted too: ranging over it yields U+FFFD, which is printable, while the
+	// bytes themselves would reach the terminal raw (0x9B is CSI to an 8-bit terminal).
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
 	}
 	for _, r := range s {
 		if unicode.IsSpace(r) || r == '"' || r == '=' || r == '\\' || !unicode.IsPrint(r) {

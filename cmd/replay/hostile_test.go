@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/work"
@@ -144,7 +145,7 @@ func hostileStore(t *testing.T) (dir, taskID, session string) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	const evil = "\x1b]0;owned\x07\x1b[2J\r\n2026-03-02T09:00:00.000Z  forged\x7f\u0085\u202e"
+	const evil = "\x1b]0;owned\x07\x1b[2J\r\n2026-03-02T09:00:00.000Z  forged\x7f\u0085\u202e\x9b[31m"
 	session = "sess" + evil
 	s := q.Session(session)
 	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -155,6 +156,11 @@ func hostileStore(t *testing.T) (dir, taskID, session string) {
 	}
 	taskID = task.ID
 	if _, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "other" + evil, Input: input}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// Invalid UTF-8 alone (no other control byte to make it quoted): 0x9B is CSI to an 8-bit
+	// terminal, and ranging over it yields the printable U+FFFD.
+	if _, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "bare\x9b[31m", Input: input}, t0); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := q.ClaimDueAt(work.WithWorker(ctx, "worker"+evil), t0.Add(time.Second), time.Minute, 2)
@@ -194,6 +200,12 @@ func controlBytes(s string) []string {
 	for i, r := range s {
 		if r == '\n' || r == '\t' {
 			continue
+		}
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				bad = append(bad, fmt.Sprintf("invalid UTF-8 byte %#x at byte %d", s[i], i))
+				continue
+			}
 		}
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
 			bad = append(bad, fmt.Sprintf("%U at byte %d", r, i))
