@@ -57,7 +57,8 @@ func (r *Runner) dispatch() {
 			r.finished = nil
 			r.free -= want
 			r.inFlight++
-			go r.round(batch, want)
+			// In loops: Stop waits for the round's hooks too.
+			r.loops.Go(func() { r.round(batch, want) })
 			continue
 		}
 		if r.idle && r.inFlight == 0 && !r.stopping && !r.closed {
@@ -94,9 +95,11 @@ func (r *Runner) gather() {
 }
 
 // round records batch and claims up to want tasks, then gives back the slots it did not
-// fill; claiming fewer than want makes the dispatcher idle (wait for tasks).
+// fill; claiming fewer than want makes the dispatcher idle (wait for tasks). The recorded
+// results are reported (their log records, Hooks.TaskEnd) only after the round is over and
+// its tasks started: the next round and the handlers do not wait for the hooks.
 func (r *Runner) round(batch []finished, want int) {
-	got := r.settleAndClaim(batch, want)
+	got, report := r.settleAndClaim(batch, want)
 	r.mu.Lock()
 	r.inFlight--
 	r.free += want - got
@@ -105,11 +108,16 @@ func (r *Runner) round(batch []finished, want int) {
 	}
 	r.mu.Unlock()
 	r.nudge()
+	for _, f := range report {
+		r.report(f)
+	}
 }
 
-// settleAndClaim is one SettleAndClaim: it reports every result of batch and starts a
-// handler for each task claimed, and returns their number.
-func (r *Runner) settleAndClaim(batch []finished, want int) int {
+// settleAndClaim is one SettleAndClaim: it starts a handler for each task claimed, and
+// returns their number and the results of batch to report (the queue recorded them, or
+// refused them with res.SettleErr set). A result whose output was refused is not reported: it
+// is queued again, as a failure, for the next round.
+func (r *Runner) settleAndClaim(batch []finished, want int) (int, []finished) {
 	settles := make([]work.Settle, len(batch))
 	for i := range batch {
 		settles[i] = batch[i].settle
@@ -139,29 +147,34 @@ func (r *Runner) settleAndClaim(batch []finished, want int) int {
 				err = fmt.Errorf("%w: %w", context.Cause(r.lifeCtx), err)
 			}
 			r.drop(batch, err)
-			return 0
+			return 0, nil
 		}
 		r.log.Error("runner: settle and claim failed", "settles", len(batch), "err", err)
 		select {
 		case <-time.After(errorRetryDelay):
 		case <-r.lifeCtx.Done():
 		}
-		return 0
+		return 0, nil
 	}
 	r.mu.Lock()
 	r.failures = 0
 	r.mu.Unlock()
+	// Before the round ends (the dispatcher may exit once it has, and a result queued later
+	// would be dropped): the refused outputs go back as failures.
+	report := batch[:0]
 	for i := range batch {
-		var serr error
+		f := batch[i]
 		if i < len(results) {
-			serr = results[i].Err
+			f.res.SettleErr = results[i].Err
 		}
-		r.recorded(batch[i], serr)
+		if !r.refused(f) {
+			report = append(report, f)
+		}
 	}
 	for _, d := range ds {
 		r.startTask(d)
 	}
-	return len(ds)
+	return len(ds), report
 }
 
 // drop gives up on recording batch's results for err: the tasks stay claimed until their
@@ -189,28 +202,33 @@ func (r *Runner) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.lifeCtx, r.callBound)
 }
 
-// recorded reports a result the queue recorded (or refused with serr).
-func (r *Runner) recorded(f finished, serr error) {
-	d := f.settle.Delivery
-	if serr != nil && errors.Is(serr, work.ErrInvalidRequest) && f.settle.Outcome != nil && f.settle.Outcome.State == work.TaskSucceeded {
-		// The output was refused (not JSON, too large): the task fails, with the reason.
-		err := fmt.Errorf("the handler's output was refused: %w", serr)
-		r.log.ErrorContext(f.t.ctx(), "runner: task output refused", append(taskAttrs(d), "err", serr)...)
-		o := work.Failure(message(err))
-		r.mu.Lock()
-		r.active++
-		r.queue(finished{t: f.t, settle: work.Settle{Delivery: d, Outcome: &o},
-			res: TaskResult{Result: Failed, Err: err, Duration: f.res.Duration}})
-		r.mu.Unlock()
-		return
+// refused queues f again as a failure, with the reason, when the queue refused its output
+// (not JSON, too large), and reports whether it did.
+func (r *Runner) refused(f finished) bool {
+	d, serr := f.settle.Delivery, f.res.SettleErr
+	if serr == nil || !errors.Is(serr, work.ErrInvalidRequest) || f.settle.Outcome == nil || f.settle.Outcome.State != work.TaskSucceeded {
+		return false
 	}
-	res := f.res
-	res.SettleErr = serr
+	err := fmt.Errorf("the handler's output was refused: %w", serr)
+	r.log.ErrorContext(f.t.ctx(), "runner: task output refused", append(taskAttrs(d), "err", serr)...)
+	o := work.Failure(message(err))
+	r.mu.Lock()
+	r.active++
+	r.queue(finished{t: f.t, settle: work.Settle{Delivery: d, Outcome: &o},
+		res: TaskResult{Result: Failed, Err: err, Duration: f.res.Duration}})
+	r.mu.Unlock()
+	return true
+}
+
+// report logs a result the queue recorded (or refused with res.SettleErr) and calls
+// Hooks.TaskEnd.
+func (r *Runner) report(f finished) {
+	d, res := f.settle.Delivery, f.res
 	attrs := append(taskAttrs(d), "result", res.Result)
 	ctx := f.t.ctx()
 	switch {
-	case serr != nil:
-		r.log.ErrorContext(ctx, "runner: recording the result failed", append(attrs, "err", serr)...)
+	case res.SettleErr != nil:
+		r.log.ErrorContext(ctx, "runner: recording the result failed", append(attrs, "err", res.SettleErr)...)
 	case res.Result == Failed:
 		r.log.ErrorContext(ctx, "runner: task failed", append(attrs, "err", res.Err)...)
 	case res.Result == Retried:
@@ -220,7 +238,7 @@ func (r *Runner) recorded(f finished, serr error) {
 	default:
 		r.log.DebugContext(ctx, "runner: task done", attrs...)
 	}
-	r.taskEnd(f.t.ctx(), d, res)
+	r.taskEnd(ctx, d, res)
 }
 
 // waitForTasks waits, with r.mu held on entry and exit, until tasks of the runner's kinds

@@ -52,7 +52,9 @@ type Hooks interface {
 	// it returns (a span's).
 	TaskStart(ctx context.Context, d work.TaskDelivery) context.Context
 	// TaskEnd is called once the task's result is recorded (or known lost), with the
-	// context TaskStart returned.
+	// context TaskStart returned; for a recorded result, after the round that recorded it
+	// has started the tasks it claimed (no round waits for TaskEnd). Stop returns after
+	// every TaskEnd it caused has returned.
 	TaskEnd(ctx context.Context, d work.TaskDelivery, r TaskResult)
 	// WakeStart and WakeEnd are the same for wakes; err is the handler's error or the
 	// acknowledgment's.

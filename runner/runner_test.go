@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -601,5 +602,63 @@ func TestPrefetch(t *testing.T) {
 	}
 	if run, pend := states(); run != 0 || pend != 4 {
 		t.Fatalf("after Stop: %d running, %d pending, want all 4 pending", run, pend)
+	}
+}
+
+// endWaitsHooks is hooks whose first TaskEnd waits (at most 10 s) for the next handler to
+// start, and that count the TaskEnds that returned.
+type endWaitsHooks struct {
+	runner.NoHooks
+	started  chan string
+	first    sync.Once
+	timedOut atomic.Bool
+	returned atomic.Int32
+}
+
+func (h *endWaitsHooks) TaskEnd(context.Context, work.TaskDelivery, runner.TaskResult) {
+	h.first.Do(func() {
+		select {
+		case <-h.started:
+		case <-time.After(10 * time.Second):
+			h.timedOut.Store(true)
+		}
+	})
+	time.Sleep(20 * time.Millisecond) // a slow hook: Stop must still wait for it
+	h.returned.Add(1)
+}
+
+// TestTaskEndOffTheRoundPath: Hooks.TaskEnd runs after the round that recorded the result
+// has started the tasks it claimed, not before (the hooks' time is not added to every
+// round: issue 22's W2 cost), and Stop still returns only once every TaskEnd has returned.
+func TestTaskEndOffTheRoundPath(t *testing.T) {
+	q := openQueue(t)
+	h := &endWaitsHooks{started: make(chan string, 10)}
+	r, err := runner.New(q, runner.Config{Handlers: map[string]runner.Handler{"k": func(_ context.Context, task work.Task) (json.RawMessage, error) {
+		h.started <- task.ID
+		return nil, nil
+	}}, Concurrency: 1, LeaseFor: time.Hour, Hooks: h, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit(t, q, "k", "1")
+	submit(t, q, "k", "2")
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-h.started // the first; its result's round claims the second
+	deadline := time.Now().Add(20 * time.Second)
+	for h.returned.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if h.timedOut.Load() {
+		t.Fatal("the second task's handler did not start while the first's TaskEnd ran: the round waited for the hook")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.returned.Load(); n != 2 {
+		t.Fatalf("Stop returned with %d TaskEnds returned, want 2", n)
 	}
 }

@@ -3,8 +3,13 @@ package otelworklog_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -17,9 +22,16 @@ import (
 // BenchmarkRunnerW2 is the W2 workload (submit, then work through a runner with 16 slots on
 // a durable store) with the instrumentation off and on (spans to an in-memory recorder that
 // keeps nothing, metrics to a manual reader, traceparent in every task). The target: on is
-// at most 10% slower than off. Compare the two with benchstat over interleaved runs:
+// at most 10% slower than off. Compare the two with benchstat over interleaved runs (-count
+// runs each mode's rounds back to back, so loop instead):
 //
-//	go test -run '^$' -bench RunnerW2 -count 6 | tee w2.txt; benchstat -col /otel w2.txt
+//	go test -c -o w2.test
+//	for i in 1 2 3 4 5 6; do ./w2.test -test.run '^$' -test.bench RunnerW2 \
+//		-test.benchtime 20000x -test.benchmem; done | tee w2.txt
+//	benchstat -col /otel w2.txt
+//
+// Besides the time, it reports counts the machine's load changes little: tasks/walsync (the
+// results a runner round carried: one round is one WAL sync), cpu-µs/task, and allocations.
 //
 // otel=hooks is the runner's hooks and metrics without the trace context in the tasks'
 // headers (a plain Submit): the difference from otel=on is the cost of storing a header with
@@ -39,7 +51,8 @@ func (dropProcessor) Shutdown(context.Context) error                  { return n
 func (dropProcessor) ForceFlush(context.Context) error                { return nil }
 
 func benchW2(b *testing.B, on, inject bool) {
-	q, err := work.Open(b.TempDir(), nil)
+	fs := &syncCountFS{FS: vfs.Default}
+	q, err := work.Open(b.TempDir(), &work.Options{FS: fs})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,6 +91,7 @@ func benchW2(b *testing.B, on, inject bool) {
 		cfg.Hooks = inst.Hooks()
 	}
 	b.ResetTimer()
+	syncs0, cpu0 := fs.walSyncs.Load(), cpuTime()
 	r, err := runner.New(q, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -93,4 +107,64 @@ func benchW2(b *testing.B, on, inject bool) {
 	if err := r.Stop(stop); err != nil {
 		b.Fatal(err)
 	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/task")
+	if n := fs.walSyncs.Load() - syncs0; n > 0 {
+		b.ReportMetric(float64(b.N)/float64(n), "tasks/walsync")
+	}
+}
+
+// cpuTime is the CPU time (user and system) the process has used: per task, a cost that the
+// machine's load changes much less than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// syncCountFS is vfs.Default with a count of the syncs of WAL files (*.log): the runner's
+// rounds, one SettleAndClaim each, are one WAL sync each, so tasks/walsync is how many
+// results a round carried, which does not depend on the machine's load.
+type syncCountFS struct {
+	vfs.FS
+	walSyncs atomic.Int64
+}
+
+func (fs *syncCountFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return &syncCountFile{File: f, fs: fs}, nil
+}
+
+func (fs *syncCountFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *syncCountFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *syncCountFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	return fs.wrap(newname, f, err)
+}
+
+type syncCountFile struct {
+	vfs.File
+	fs *syncCountFS
+}
+
+func (f *syncCountFile) Sync() error {
+	f.fs.walSyncs.Add(1)
+	return f.File.Sync()
+}
+
+func (f *syncCountFile) SyncData() error {
+	f.fs.walSyncs.Add(1)
+	return f.File.SyncData()
 }
