@@ -54,7 +54,7 @@ func scanKind(t *testing.T, r projection.Reader, kind string, maxAt int64) []str
 		got = append(got, fmt.Sprintf("%s@%d/%d", e.ID, e.At, e.Seq))
 		return true
 	}); err != nil {
-		t.Fatalf("ScanDueKind(%q): %v", kind, err)
+		t.Fatalf("scan of the due index of kind %q: %v", kind, err)
 	}
 	return got
 }

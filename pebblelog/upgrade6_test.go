@@ -49,7 +49,7 @@ func wantDueKeys(d format1Dump) []string {
 	return lines
 }
 
-// scanAll is every entry a reader's ScanDue returns at maxAt, as "id@at".
+// scanAll is every entry a reader's scan of the due index returns at maxAt, as "id@at".
 func scanAll(t *testing.T, s *Store, maxAt int64) []string {
 	t.Helper()
 	var got []string
