@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
 )
 
 // Test times: Unix nanoseconds after a fixed epoch, so that every run writes the same log.
@@ -169,4 +170,18 @@ func readAll(t *testing.T, s *Store) []events.Event {
 		t.Fatalf("ReadLog: %v", err)
 	}
 	return out
+}
+
+// The keys of one entry of each index, for tests that write or delete them by hand.
+
+func dueKey(pri, at int64, seq uint64) []byte {
+	return indexEntryKey(projection.IndexDue, "", projection.IndexEntry{Pri: pri, At: at, Seq: seq})
+}
+
+func kindIndexKey(kind string, pri, at int64, seq uint64) []byte {
+	return indexEntryKey(projection.IndexKindDue, kind, projection.IndexEntry{Pri: pri, At: at, Seq: seq})
+}
+
+func sessionWakeKey(session string, at int64, seq uint64) []byte {
+	return indexEntryKey(projection.IndexSessionWakes, session, projection.IndexEntry{At: at, Seq: seq})
 }

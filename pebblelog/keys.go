@@ -103,19 +103,6 @@ func parseIndexTail(k []byte, head int) (at int64, seq uint64, ok bool) {
 	return int64(binary.BigEndian.Uint64(k[head:]) ^ (1 << 63)), binary.BigEndian.Uint64(k[head+8:]), true
 }
 
-// kindIndexPrefix is the start of one kind's part of the per-kind due index. The kind is
-// length-prefixed, so no kind's range holds another kind's entries.
-func kindIndexPrefix(kind string) []byte {
-	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(kind)+16)
-	k = append(k, prefixKindDue)
-	k = binary.AppendUvarint(k, uint64(len(kind)))
-	return append(k, kind...)
-}
-
-func kindIndexKey(kind string, pri, at int64, seq uint64) []byte {
-	return appendDueTail(kindIndexPrefix(kind), pri, at, seq)
-}
-
 // Format 6: the due index and the per-kind due index are keyed by priority first, so that
 // byte order is claim order: higher priority first, then at, then submit seq. A priority's
 // entries are a run in time order; a claim walks a run while its entries are due and seeks
@@ -124,11 +111,6 @@ func kindIndexKey(kind string, pri, at int64, seq uint64) []byte {
 // orderedPriority maps a priority to a uint64 whose big-endian bytes sort higher priorities
 // first: the sign-flipped value (ascending, as orderedTime), inverted.
 func orderedPriority(p int64) uint64 { return ^orderedTime(p) }
-
-// dueKey is a task's key in the due index.
-func dueKey(pri, at int64, seq uint64) []byte {
-	return appendDueTail(append(make([]byte, 0, 25), prefixDue), pri, at, seq)
-}
 
 // appendDueTail appends (priority, at, seq) to a due index's head (its prefix; the kind).
 func appendDueTail(head []byte, pri, at int64, seq uint64) []byte {

@@ -100,11 +100,6 @@ func (s reader) WakeKey(session, key string) (string, error) {
 	return string(v), err
 }
 
-func (s reader) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	head := []byte{prefixDue}
-	return s.scanDue(head, head, maxAt, nil, fn)
-}
-
 // scanDue walks a due index in claim order (head: the due index's prefix, or one kind's part
 // of the per-kind index) from lower, calling fn with the entries due at maxAt until fn
 // returns false. Keys are priority first (format 6): the entries of one priority are a run in
@@ -148,24 +143,6 @@ func (s reader) scanDue(head, lower []byte, maxAt int64, first *[]byte, fn func(
 		ok = it.Next()
 	}
 	return it.Error()
-}
-
-func (s reader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return s.scanIndex(prefixAvailable, maxAt, fn)
-}
-
-// scanIndex walks an eligibility index from its oldest entry while entries are due at maxAt.
-// The upper bound stops the iterator at the first key past maxAt, so a claim never reads
-// future entries.
-func (s reader) scanIndex(prefix byte, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return s.scanRange([]byte{prefix}, indexUpper(prefix, maxAt), 1, func(_ []byte, e projection.IndexEntry) bool {
-		return fn(e)
-	})
-}
-
-// indexUpper is the exclusive upper bound of the index entries due at maxAt.
-func indexUpper(prefix byte, maxAt int64) []byte {
-	return append(indexKey(prefix, maxAt, 1<<64-1), 0)
 }
 
 // scanRange walks the index entries in [lower, upper), whose keys have head bytes before
@@ -261,11 +238,12 @@ type writer struct {
 	// The records put in this batch, in the order first put; finish writes each once.
 	taskOrder, wakeOrder []string
 
-	// Format 3's counts and per-kind low-water marks (state_kinds_sessions.go).
-	counts      map[countID]int64 // committed counts, read-only here; nil: read the stored ones
-	countDelta  map[countID]int64 // this batch's changes; finish writes them
-	kindLows    map[string][]byte // committed marks of the per-kind due index, read-only here
-	newKindLows map[string][]byte // this batch's marks
+	// Format 3's counts (state_kinds_sessions.go), and the low-water marks of the partitioned
+	// indexes (index.go).
+	counts      map[countID]int64  // committed counts, read-only here; nil: read the stored ones
+	countDelta  map[countID]int64  // this batch's changes; finish writes them
+	partLows    map[partLow][]byte // committed marks, read-only here
+	newPartLows map[partLow][]byte // this batch's marks
 
 	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
 
@@ -366,15 +344,8 @@ func (m *idMark) prune() {
 // the new key. Deletes change nothing. Only a committed batch's copy replaces the committed
 // lows; a discarded batch's is dropped, so a raise never outlives the state it observed.
 type indexLows struct {
-	due, avail []byte
-	prunable   []byte // the retention index (prune.go)
-}
-
-func (w *writer) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	if w.lows == nil {
-		return w.reader.ScanDue(maxAt, fn)
-	}
-	return w.scanDueFrom([]byte{prefixDue}, &w.lows.due, maxAt, fn)
+	ix       [projection.NumIndexes][]byte // the indexes of one partition (index.go)
+	prunable []byte                        // the retention index (prune.go)
 }
 
 // scanDueFrom is scanFrom for a due index (scanDue's walk): from *low (head when nil), and
@@ -397,13 +368,6 @@ func (w *writer) scanDueFrom(head []byte, low *[]byte, maxAt int64, fn func(proj
 		*low = upper
 	}
 	return nil
-}
-
-func (w *writer) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	if w.lows == nil {
-		return w.reader.ScanWakes(maxAt, fn)
-	}
-	return w.scanFrom([]byte{prefixAvailable}, indexUpper(prefixAvailable, maxAt), 1, &w.lows.avail, fn)
 }
 
 // scanFrom scans the index range [start, upper), whose keys have head bytes before (at,
@@ -590,30 +554,4 @@ func (w *writer) putScoped(k []byte, id string) error {
 	}
 	w.keys[string(k)] = id
 	return nil
-}
-
-func (w *writer) PutDue(e projection.IndexEntry) error {
-	k := dueKey(e.Pri, e.At, e.Seq)
-	if w.lows != nil {
-		lower(&w.lows.due, k)
-	}
-	return w.b.Set(k, []byte(e.ID), nil)
-}
-
-// DeleteDue uses a sized delete: it tells Pebble's compaction picker how much data the
-// tombstone covers, so the head of a queue-shaped index is compacted promptly.
-func (w *writer) DeleteDue(e projection.IndexEntry) error {
-	return w.b.DeleteSized(dueKey(e.Pri, e.At, e.Seq), uint32(len(e.ID)), nil)
-}
-
-func (w *writer) PutWakeIndex(e projection.IndexEntry) error {
-	k := indexKey(prefixAvailable, e.At, e.Seq)
-	if w.lows != nil {
-		lower(&w.lows.avail, k)
-	}
-	return w.b.Set(k, []byte(e.ID), nil)
-}
-
-func (w *writer) DeleteWakeIndex(e projection.IndexEntry) error {
-	return w.b.DeleteSized(indexKey(prefixAvailable, e.At, e.Seq), uint32(len(e.ID)), nil)
 }

@@ -11,19 +11,11 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/projection"
 )
 
-// Format 3's keyspaces (keys.go): the per-kind due index, the session task lists and the
-// counts by kind and state. The fold keeps them (projection.State's PutKindDue,
-// DeleteKindDue, PutSessionTask, AddCount); reads are the projection.Reader's ScanDueKind,
-// ScanSessionTasks and Counts.
-
-// ScanDueKind walks kind's part of the per-kind due index, like ScanDue.
-func (s reader) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	start := kindIndexPrefix(kind)
-	return s.scanDue(start, start, maxAt, nil, fn)
-}
+// Format 3's keyspaces (keys.go): the session task lists and the counts by kind and state
+// (and the per-kind due index: index.go). The fold keeps them (projection.State's
+// PutSessionTask, AddCount); reads are the projection.Reader's ScanSessionTasks and Counts.
 
 // ScanSessionTasks walks sessionID's task list from the first task submitted after afterSeq.
 func (s reader) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) (err error) {
@@ -122,51 +114,7 @@ func encodeCount(n int64) []byte { return binary.BigEndian.AppendUint64(nil, uin
 // (countDelta); finish writes each changed counter once, its value at the batch's end, and
 // only a committed batch's changes are merged into the committed counts (publish). A
 // discarded batch's changes go with its writer, so a command run again alone starts from the
-// committed counts. The per-kind due index has low-water marks like the due index
-// (indexLows), per kind: kindLows holds the committed ones, read-only during the batch, and
-// newKindLows the batch's, merged in when it commits.
-
-// ScanDueKind scans kind's index from its low-water mark and moves the mark (scanFrom).
-func (w *writer) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	if w.lows == nil {
-		return w.reader.ScanDueKind(kind, maxAt, fn)
-	}
-	low := w.kindLow(kind)
-	start := kindIndexPrefix(kind)
-	err := w.scanDueFrom(start, &low, maxAt, fn)
-	if err == nil {
-		w.setKindLow(kind, low)
-	}
-	return err
-}
-
-// kindLow is kind's low-water mark in the batch's view; nil: unknown, the kind's start.
-func (w *writer) kindLow(kind string) []byte {
-	if low, ok := w.newKindLows[kind]; ok {
-		return low
-	}
-	return w.kindLows[kind]
-}
-
-func (w *writer) setKindLow(kind string, low []byte) {
-	if w.newKindLows == nil {
-		w.newKindLows = make(map[string][]byte)
-	}
-	w.newKindLows[kind] = low
-}
-
-// maxKindLows bounds the kinds whose low-water marks the writer keeps; a kind beyond it is
-// scanned from its start, as after a reopen.
-const maxKindLows = 4096
-
-// mergeKindLows merges a committed batch's marks into the committed ones.
-func mergeKindLows(committed, batch map[string][]byte) {
-	for kind, low := range batch {
-		if _, ok := committed[kind]; ok || len(committed) < maxKindLows {
-			committed[kind] = low
-		}
-	}
-}
+// committed counts.
 
 // ScanSessionTasks reads through the batch: the list is only appended to, so there are no
 // tombstones to skip and nothing to remember between batches.
@@ -280,21 +228,6 @@ func mergeCounts(committed, delta map[countID]int64) {
 	}
 }
 
-func (w *writer) PutKindDue(kind string, e projection.IndexEntry) error {
-	k := kindIndexKey(kind, e.Pri, e.At, e.Seq)
-	if w.lows != nil {
-		if low := w.kindLow(kind); low != nil && bytes.Compare(k, low) < 0 {
-			w.setKindLow(kind, k)
-		}
-	}
-	return w.b.Set(k, []byte(e.ID), nil)
-}
-
-// DeleteKindDue is a sized delete, as DeleteDue.
-func (w *writer) DeleteKindDue(kind string, e projection.IndexEntry) error {
-	return w.b.DeleteSized(kindIndexKey(kind, e.Pri, e.At, e.Seq), uint32(len(e.ID)), nil)
-}
-
 func (w *writer) PutSessionTask(sessionID string, submitSeq uint64, taskID string) error {
 	return w.b.Set(sessionTaskKey(sessionID, submitSeq), []byte(taskID), nil)
 }
@@ -309,10 +242,6 @@ type olderReader struct {
 func (o olderReader) needsUpgrade(what string) error {
 	return fmt.Errorf("%w: %s is format %d, which has no %s; open it read-write once to upgrade it to format %d",
 		ErrNeedsUpgrade, o.s.dir, o.s.format, what, FormatVersion)
-}
-
-func (o olderReader) ScanDueKind(string, int64, func(projection.IndexEntry) bool) error {
-	return o.needsUpgrade("per-kind due index")
 }
 
 func (o olderReader) ScanSessionTasks(string, uint64, func(uint64, string) bool) error {

@@ -50,11 +50,11 @@ func inOneBatch(t *testing.T, s *Store, fns ...func(*Txn) error) []error {
 func scanKind(t *testing.T, r projection.Reader, kind string, maxAt int64) []string {
 	t.Helper()
 	var got []string
-	if err := r.ScanDueKind(kind, maxAt, func(e projection.IndexEntry) bool {
+	if err := r.ScanIndex(projection.IndexKindDue, kind, maxAt, func(e projection.IndexEntry) bool {
 		got = append(got, fmt.Sprintf("%s@%d/%d", e.ID, e.At, e.Seq))
 		return true
 	}); err != nil {
-		t.Fatalf("ScanDueKind(%q): %v", kind, err)
+		t.Fatalf("scan of the due index of kind %q: %v", kind, err)
 	}
 	return got
 }
@@ -102,7 +102,9 @@ func entry(id string, at int64, seq uint64) projection.IndexEntry {
 // the batch put and deleted, and so does the same command.
 func TestKindIndexScans(t *testing.T) {
 	s := openT(t, t.TempDir(), &Options{})
-	put := func(tx *Txn, kind string, e projection.IndexEntry) error { return tx.w.PutKindDue(kind, e) }
+	put := func(tx *Txn, kind string, e projection.IndexEntry) error {
+		return tx.w.PutIndex(projection.IndexKindDue, kind, e)
+	}
 	if err := s.Update(context.Background(), func(tx *Txn) error {
 		return errors.Join(
 			put(tx, "a", entry("a2", 20, 2)),
@@ -131,7 +133,7 @@ func TestKindIndexScans(t *testing.T) {
 	var inCmd, nextCmd []string
 	errs := inOneBatch(t, s,
 		func(tx *Txn) error {
-			err := errors.Join(tx.w.DeleteKindDue("a", entry("a1", 10, 1)), put(tx, "a", entry("a0", 0, 7)))
+			err := errors.Join(tx.w.DeleteIndex(projection.IndexKindDue, "a", entry("a1", 10, 1)), put(tx, "a", entry("a0", 0, 7)))
 			inCmd = scanKind(t, tx.Reader(), "a", 20)
 			return err
 		},
@@ -158,7 +160,7 @@ func TestKindIndexLowWaterMarks(t *testing.T) {
 	s := openT(t, t.TempDir(), &Options{})
 	ctx := context.Background()
 	if err := s.Update(ctx, func(tx *Txn) error {
-		return errors.Join(tx.w.PutKindDue("k", entry("x", 10, 1)), tx.w.PutKindDue("k", entry("y", 30, 2)))
+		return errors.Join(tx.w.PutIndex(projection.IndexKindDue, "k", entry("x", 10, 1)), tx.w.PutIndex(projection.IndexKindDue, "k", entry("y", 30, 2)))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +173,7 @@ func TestKindIndexLowWaterMarks(t *testing.T) {
 		func(tx *Txn) error {
 			runs++
 			if runs == 1 {
-				if err := tx.w.DeleteKindDue("k", entry("x", 10, 1)); err != nil {
+				if err := tx.w.DeleteIndex(projection.IndexKindDue, "k", entry("x", 10, 1)); err != nil {
 					return err
 				}
 			}
@@ -179,7 +181,7 @@ func TestKindIndexLowWaterMarks(t *testing.T) {
 			return nil
 		},
 		func(tx *Txn) error {
-			if err := tx.w.PutKindDue("other", entry("z", 1, 3)); err != nil {
+			if err := tx.w.PutIndex(projection.IndexKindDue, "other", entry("z", 1, 3)); err != nil {
 				return err
 			}
 			return errBoom
@@ -205,7 +207,7 @@ func TestKindIndexLowWaterMarks(t *testing.T) {
 	// (y, due later: format 6's walk reads it to know its run is not due); a later put below
 	// that mark is still found.
 	if err := s.Update(ctx, func(tx *Txn) error {
-		if err := tx.w.DeleteKindDue("k", entry("x", 10, 1)); err != nil {
+		if err := tx.w.DeleteIndex(projection.IndexKindDue, "k", entry("x", 10, 1)); err != nil {
 			return err
 		}
 		if got := scanKind(t, tx.Reader(), "k", 25); len(got) != 0 {
@@ -220,7 +222,7 @@ func TestKindIndexLowWaterMarks(t *testing.T) {
 	}
 	var found []string
 	if err := s.Update(ctx, func(tx *Txn) error {
-		if err := tx.w.PutKindDue("k", entry("w", 5, 4)); err != nil {
+		if err := tx.w.PutIndex(projection.IndexKindDue, "k", entry("w", 5, 4)); err != nil {
 			return err
 		}
 		found = scanKind(t, tx.Reader(), "k", 40)
@@ -237,7 +239,7 @@ func TestKindIndexLowWaterMarks(t *testing.T) {
 func (s *Store) kindLowForTest(t *testing.T, kind string) (low []byte) {
 	t.Helper()
 	if err := s.Update(context.Background(), func(tx *Txn) error {
-		low = tx.w.kindLows[kind]
+		low = tx.w.partLows[partLow{projection.IndexKindDue, kind}]
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/worklog/worklog/projection"
 )
 
 // The upgrades. A format-1 store is brought to format 3 in one Open: its records are read as
@@ -155,7 +157,7 @@ func (s *Store) buildFormat3() (err error) {
 			return err
 		}
 		if at, in := t.EligibleAt(); in {
-			if err := b.Set(kindIndexKey(t.Kind, t.Priority, at, t.SubmitSeq), id, nil); err != nil {
+			if err := b.Set(indexEntryKey(projection.IndexKindDue, t.Kind, t.DueEntry(at)), id, nil); err != nil {
 				return err
 			}
 		}

@@ -2,6 +2,8 @@ package pebblelog
 
 import (
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/worklog/worklog/projection"
 )
 
 // The upgrade to format 6: the due index (d) and the per-kind due index (D) keyed by
@@ -31,10 +33,11 @@ func (s *Store) buildFormat6() error {
 		if !in {
 			return nil
 		}
-		id := []byte(t.ID)
-		if err := b.Set(dueKey(t.Priority, at, t.SubmitSeq), id, nil); err != nil {
-			return err
+		for _, p := range projection.TaskIndexes(t) {
+			if err := b.Set(indexEntryKey(p.Index, p.Part, t.DueEntry(at)), []byte(t.ID), nil); err != nil {
+				return err
+			}
 		}
-		return b.Set(kindIndexKey(t.Kind, t.Priority, at, t.SubmitSeq), id, nil)
+		return nil
 	}, nil)
 }

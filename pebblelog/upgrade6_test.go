@@ -49,12 +49,12 @@ func wantDueKeys(d format1Dump) []string {
 	return lines
 }
 
-// scanAll is every entry a reader's ScanDue returns at maxAt, as "id@at".
+// scanAll is every entry a reader's scan of the due index returns at maxAt, as "id@at".
 func scanAll(t *testing.T, s *Store, maxAt int64) []string {
 	t.Helper()
 	var got []string
 	err := s.View(context.Background(), func(r projection.Reader) error {
-		return r.ScanDue(maxAt, func(e projection.IndexEntry) bool {
+		return r.ScanIndex(projection.IndexDue, "", maxAt, func(e projection.IndexEntry) bool {
 			got = append(got, fmt.Sprintf("%s@%d", e.ID, e.At))
 			return true
 		})
@@ -140,10 +140,10 @@ func TestScanDuePriorities(t *testing.T) {
 	ctx := t.Context()
 	put := func(tx *Txn, id string, pri, at int64, seq uint64) error {
 		e := projection.IndexEntry{Pri: pri, At: at, Seq: seq, ID: id}
-		if err := tx.w.PutDue(e); err != nil {
+		if err := tx.w.PutIndex(projection.IndexDue, "", e); err != nil {
 			return err
 		}
-		return tx.w.PutKindDue("k", e)
+		return tx.w.PutIndex(projection.IndexKindDue, "k", e)
 	}
 	if err := s.Update(ctx, func(tx *Txn) error {
 		for i := range 100 { // priority 9: all in the future
@@ -166,9 +166,11 @@ func TestScanDuePriorities(t *testing.T) {
 	}
 	want := []string{"hi", "z1", "z2", "lo"}
 	for _, scan := range []func(projection.Reader, func(projection.IndexEntry) bool) error{
-		func(r projection.Reader, fn func(projection.IndexEntry) bool) error { return r.ScanDue(40, fn) },
 		func(r projection.Reader, fn func(projection.IndexEntry) bool) error {
-			return r.ScanDueKind("k", 40, fn)
+			return r.ScanIndex(projection.IndexDue, "", 40, fn)
+		},
+		func(r projection.Reader, fn func(projection.IndexEntry) bool) error {
+			return r.ScanIndex(projection.IndexKindDue, "k", 40, fn)
 		},
 	} {
 		for _, through := range []string{"view", "writer"} {

@@ -220,7 +220,7 @@ func (s *Store) writeLoop() {
 		}
 	}()
 	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs,
-		counts: s.counts, kindLows: map[string][]byte{}}
+		counts: s.counts, partLows: map[partLow][]byte{}}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -251,8 +251,8 @@ type writerState struct {
 	maxIDs *maxIDs      // the ids known to have no record (see maxIDs)
 	syncq  chan<- pending
 
-	counts   map[countID]int64 // the committed counts (state_kinds_sessions.go)
-	kindLows map[string][]byte // the committed lows of the per-kind due index
+	counts   map[countID]int64  // the committed counts (state_kinds_sessions.go)
+	partLows map[partLow][]byte // the committed lows of the partitioned indexes (index.go)
 
 	// The record maps and order of the last published writer, emptied, for the next one:
 	// growing fresh maps for every batch was two allocations per submit (see recycle).
@@ -336,7 +336,7 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
 	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
-		counts: ws.counts, kindLows: ws.kindLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
+		counts: ws.counts, partLows: ws.partLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
 	ws.spareTasks, ws.spareWakes, ws.spareOrder = nil, nil, nil // one writer at a time owns them
 	return w
 }
@@ -449,7 +449,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	}
 	s.lastSeq = w.lastSeq
 	*ws.lows = *w.lows // only a committed batch's view may raise the committed lows
-	mergeKindLows(ws.kindLows, w.newKindLows)
+	mergePartLows(ws.partLows, w.newPartLows)
 	mergeCounts(ws.counts, w.countDelta)
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)

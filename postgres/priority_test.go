@@ -38,9 +38,11 @@ func TestOpenAddsPriorityToAnOlderQueue(t *testing.T) {
 	var due []projection.IndexEntry
 	err = ro.View(ctx, func(r projection.Reader) error {
 		for _, scan := range []func(func(projection.IndexEntry) bool) error{
-			func(fn func(projection.IndexEntry) bool) error { return r.ScanDue(t0.Add(time.Minute).UnixNano(), fn) },
 			func(fn func(projection.IndexEntry) bool) error {
-				return r.ScanDueKind("k", t0.Add(time.Minute).UnixNano(), fn)
+				return r.ScanIndex(projection.IndexDue, "", t0.Add(time.Minute).UnixNano(), fn)
+			},
+			func(fn func(projection.IndexEntry) bool) error {
+				return r.ScanIndex(projection.IndexKindDue, "k", t0.Add(time.Minute).UnixNano(), fn)
 			},
 		} {
 			if err := scan(func(e projection.IndexEntry) bool { due = append(due, e); return true }); err != nil {

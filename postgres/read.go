@@ -107,14 +107,6 @@ func (v viewReader) WakeKey(sessionID, key string) (string, error) {
 	return readKey(v.ctx, v.tx, v.st.wakeKey, sessionID, key)
 }
 
-func (v viewReader) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanByPriority(func(below int64) ([]int64, error) {
-		return queryPage(v.ctx, v.tx, scanInt, v.st.nextPri, below)
-	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
-		return scanIndex(v.ctx, v.tx, taskTable, v.st.scanDue, v.st.scanDueFrom, []any{pri}, maxAt, fn)
-	}, fn)
-}
-
 // scanByPriority is a due index's scan in claim order: the runs of each priority present,
 // from the highest (next finds the greatest priority below its argument: an index-served
 // query), each read by scan in (at, seq) order up to maxAt, with Pri set on its entries.
@@ -147,19 +139,6 @@ func scanInt(rows pgx.Rows) (int64, error) {
 	var v int64
 	err := rows.Scan(&v)
 	return v, err
-}
-
-func (v viewReader) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndex(v.ctx, v.tx, wakeTable, v.st.scanWakes, v.st.scanWakesFrom, nil, maxAt, fn)
-}
-
-func (v viewReader) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	k := []byte(kind)
-	return scanByPriority(func(below int64) ([]int64, error) {
-		return queryPage(v.ctx, v.tx, scanInt, v.st.nextKindPri, below, k)
-	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
-		return scanIndex(v.ctx, v.tx, taskTable, v.st.scanKind, v.st.scanKindFrom, []any{k, pri}, maxAt, fn)
-	}, fn)
 }
 
 func (v viewReader) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worklog/worklog/projection"
 )
 
 // FormatVersion is the layout of the tables below. It is stored in worklog_meta's format row;
@@ -59,23 +61,21 @@ var tableNames = []string{"worklog_meta", "log_head", "events", "tasks", "wakes"
 
 // statements holds every statement, with the queue's schema in it.
 type statements struct {
-	lockHead, maxTask, maxWake                                               string
-	task, wake, taskKey, wakeKey, scanDue, scanDueFrom, nextPri, nextKindPri string
-	scanKind, scanKindFrom, scanWakes, scanWakesFrom                         string
-	scanSession, counts, lastSeq                                             string
-	insEvents, setHead, insTasks, updTasks, insWakes                         string
-	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                   string
-	insDue, delDue, insKind, delKind, insWakeIdx, delWakeIdx                 string
-	readLog, sessionLog, sessions, scanTasks                                 string
-	scanWakeRecs, allDue, allKind, allWakeIdx, allSession                    string
-	allTaskKeys, allWakeKeys, notify                                         string
-	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                  string
-	delSession, insPrunable, delPrunable, scanPrunable                       string
-	scanPrunableFrom, delEvents, takeAdjacent, insPruned                     string
-	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable  string
-	setMark, getMark, delMark, waitHead                                      string
+	lockHead, maxTask, maxWake                                              string
+	task, wake, taskKey, wakeKey                                            string
+	scanSession, counts, lastSeq                                            string
+	insEvents, setHead, insTasks, updTasks, insWakes                        string
+	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                  string
+	readLog, sessionLog, sessions, scanTasks                                string
+	scanWakeRecs, allSession                                                string
+	allTaskKeys, allWakeKeys, notify                                        string
+	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
+	delSession, insPrunable, delPrunable, scanPrunable                      string
+	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
+	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
+	setMark, getMark, delMark, waitHead                                     string
 
-	sw sessionWakeStatements // the per-session wake index (session_wakes.go)
+	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 }
 
 func newStatements(schema string) *statements {
@@ -93,23 +93,6 @@ func newStatements(schema string) *statements {
 		wake:     q(`SELECT rec, payload, output FROM {s}.wakes WHERE id = $1`),
 		taskKey:  q(`SELECT task_id FROM {s}.task_keys WHERE session = $1 AND key = $2`),
 		wakeKey:  q(`SELECT wake_id FROM {s}.wake_keys WHERE session = $1 AND key = $2`),
-		// The due scans read one priority's run ($3; the kind scans $4) in (at, seq) order;
-		// nextPri and nextKindPri find the next lower priority present (prioritySchema's
-		// indexes serve both): scanByPriority walks the priorities from the highest.
-		scanDue: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.priority = $3 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
-		scanDueFrom: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.priority = $3 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`),
-		scanKind: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.kind = $3 AND d.priority = $4 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
-		scanKindFrom: q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.kind = $3 AND d.priority = $4 AND d.at <= $1 AND (d.at, d.seq) > ($5, $6) ORDER BY d.at, d.seq LIMIT $2`),
-		nextPri:     q(`SELECT priority FROM {s}.due WHERE priority < $1 ORDER BY priority DESC LIMIT 1`),
-		nextKindPri: q(`SELECT priority FROM {s}.kind_due WHERE kind = $2 AND priority < $1 ORDER BY priority DESC LIMIT 1`),
-		scanWakes: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.wake_index d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
-			WHERE d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
-		scanWakesFrom: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.wake_index d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
-			WHERE d.at <= $1 AND (d.at, d.seq) > ($3, $4) ORDER BY d.at, d.seq LIMIT $2`),
 		scanSession: q(`SELECT submit_seq, task_id FROM {s}.session_tasks WHERE session = $1 AND submit_seq > $2
 			ORDER BY submit_seq LIMIT $3`),
 		counts: q(`SELECT kind, state, n FROM {s}.counts WHERE n <> 0 ORDER BY kind, state`),
@@ -127,25 +110,13 @@ func newStatements(schema string) *statements {
 		insSession:  q(`INSERT INTO {s}.session_tasks SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[])`),
 		addCnt: q(`INSERT INTO {s}.counts AS c SELECT * FROM unnest($1::bytea[], $2::smallint[], $3::bigint[])
 			ON CONFLICT (kind, state) DO UPDATE SET n = c.n + excluded.n`),
-		insDue: q(`INSERT INTO {s}.due (at, seq, task_id, priority) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[])
-			ON CONFLICT (at, seq) DO UPDATE SET task_id = excluded.task_id, priority = excluded.priority`),
-		delDue: q(`DELETE FROM {s}.due WHERE (at, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`),
-		insKind: q(`INSERT INTO {s}.kind_due (kind, at, seq, task_id, priority) SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[])
-			ON CONFLICT (kind, at, seq) DO UPDATE SET task_id = excluded.task_id, priority = excluded.priority`),
-		delKind: q(`DELETE FROM {s}.kind_due WHERE (kind, at, seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]))`),
-		insWakeIdx: q(`INSERT INTO {s}.wake_index SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
-			ON CONFLICT (at, seq) DO UPDATE SET wake_id = excluded.wake_id`),
-		delWakeIdx: q(`DELETE FROM {s}.wake_index WHERE (at, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`),
-		notify:     `SELECT pg_notify($1, '')`,
+		notify: `SELECT pg_notify($1, '')`,
 
 		readLog:      q(`SELECT seq, body FROM {s}.events WHERE seq >= $1 AND seq <= $2 ORDER BY seq LIMIT $3`),
 		sessionLog:   q(`SELECT seq, body FROM {s}.events WHERE session = $1 AND seq >= $2 ORDER BY seq LIMIT $3`),
 		sessions:     q(`SELECT DISTINCT session FROM {s}.events ORDER BY session`),
 		scanTasks:    q(`SELECT id, rec, input FROM {s}.tasks WHERE id > $1 ORDER BY id LIMIT $2`),
 		scanWakeRecs: q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id > $1 ORDER BY id LIMIT $2`),
-		allDue:       q(`SELECT at, seq, task_id, priority FROM {s}.due ORDER BY at, seq`),
-		allKind:      q(`SELECT kind, at, seq, task_id, priority FROM {s}.kind_due ORDER BY kind, at, seq`),
-		allWakeIdx:   q(`SELECT at, seq, wake_id FROM {s}.wake_index ORDER BY at, seq`),
 		allSession:   q(`SELECT session, submit_seq, task_id FROM {s}.session_tasks ORDER BY session, submit_seq`),
 		allTaskKeys:  q(`SELECT session, key, task_id FROM {s}.task_keys`),
 		allWakeKeys:  q(`SELECT session, key, wake_id FROM {s}.wake_keys`),
@@ -176,7 +147,7 @@ func newStatements(schema string) *statements {
 		allPrunable:  q(`SELECT at, seq, id, wake FROM {s}.prunable ORDER BY at, seq`),
 
 		// The writers' commit marks (writer.go, commitMark).
-		sw: newSessionWakeStatements(q),
+		idx: indexStatementsOf(q, true),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
@@ -471,18 +442,7 @@ func (st *statements) withoutPriority(ctx context.Context, pool *pgxpool.Pool, s
 		return err
 	}
 	q := func(sql string) string { return strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize()) }
-	st.nextPri = q(`SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}.due)`)
-	st.nextKindPri = q(`SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}.kind_due WHERE kind = $2)`)
-	st.scanDue = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE $3::bigint = 0 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`)
-	st.scanDueFrom = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE $3::bigint = 0 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`)
-	st.scanKind = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.kind = $3 AND $4::bigint = 0 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`)
-	st.scanKindFrom = q(`SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.kind_due d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE d.kind = $3 AND $4::bigint = 0 AND d.at <= $1 AND (d.at, d.seq) > ($5, $6) ORDER BY d.at, d.seq LIMIT $2`)
-	st.allDue = q(`SELECT at, seq, task_id, 0::bigint FROM {s}.due ORDER BY at, seq`)
-	st.allKind = q(`SELECT kind, at, seq, task_id, 0::bigint FROM {s}.kind_due ORDER BY kind, at, seq`)
+	st.idx = indexStatementsOf(q, false)
 	return nil
 }
 

@@ -15,8 +15,8 @@ import (
 
 // The per-session available-wake index: wake_index's rows again under each wake's session,
 // so that a claim of the wakes of chosen sessions (work's ClaimSessionWakes) reads only
-// those sessions' rows, through the primary key (session, at, seq). The fold keeps it
-// (projection.State's PutSessionWake and DeleteSessionWake, beside wake_index's writes).
+// those sessions' rows, through the primary key (session, at, seq): projection.IndexSessionWakes,
+// whose statements are index.go's.
 //
 // The plan of the claim's scan, as EXPLAIN showed it (TestSessionWakesPlan, which fails on a
 // sequential scan of session_wakes; 20,000 entries of 1,000 sessions, the wakes table empty):
@@ -36,26 +36,6 @@ import (
 // that a newer one has opened (the schema's Verify names every entry such a process left out).
 const sessionWakesDDL = `CREATE TABLE IF NOT EXISTS {s}.session_wakes (session bytea, at bigint, seq bigint,
 	wake_id bytea NOT NULL, PRIMARY KEY (session, at, seq))`
-
-// sessionWakeStatements are the statements of the index, with the queue's schema in them.
-type sessionWakeStatements struct {
-	scan, scanFrom, ins, del, all string
-	table                         string // the table's qualified name, for to_regclass
-}
-
-func newSessionWakeStatements(q func(string) string) sessionWakeStatements {
-	return sessionWakeStatements{
-		scan: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.session_wakes d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
-			WHERE d.session = $3 AND d.at <= $1 ORDER BY d.at, d.seq LIMIT $2`),
-		scanFrom: q(`SELECT d.at, d.seq, d.wake_id, w.rec, w.payload, w.output FROM {s}.session_wakes d LEFT JOIN {s}.wakes w ON w.id = d.wake_id
-			WHERE d.session = $3 AND d.at <= $1 AND (d.at, d.seq) > ($4, $5) ORDER BY d.at, d.seq LIMIT $2`),
-		ins: q(`INSERT INTO {s}.session_wakes SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[])
-			ON CONFLICT (session, at, seq) DO UPDATE SET wake_id = excluded.wake_id`),
-		del:   q(`DELETE FROM {s}.session_wakes WHERE (session, at, seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]))`),
-		all:   q(`SELECT session, at, seq, wake_id FROM {s}.session_wakes ORDER BY session, at, seq`),
-		table: q(`{s}.session_wakes`),
-	}
-}
 
 // ensureSessionWakes creates session_wakes when the schema has none (a queue created before
 // it) and fills it from wake_index, reading each available wake's session from its record.
@@ -100,94 +80,19 @@ func ensureSessionWakes(ctx context.Context, tx pgx.Tx, schema string, exists bo
 	return err
 }
 
-// sessWakeKey names one entry of the index.
-type sessWakeKey struct {
-	session string
-	dueKey
-}
-
-func (t *txn) ScanSessionWakes(sessionID string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanJoined(t, wakeTable, t.st.sw.scan, t.st.sw.scanFrom, []any{[]byte(sessionID)}, maxAt, fn)
-}
-
-func (t *txn) PutSessionWake(sessionID string, e projection.IndexEntry) error {
-	if t.sessWakes == nil {
-		t.sessWakes = map[sessWakeKey]idxOp{}
-	}
-	netPut(t.sessWakes, sessWakeKey{sessionID, dueKey{e.At, e.Seq}}, e.ID)
-	return nil
-}
-
-func (t *txn) DeleteSessionWake(sessionID string, e projection.IndexEntry) error {
-	if t.sessWakes == nil {
-		t.sessWakes = map[sessWakeKey]idxOp{}
-	}
-	netDelete(t.sessWakes, sessWakeKey{sessionID, dueKey{e.At, e.Seq}})
-	return nil
-}
-
-// flushSessionWakes queues the group's pending writes of the index into b (flushIndexes).
-func (t *txn) flushSessionWakes(b *pgx.Batch) {
-	if len(t.sessWakes) == 0 {
-		return
-	}
-	var ps, ds, pid [][]byte
-	var pa, da, pq, dq []int64
-	for k, op := range t.sessWakes {
-		if op.put {
-			ps, pa, pq, pid = append(ps, []byte(k.session)), append(pa, k.at), append(pq, int64(k.seq)), append(pid, []byte(op.id))
-		} else {
-			ds, da, dq = append(ds, []byte(k.session)), append(da, k.at), append(dq, int64(k.seq))
-		}
-	}
-	if len(ds) > 0 {
-		b.Queue(t.st.sw.del, ds, da, dq)
-	}
-	if len(ps) > 0 {
-		b.Queue(t.st.sw.ins, ps, pa, pq, pid)
-	}
-	clear(t.sessWakes)
-}
-
-// ScanSessionWakes of a View. A schema made by a build before the index, opened read-only
-// (which creates nothing), has no session_wakes table: the scan says so.
-func (v viewReader) ScanSessionWakes(sessionID string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	err := scanIndex(v.ctx, v.tx, wakeTable, v.st.sw.scan, v.st.sw.scanFrom, []any{[]byte(sessionID)}, maxAt, fn)
-	if isUndefinedTable(err) {
-		return fmt.Errorf("%w: the queue has no per-session wake index (table session_wakes) yet: a read-write Open creates it", errNoSessionWakes)
-	}
-	return err
-}
-
 // errNoSessionWakes: a read-only View of a schema without session_wakes.
 var errNoSessionWakes = errors.New("postgres: the schema predates the per-session wake index")
 
-// loadSessionWakes reads the index into m (Verify), after its records and wake index. A
-// schema made before the index, opened read-only, has no table to compare: m then gets the
-// entries its wake index implies, so that Verify reports what the schema holds and nothing
-// about an index it does not have yet.
-func loadSessionWakes(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
-	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.sw.table).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
-		var werr error
-		err := m.ScanWakes(math.MaxInt64, func(e projection.IndexEntry) bool {
-			var w *projection.Wake
-			if w, werr = m.Wake(e.ID); werr == nil && w != nil {
-				werr = m.PutSessionWake(w.SessionID, e)
-			}
-			return werr == nil
-		})
-		return errors.Join(err, werr)
-	}
-	return eachRow(ctx, q, st.sw.all, func(r pgx.Rows) error {
-		var session, id []byte
-		var at, seq int64
-		if err := r.Scan(&session, &at, &seq, &id); err != nil {
-			return err
+// impliedSessionWakes puts into m the entries of the per-session wake index that its wake
+// index implies (loadEntries, for a schema without session_wakes).
+func impliedSessionWakes(m *projection.Mem) error {
+	var werr error
+	err := m.ScanIndex(projection.IndexWakes, "", math.MaxInt64, func(e projection.IndexEntry) bool {
+		var w *projection.Wake
+		if w, werr = m.Wake(e.ID); werr == nil && w != nil {
+			werr = m.PutIndex(projection.IndexSessionWakes, w.SessionID, e)
 		}
-		return m.PutSessionWake(string(session), projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+		return werr == nil
 	})
+	return errors.Join(err, werr)
 }

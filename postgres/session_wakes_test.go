@@ -67,7 +67,7 @@ func TestSessionWakesTableMigrates(t *testing.T) {
 		t.Errorf("read-only Verify of a queue without session_wakes: %v, %q", err, problems)
 	}
 	err = ro.View(ctx, func(r projection.Reader) error {
-		return r.ScanSessionWakes("s1", math.MaxInt64, func(projection.IndexEntry) bool { return true })
+		return r.ScanIndex(projection.IndexSessionWakes, "s1", math.MaxInt64, func(projection.IndexEntry) bool { return true })
 	})
 	if !errors.Is(err, errNoSessionWakes) || !strings.Contains(err.Error(), "session_wakes") {
 		t.Errorf("a per-session scan without session_wakes: %v, want errNoSessionWakes naming the table", err)
@@ -131,8 +131,8 @@ func TestSessionWakesPlan(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"first page", st.sw.scan, []any{int64(math.MaxInt64), 64, []byte("s7")}},
-		{"next page", st.sw.scanFrom, []any{int64(math.MaxInt64), 64, []byte("s7"), int64(7), int64(7)}},
+		{"first page", st.idx[projection.IndexSessionWakes].scan, []any{int64(math.MaxInt64), 64, []byte("s7")}},
+		{"next page", st.idx[projection.IndexSessionWakes].scanFrom, []any{int64(math.MaxInt64), 64, []byte("s7"), int64(7), int64(7)}},
 	} {
 		rows, err := admin.Query(ctx, "EXPLAIN "+sql.sql, sql.args...)
 		if err != nil {

@@ -62,11 +62,6 @@ type dueKey struct {
 	seq uint64
 }
 
-type kindKey struct {
-	kind string
-	dueKey
-}
-
 type sessKey struct {
 	session string
 	seq     uint64
@@ -101,9 +96,7 @@ type txn struct {
 	newWakes, dirtyWakes map[string]bool
 	newTaskKeys          []skey
 	newWakeKeys          []skey
-	due, wakeIdx         map[dueKey]idxOp
-	kindDue              map[kindKey]idxOp
-	sessWakes            map[sessWakeKey]idxOp // session_wakes.go
+	idx                  [projection.NumIndexes]map[idxKey]idxOp // index.go
 	sessions             []sessKey
 	sessionIDs           []string
 	counts               map[countKey]int64
@@ -119,13 +112,16 @@ type txn struct {
 var _ projection.State = (*txn)(nil)
 
 func newTxn(ctx context.Context, conn *pgx.Conn, st *statements, c *cache) *txn {
-	return &txn{
+	t := &txn{
 		ctx: ctx, conn: conn, st: st, c: c,
 		newTasks: map[string]bool{}, dirtyTasks: map[string]bool{},
 		newWakes: map[string]bool{}, dirtyWakes: map[string]bool{},
-		due: map[dueKey]idxOp{}, wakeIdx: map[dueKey]idxOp{}, kindDue: map[kindKey]idxOp{},
 		counts: map[countKey]int64{}, prunable: map[dueKey]idxOp{},
 	}
+	for ix := range t.idx {
+		t.idx[ix] = map[idxKey]idxOp{}
+	}
+	return t
 }
 
 // Append gives ev the next sequence number, folds it into the state and keeps its encoding
@@ -207,36 +203,7 @@ func (t *txn) LastSeq() (uint64, error) { return t.seq, nil }
 // the same batch sees the group's own changes.
 func (t *txn) flushIndexes(b *pgx.Batch) {
 	t.flushPrune(b)
-	t.flushSessionWakes(b)
-	if len(t.due) > 0 {
-		queueDue(b, t.st.insDue, t.st.delDue, t.due, true)
-		clear(t.due)
-	}
-	if len(t.wakeIdx) > 0 {
-		queueDue(b, t.st.insWakeIdx, t.st.delWakeIdx, t.wakeIdx, false)
-		clear(t.wakeIdx)
-	}
-	if len(t.kindDue) > 0 {
-		var pk, dk [][]byte
-		var pa, da []int64
-		var ps, ds, pp []int64
-		var pid [][]byte
-		for k, op := range t.kindDue {
-			if op.put {
-				pk, pa, ps, pid = append(pk, []byte(k.kind)), append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id))
-				pp = append(pp, op.pri)
-			} else {
-				dk, da, ds = append(dk, []byte(k.kind)), append(da, k.at), append(ds, int64(k.seq))
-			}
-		}
-		if len(dk) > 0 {
-			b.Queue(t.st.delKind, dk, da, ds)
-		}
-		if len(pk) > 0 {
-			b.Queue(t.st.insKind, pk, pa, ps, pid, pp)
-		}
-		clear(t.kindDue)
-	}
+	t.queueIndexes(b)
 	if len(t.sessions) > 0 {
 		ss, qs := make([][]byte, len(t.sessions)), make([]int64, len(t.sessions))
 		ids := make([][]byte, len(t.sessions))
@@ -245,31 +212,6 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 		}
 		b.Queue(t.st.insSession, ss, qs, ids)
 		t.sessions, t.sessionIDs = t.sessions[:0], t.sessionIDs[:0]
-	}
-}
-
-// queueDue queues an index's pending writes; withPri: the due index, whose rows carry the
-// priority.
-func queueDue(b *pgx.Batch, ins, del string, m map[dueKey]idxOp, withPri bool) {
-	var pa, ps, da, ds, pp []int64
-	var pid [][]byte
-	for k, op := range m {
-		if op.put {
-			pa, ps, pid = append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id))
-			pp = append(pp, op.pri)
-		} else {
-			da, ds = append(da, k.at), append(ds, int64(k.seq))
-		}
-	}
-	if len(da) > 0 {
-		b.Queue(del, da, ds)
-	}
-	if len(pa) > 0 {
-		if withPri {
-			b.Queue(ins, pa, ps, pid, pp)
-		} else {
-			b.Queue(ins, pa, ps, pid)
-		}
 	}
 }
 
@@ -310,27 +252,6 @@ func scanJoined[R any](t *txn, tb *recordTable[R], first, from string, pre []any
 		sql, args := indexArgs(first, from, pre, maxAt, last, n)
 		return txnPage(t, scan, sql, args...)
 	}, func(e projection.IndexEntry) (bool, error) { return fn(e), nil })
-}
-
-func (t *txn) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanByPriority(func(below int64) ([]int64, error) {
-		return txnPage(t, scanInt, t.st.nextPri, below)
-	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
-		return scanJoined(t, taskTable, t.st.scanDue, t.st.scanDueFrom, []any{pri}, maxAt, fn)
-	}, fn)
-}
-
-func (t *txn) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	k := []byte(kind)
-	return scanByPriority(func(below int64) ([]int64, error) {
-		return txnPage(t, scanInt, t.st.nextKindPri, below, k)
-	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
-		return scanJoined(t, taskTable, t.st.scanKind, t.st.scanKindFrom, []any{k, pri}, maxAt, fn)
-	}, fn)
-}
-
-func (t *txn) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanJoined(t, wakeTable, t.st.scanWakes, t.st.scanWakesFrom, nil, maxAt, fn)
 }
 
 func (t *txn) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {
@@ -423,55 +344,12 @@ func (t *txn) PutWakeKey(sessionID, key, wakeID string) error {
 	return nil
 }
 
-func netPut[K comparable](m map[K]idxOp, k K, id string) {
-	if op, ok := m[k]; ok && !op.put {
-		m[k] = idxOp{put: true, id: id} // deleted then put: an upsert
-		return
-	}
-	m[k] = idxOp{put: true, id: id}
-}
-
-// netPutPri is netPut for the due indexes, whose entries carry the task's priority.
-func netPutPri[K comparable](m map[K]idxOp, k K, id string, pri int64) {
-	m[k] = idxOp{put: true, id: id, pri: pri}
-}
-
 func netDelete[K comparable](m map[K]idxOp, k K) {
 	if op, ok := m[k]; ok && op.put {
 		delete(m, k) // put in this group on a key that had no entry: nothing to write
 		return
 	}
 	m[k] = idxOp{}
-}
-
-func (t *txn) PutDue(e projection.IndexEntry) error {
-	netPutPri(t.due, dueKey{e.At, e.Seq}, e.ID, e.Pri)
-	return nil
-}
-
-func (t *txn) DeleteDue(e projection.IndexEntry) error {
-	netDelete(t.due, dueKey{e.At, e.Seq})
-	return nil
-}
-
-func (t *txn) PutWakeIndex(e projection.IndexEntry) error {
-	netPut(t.wakeIdx, dueKey{e.At, e.Seq}, e.ID)
-	return nil
-}
-
-func (t *txn) DeleteWakeIndex(e projection.IndexEntry) error {
-	netDelete(t.wakeIdx, dueKey{e.At, e.Seq})
-	return nil
-}
-
-func (t *txn) PutKindDue(kind string, e projection.IndexEntry) error {
-	netPutPri(t.kindDue, kindKey{kind, dueKey{e.At, e.Seq}}, e.ID, e.Pri)
-	return nil
-}
-
-func (t *txn) DeleteKindDue(kind string, e projection.IndexEntry) error {
-	netDelete(t.kindDue, kindKey{kind, dueKey{e.At, e.Seq}})
-	return nil
 }
 
 func (t *txn) PutSessionTask(sessionID string, submitSeq uint64, taskID string) error {

@@ -106,9 +106,6 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if err := loadIndexes(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
-	if err := loadSessionWakes(ctx, tx, st, stored); err != nil {
-		return nil, err
-	}
 	// Diff says "stored vs rebuilt".
 	return append(problems, stored.Diff(fold)...), nil
 }
@@ -157,30 +154,6 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 			return put(string(s), string(k), string(id))
 		})
 	}
-	index := func(sql string, withPri bool, put func(projection.IndexEntry) error) error {
-		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
-			var at, seq, pri int64
-			var id []byte
-			dst := []any{&at, &seq, &id}
-			if withPri {
-				dst = append(dst, &pri)
-			}
-			if err := r.Scan(dst...); err != nil {
-				return err
-			}
-			return put(projection.IndexEntry{Pri: pri, At: at, Seq: uint64(seq), ID: string(id)})
-		})
-	}
-	if err := eachRow(ctx, q, st.allKind, func(r pgx.Rows) error {
-		var kind, id []byte
-		var at, seq, pri int64
-		if err := r.Scan(&kind, &at, &seq, &id, &pri); err != nil {
-			return err
-		}
-		return m.PutKindDue(string(kind), projection.IndexEntry{Pri: pri, At: at, Seq: uint64(seq), ID: string(id)})
-	}); err != nil {
-		return err
-	}
 	if err := eachRow(ctx, q, st.allSession, func(r pgx.Rows) error {
 		var session, id []byte
 		var seq int64
@@ -218,10 +191,7 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 	}); err != nil {
 		return err
 	}
-	if err := index(st.allDue, true, m.PutDue); err != nil {
-		return err
-	}
-	return index(st.allWakeIdx, false, m.PutWakeIndex)
+	return loadEntries(ctx, q, st, m)
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

@@ -501,13 +501,12 @@ func addTask(s State, t *Task) error {
 		return err
 	}
 	at, _ := t.EligibleAt()
-	return putDue(s, t, at)
+	return moveEntry(s, TaskIndexes(t), false, IndexEntry{}, true, t.DueEntry(at))
 }
 
 // moveTask moves t's entries from old, its place before the change, to where it is now: its
-// count from the old state to the new, and its entry in the due index and its kind's due
-// index from the old time to the new (out of both once it is terminal). Both due indexes
-// always hold the same tasks at the same keys.
+// count from the old state to the new, and its entry in the due indexes (TaskIndexes) from
+// the old time to the new (out of them once it is terminal).
 func moveTask(s State, old taskPlace, t *Task) error {
 	if old.state != t.State {
 		if err := s.AddCount(t.Kind, old.state, -1); err != nil {
@@ -518,55 +517,34 @@ func moveTask(s State, old taskPlace, t *Task) error {
 		}
 	}
 	newAt, newIn := t.EligibleAt()
-	if old.due {
-		if newIn && old.at == newAt {
-			return nil // entries unchanged
-		}
-		e := t.DueEntry(old.at)
-		if err := s.DeleteDue(e); err != nil {
-			return err
-		}
-		if err := s.DeleteKindDue(t.Kind, e); err != nil {
-			return err
-		}
-	}
-	if newIn {
-		return putDue(s, t, newAt)
-	}
-	return nil
+	return moveEntry(s, TaskIndexes(t), old.due, t.DueEntry(old.at), newIn, t.DueEntry(newAt))
 }
 
-// putDue puts t's entries at at into the due index and its kind's.
-func putDue(s State, t *Task, at int64) error {
-	e := t.DueEntry(at)
-	if err := s.PutDue(e); err != nil {
-		return err
-	}
-	return s.PutKindDue(t.Kind, e)
-}
-
-// moveWakeIndex is moveTask for the available-wake index and the wake's session's (wakes
-// have no counts). Both indexes always hold the same wakes at the same keys.
+// moveWakeIndex is moveTask for the wake indexes (WakeIndexes; wakes have no counts).
 func moveWakeIndex(s State, oldAt int64, oldIn bool, w *Wake) error {
 	newAt, newIn := w.AvailableAt()
+	return moveEntry(s, WakeIndexes(w), oldIn, w.WakeEntry(oldAt), newIn, w.WakeEntry(newAt))
+}
+
+// moveEntry moves a record's entry in each of its indexes ps from old (if oldIn) to e (if
+// in); nothing when it stays at the same key.
+func moveEntry(s State, ps [2]Placement, oldIn bool, old IndexEntry, in bool, e IndexEntry) error {
 	if oldIn {
-		if newIn && oldAt == newAt {
-			return nil
+		if in && old == e {
+			return nil // entries unchanged
 		}
-		e := IndexEntry{At: oldAt, Seq: w.RecordSeq, ID: w.ID}
-		if err := s.DeleteWakeIndex(e); err != nil {
-			return err
-		}
-		if err := s.DeleteSessionWake(w.SessionID, e); err != nil {
-			return err
+		for _, p := range ps {
+			if err := s.DeleteIndex(p.Index, p.Part, old); err != nil {
+				return err
+			}
 		}
 	}
-	if newIn {
-		e := IndexEntry{At: newAt, Seq: w.RecordSeq, ID: w.ID}
-		if err := s.PutWakeIndex(e); err != nil {
-			return err
+	if in {
+		for _, p := range ps {
+			if err := s.PutIndex(p.Index, p.Part, e); err != nil {
+				return err
+			}
 		}
-		return s.PutSessionWake(w.SessionID, e)
 	}
 	return nil
 }

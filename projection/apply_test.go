@@ -118,15 +118,15 @@ func TestApplyTaskSubmitted(t *testing.T) {
 			if x := task(t, m, "t"); x.ScheduledAt != 100 || !x.HasRunAt || x.RunAt != 100 || x.CreatedAt != 5 {
 				t.Errorf("task %+v", x)
 			}
-			if got := scan(t, m.ScanDue, 99); len(got) != 0 {
+			if got := scan(t, scanner(m, IndexDue, ""), 99); len(got) != 0 {
 				t.Errorf("due at 99: %v", got)
 			}
-			if got := scan(t, m.ScanDue, 100); len(got) != 1 {
+			if got := scan(t, scanner(m, IndexDue, ""), 100); len(got) != 1 {
 				t.Errorf("due at 100: %v", got)
 			}
 		}},
 		{name: "submit for earlier", ev: submitAt("t", 5, -100), check: func(t *testing.T, m *Mem) {
-			if got := scan(t, m.ScanDue, -100); len(got) != 1 || got[0].At != -100 {
+			if got := scan(t, scanner(m, IndexDue, ""), -100); len(got) != 1 || got[0].At != -100 {
 				t.Errorf("due at -100: %v", got)
 			}
 		}},

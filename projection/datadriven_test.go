@@ -396,9 +396,9 @@ func render(m *Mem) string {
 	}
 	renderKeys(&b, "task keys", m.taskKeys)
 	renderKeys(&b, "wake keys", m.wakeKeys)
-	renderIndex(&b, "due", m.ScanDue)
+	renderIndex(&b, "due", scanner(m, IndexDue, ""))
 	renderPart2(&b, m)
-	renderIndex(&b, "available", m.ScanWakes)
+	renderIndex(&b, "available", scanner(m, IndexWakes, ""))
 	fmt.Fprintf(&b, "last seq %d\n", m.lastSeq)
 	return b.String()
 }
@@ -461,7 +461,7 @@ func renderPart2(b *strings.Builder, m *Mem) {
 	})
 	if len(kinds) > 1 {
 		for _, k := range kinds {
-			renderIndex(b, "due "+k, func(at int64, fn func(IndexEntry) bool) error { return m.ScanDueKind(k, at, fn) })
+			renderIndex(b, "due "+k, func(at int64, fn func(IndexEntry) bool) error { return m.ScanIndex(IndexKindDue, k, at, fn) })
 		}
 	}
 	var counts []string

@@ -165,8 +165,17 @@ func scan(t testing.TB, fn func(int64, func(IndexEntry) bool) error, maxAt int64
 	return out
 }
 
-func dueOf(t testing.TB, m *Mem) []IndexEntry   { return scan(t, m.ScanDue, math.MaxInt64) }
-func wakesOf(t testing.TB, m *Mem) []IndexEntry { return scan(t, m.ScanWakes, math.MaxInt64) }
+// scanner is r's ScanIndex of one partition, as a function of maxAt.
+func scanner(r Reader, ix Index, part string) func(int64, func(IndexEntry) bool) error {
+	return func(at int64, fn func(IndexEntry) bool) error { return r.ScanIndex(ix, part, at, fn) }
+}
+
+func dueOf(t testing.TB, m *Mem) []IndexEntry {
+	return scan(t, scanner(m, IndexDue, ""), math.MaxInt64)
+}
+func wakesOf(t testing.TB, m *Mem) []IndexEntry {
+	return scan(t, scanner(m, IndexWakes, ""), math.MaxInt64)
+}
 
 // checkInvariants checks what the fold promises of every state it produces: each index holds
 // exactly the records that are in it, under the right key; every key names a record of its
@@ -254,7 +263,7 @@ func checkPart2Invariants(t testing.TB, m *Mem, due []IndexEntry) {
 		}
 	}
 	for k, want := range kindDue {
-		got := scan(t, func(at int64, fn func(IndexEntry) bool) error { return m.ScanDueKind(k, at, fn) }, math.MaxInt64)
+		got := scan(t, func(at int64, fn func(IndexEntry) bool) error { return m.ScanIndex(IndexKindDue, k, at, fn) }, math.MaxInt64)
 		if !slices.Equal(got, want) {
 			t.Errorf("due index of kind %q\n got  %v\n want %v", k, got, want)
 		}
@@ -311,26 +320,14 @@ func (s *spy) PutWakeKey(sess, key, id string) error {
 	s.writes++
 	return s.State.PutWakeKey(sess, key, id)
 }
-func (s *spy) PutDue(e IndexEntry) error          { s.writes++; return s.State.PutDue(e) }
-func (s *spy) DeleteDue(e IndexEntry) error       { s.writes++; return s.State.DeleteDue(e) }
-func (s *spy) PutWakeIndex(e IndexEntry) error    { s.writes++; return s.State.PutWakeIndex(e) }
-func (s *spy) DeleteWakeIndex(e IndexEntry) error { s.writes++; return s.State.DeleteWakeIndex(e) }
-func (s *spy) SetLastSeq(seq uint64) error        { s.writes++; return s.State.SetLastSeq(seq) }
-func (s *spy) PutKindDue(k string, e IndexEntry) error {
+func (s *spy) SetLastSeq(seq uint64) error { s.writes++; return s.State.SetLastSeq(seq) }
+func (s *spy) PutIndex(ix Index, part string, e IndexEntry) error {
 	s.writes++
-	return s.State.PutKindDue(k, e)
+	return s.State.PutIndex(ix, part, e)
 }
-func (s *spy) DeleteKindDue(k string, e IndexEntry) error {
+func (s *spy) DeleteIndex(ix Index, part string, e IndexEntry) error {
 	s.writes++
-	return s.State.DeleteKindDue(k, e)
-}
-func (s *spy) PutSessionWake(sess string, e IndexEntry) error {
-	s.writes++
-	return s.State.PutSessionWake(sess, e)
-}
-func (s *spy) DeleteSessionWake(sess string, e IndexEntry) error {
-	s.writes++
-	return s.State.DeleteSessionWake(sess, e)
+	return s.State.DeleteIndex(ix, part, e)
 }
 func (s *spy) PutSessionTask(sess string, seq uint64, id string) error {
 	s.writes++
@@ -364,14 +361,14 @@ func checkSessionWakes(t testing.TB, m *Mem, avail []IndexEntry) {
 	}
 	for s, es := range want {
 		var got []IndexEntry
-		if err := m.ScanSessionWakes(s, math.MaxInt64, func(e IndexEntry) bool { got = append(got, e); return true }); err != nil {
+		if err := m.ScanIndex(IndexSessionWakes, s, math.MaxInt64, func(e IndexEntry) bool { got = append(got, e); return true }); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, es) {
 			t.Errorf("wake index of session %q\n got  %v\n want %v", s, got, es)
 		}
 	}
-	for s, tr := range m.sessionWakes {
+	for s, tr := range m.idx[IndexSessionWakes].parts {
 		if tr.Len() != len(want[s]) {
 			t.Errorf("wake index of session %q holds %d entries, want %d", s, tr.Len(), len(want[s]))
 		}

@@ -72,7 +72,7 @@ func TestDueIndexOrder(t *testing.T) {
 		return out
 	}
 	for _, maxAt := range []int64{math.MinInt64, -6, -5, 0, 3, 7, 14, 15, math.MaxInt64} {
-		checkScan(t, "due", m.ScanDue, maxAt, entries())
+		checkScan(t, "due", scanner(m, IndexDue, ""), maxAt, entries())
 	}
 
 	// Claim everything due at 10: each claimed task re-enters at its lease expiry, 40.
@@ -84,12 +84,12 @@ func TestDueIndexOrder(t *testing.T) {
 		}
 		evs = append(evs, ev)
 	}
-	for _, e := range scan(t, m.ScanDue, 10) {
+	for _, e := range scan(t, scanner(m, IndexDue, ""), 10) {
 		apply(claim(e.ID, 10, 1, "tok-"+e.ID))
 		due[e.ID] = 10 + lease
 	}
 	for _, maxAt := range []int64{9, 10, 14, 39, 40, math.MaxInt64} {
-		checkScan(t, "due after claims", m.ScanDue, maxAt, entries())
+		checkScan(t, "due after claims", scanner(m, IndexDue, ""), maxAt, entries())
 	}
 	// Settle some running tasks, cancel some pending and some running ones, reclaim others
 	// at their expiry.
@@ -111,7 +111,7 @@ func TestDueIndexOrder(t *testing.T) {
 		}
 	}
 	for _, maxAt := range []int64{14, 39, 40, 69, 70, math.MaxInt64} {
-		checkScan(t, "due after settlements", m.ScanDue, maxAt, entries())
+		checkScan(t, "due after settlements", scanner(m, IndexDue, ""), maxAt, entries())
 	}
 	checkInvariants(t, m)
 	if d := m.Diff(fold(t, evs)); len(d) > 0 {
@@ -140,7 +140,7 @@ func TestWakeIndexOrder(t *testing.T) {
 		return out
 	}
 	for _, maxAt := range []int64{math.MinInt64, -3, -2, 0, 5, 9, math.MaxInt64} {
-		checkScan(t, "wakes", m.ScanWakes, maxAt, entries())
+		checkScan(t, "wakes", scanner(m, IndexWakes, ""), maxAt, entries())
 	}
 	apply := func(ev events.Event) {
 		t.Helper()
@@ -151,12 +151,12 @@ func TestWakeIndexOrder(t *testing.T) {
 		evs = append(evs, ev)
 	}
 	// Claim those available at 5: they re-enter at their lease expiry.
-	for _, e := range scan(t, m.ScanWakes, 5) {
+	for _, e := range scan(t, scanner(m, IndexWakes, ""), 5) {
 		apply(wclaim(e.ID, 5, 1, "tok-"+e.ID))
 		avail[e.ID] = 5 + lease
 	}
 	for _, maxAt := range []int64{4, 5, 9, 34, 35, math.MaxInt64} {
-		checkScan(t, "wakes after claims", m.ScanWakes, maxAt, entries())
+		checkScan(t, "wakes after claims", scanner(m, IndexWakes, ""), maxAt, entries())
 	}
 	n := 0
 	for _, w := range m.Wakes() {
@@ -175,7 +175,7 @@ func TestWakeIndexOrder(t *testing.T) {
 		}
 	}
 	for _, maxAt := range []int64{9, 34, 35, 64, 65, math.MaxInt64} {
-		checkScan(t, "wakes after acks", m.ScanWakes, maxAt, entries())
+		checkScan(t, "wakes after acks", scanner(m, IndexWakes, ""), maxAt, entries())
 	}
 	checkInvariants(t, m)
 	if d := m.Diff(fold(t, evs)); len(d) > 0 {

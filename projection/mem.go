@@ -22,8 +22,7 @@ type Mem struct {
 	wakes    map[string]*Wake
 	taskKeys map[sessionKey]string
 	wakeKeys map[sessionKey]string
-	due      *btree.BTreeG[IndexEntry]
-	avail    *btree.BTreeG[IndexEntry]
+	idx      [NumIndexes]memIndex      // the eligibility indexes (index.go)
 	prune    *btree.BTreeG[PruneEntry] // the retention index (prune.go)
 	// pruneKept: this Mem keeps the retention index (Apply put or deleted an entry, or
 	// BuildIndexes derived it). A Mem loaded record by record from another store (the
@@ -31,16 +30,14 @@ type Mem struct {
 	pruneKept bool
 	lastSeq   uint64
 
-	// The per-kind and per-session indexes (mem_kinds_sessions.go): per kind, its due index
-	// and counts; per session, its tasks in submission order. lastKind and lastSession are
-	// the last looked up: a session often submits several tasks in a row, and a move touches
-	// its kind twice.
+	// The counts and session task lists (mem_kinds_sessions.go): per kind, the number of its
+	// tasks in each state; per session, its tasks in submission order. lastKind and
+	// lastSession are the last looked up: a session often submits several tasks in a row,
+	// and a move touches its kind's counts twice.
 	kinds       map[string]*kindIndex
 	lastKind    *kindIndex
 	sessions    map[string]*sessionList
 	lastSession *sessionList
-	// sessionWakes is the per-session available-wake index (mem_session_wakes.go).
-	sessionWakes map[string]*btree.BTreeG[IndexEntry]
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -57,19 +54,19 @@ func NewMem() *Mem { return NewMemSized(0, 0) }
 // caller that knows roughly how much it will fold (a rebuild knows the length of the log):
 // the record maps then never grow and rehash. Both are hints; 0 means unknown.
 func NewMemSized(tasks, wakes int) *Mem {
-	return &Mem{
+	m := &Mem{
 		tasks:    make(map[string]*Task, max(tasks, 0)),
 		wakes:    make(map[string]*Wake, max(wakes, 0)),
 		taskKeys: map[sessionKey]string{},
 		wakeKeys: map[sessionKey]string{},
-		due:      newIndex(),
-		avail:    newIndex(),
 		prune:    newPruneIndex(),
 		kinds:    map[string]*kindIndex{},
 		sessions: map[string]*sessionList{},
-
-		sessionWakes: map[string]*btree.BTreeG[IndexEntry]{},
 	}
+	for ix := range m.idx {
+		m.idx[ix] = newMemIndex()
+	}
+	return m
 }
 
 // Task returns a copy of the record; callers may change it freely.
@@ -117,41 +114,22 @@ func (m *Mem) BuildIndexes() {
 		return
 	}
 	m.deferred = false
-	due := make([]IndexEntry, 0, len(m.tasks)/8)
-	for _, t := range m.tasks {
-		if at, ok := t.EligibleAt(); ok {
-			due = append(due, t.DueEntry(at))
-		}
-	}
-	avail := make([]IndexEntry, 0, len(m.wakes)/8)
-	for _, w := range m.wakes {
-		if at, ok := w.AvailableAt(); ok {
-			avail = append(avail, IndexEntry{At: at, Seq: w.RecordSeq, ID: w.ID})
-		}
-	}
-	m.due, m.avail = sortedTree(due), sortedTree(avail)
+	m.buildIndexes()
 	m.buildKindsSessions()
-	m.buildSessionWakes(avail)
 	m.buildPrune()
 }
 
 func newIndex() *btree.BTreeG[IndexEntry] { return btree.NewG(16, IndexEntry.Less) }
 
-// sortedTree returns a B-tree of the entries. Inserting them in order is the cheap case of
-// the B-tree's insert (always into the rightmost leaf).
-func sortedTree(es []IndexEntry) *btree.BTreeG[IndexEntry] {
+// sortedTree returns a B-tree of the entries, with the free list free. Inserting them in
+// order is the cheap case of the B-tree's insert (always into the rightmost leaf).
+func sortedTree(es []IndexEntry, free *btree.FreeListG[IndexEntry]) *btree.BTreeG[IndexEntry] {
 	slices.SortFunc(es, compareEntries)
-	t := newIndex()
+	t := btree.NewWithFreeListG(16, IndexEntry.Less, free)
 	for _, e := range es {
 		t.ReplaceOrInsert(e)
 	}
 	return t
-}
-
-func (m *Mem) ScanDue(maxAt int64, fn func(IndexEntry) bool) error {
-	m.BuildIndexes()
-	scanDue(m.due, maxAt, fn)
-	return nil
 }
 
 // scanDue calls fn with t's entries due at maxAt in claim order (priority descending, then
@@ -186,12 +164,6 @@ func scanDue(t *btree.BTreeG[IndexEntry], maxAt int64, fn func(IndexEntry) bool)
 	}
 }
 
-func (m *Mem) ScanWakes(maxAt int64, fn func(IndexEntry) bool) error {
-	m.BuildIndexes()
-	m.avail.Ascend(func(e IndexEntry) bool { return e.At <= maxAt && fn(e) })
-	return nil
-}
-
 func (m *Mem) LastSeq() (uint64, error) { return m.lastSeq, nil }
 
 // PutTask stores t itself: the caller hands it over and must not change it afterwards.
@@ -214,36 +186,6 @@ func (m *Mem) PutTaskKey(sessionID, key, taskID string) error {
 
 func (m *Mem) PutWakeKey(sessionID, key, wakeID string) error {
 	m.wakeKeys[sessionKey{sessionID, key}] = wakeID
-	return nil
-}
-
-// The index writes do nothing while the indexes are deferred: BuildIndexes derives them.
-
-func (m *Mem) PutDue(e IndexEntry) error {
-	if !m.deferred {
-		m.due.ReplaceOrInsert(e)
-	}
-	return nil
-}
-
-func (m *Mem) DeleteDue(e IndexEntry) error {
-	if !m.deferred {
-		m.due.Delete(e)
-	}
-	return nil
-}
-
-func (m *Mem) PutWakeIndex(e IndexEntry) error {
-	if !m.deferred {
-		m.avail.ReplaceOrInsert(e)
-	}
-	return nil
-}
-
-func (m *Mem) DeleteWakeIndex(e IndexEntry) error {
-	if !m.deferred {
-		m.avail.Delete(e)
-	}
 	return nil
 }
 
@@ -273,8 +215,7 @@ func (m *Mem) Wakes() []Wake {
 }
 
 // Diff compares two states and describes every difference, in a stable order: records by
-// id and field, keys, index entries, the last sequence, the per-kind due indexes and
-// counts, the session task lists. An empty result means equal.
+// id and field, keys, index entries, the counts, the session task lists. An empty result means equal.
 func (m *Mem) Diff(o *Mem) []string {
 	m.BuildIndexes()
 	o.BuildIndexes()
@@ -286,10 +227,8 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffMaps("wake", m.wakes, o.wakes)...)
 	out = append(out, diffKeys("task key", m.taskKeys, o.taskKeys)...)
 	out = append(out, diffKeys("wake key", m.wakeKeys, o.wakeKeys)...)
-	out = append(out, diffIndex("due index", m.due, o.due)...)
-	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
+	out = append(out, m.diffIndexes(o)...)
 	out = append(out, m.diffKindsSessions(o)...)
-	out = append(out, m.diffSessionWakes(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

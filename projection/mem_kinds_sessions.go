@@ -6,19 +6,15 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/google/btree"
-
 	"github.com/worklog/worklog/events"
 )
 
 // numStates is the number of task states, the length of a kind's counts.
 const numStates = int(events.StateCanceled) + 1
 
-// kindIndex is what Mem keeps for one kind: its due index (ScanDueKind) and the number of its
-// tasks in each state (Counts).
+// kindIndex is what Mem keeps for one kind: the number of its tasks in each state (Counts).
 type kindIndex struct {
 	name   string
-	due    *btree.BTreeG[IndexEntry]
 	counts [numStates]int64
 }
 
@@ -35,32 +31,20 @@ type sessionList struct {
 	tasks   []sessionTask
 }
 
-// kind returns the index of kind k, made on first use. The last kind used is kept aside: a
-// fold sees runs of events of one kind, and each move touches the same kind twice (its
-// counts, its due entry), so most lookups skip the map.
+// kind returns the counts of kind k, made on first use. The last kind used is kept aside: a
+// fold sees runs of events of one kind, and each move touches the same kind twice, so most
+// lookups skip the map.
 func (m *Mem) kind(k string) *kindIndex {
 	if ki := m.lastKind; ki != nil && ki.name == k {
 		return ki
 	}
 	ki := m.kinds[k]
 	if ki == nil {
-		ki = &kindIndex{name: k, due: newIndex()}
+		ki = &kindIndex{name: k}
 		m.kinds[k] = ki
 	}
 	m.lastKind = ki
 	return ki
-}
-
-// ScanDueKind is ScanDue over the kind's own index: its cost does not depend on the due
-// tasks of other kinds.
-func (m *Mem) ScanDueKind(kind string, maxAt int64, fn func(IndexEntry) bool) error {
-	m.BuildIndexes()
-	ki := m.kinds[kind]
-	if ki == nil {
-		return nil
-	}
-	scanDue(ki.due, maxAt, fn)
-	return nil
 }
 
 // ScanSessionTasks finds afterSeq in the session's list by binary search and walks on from
@@ -99,20 +83,6 @@ func (m *Mem) Counts(fn func(string, events.TaskState, int64) bool) error {
 }
 
 // The writes below do nothing while the indexes are deferred: BuildIndexes derives them.
-
-func (m *Mem) PutKindDue(kind string, e IndexEntry) error {
-	if !m.deferred {
-		m.kind(kind).due.ReplaceOrInsert(e)
-	}
-	return nil
-}
-
-func (m *Mem) DeleteKindDue(kind string, e IndexEntry) error {
-	if !m.deferred {
-		m.kind(kind).due.Delete(e)
-	}
-	return nil
-}
 
 func (m *Mem) PutSessionTask(sessionID string, submitSeq uint64, taskID string) error {
 	if m.deferred {
@@ -160,18 +130,13 @@ func (m *Mem) AddCount(kind string, state events.TaskState, delta int64) error {
 	return nil
 }
 
-// buildKindsSessions rebuilds the per-kind due indexes and counts and the session lists from the
-// records (BuildIndexes).
+// buildKindsSessions rebuilds the counts and the session lists from the records
+// (BuildIndexes).
 func (m *Mem) buildKindsSessions() {
 	m.kinds, m.lastKind = map[string]*kindIndex{}, nil
 	m.sessions, m.lastSession = map[string]*sessionList{}, nil
-	due := map[string][]IndexEntry{}
 	for _, t := range m.tasks {
-		ki := m.kind(t.Kind)
-		ki.counts[t.State]++
-		if at, ok := t.EligibleAt(); ok {
-			due[t.Kind] = append(due[t.Kind], t.DueEntry(at))
-		}
+		m.kind(t.Kind).counts[t.State]++
 		l := m.sessions[t.SessionID]
 		if l == nil {
 			l = &sessionList{session: t.SessionID}
@@ -179,19 +144,16 @@ func (m *Mem) buildKindsSessions() {
 		}
 		l.tasks = append(l.tasks, sessionTask{seq: t.SubmitSeq, id: t.ID})
 	}
-	for k, es := range due {
-		m.kinds[k].due = sortedTree(es)
-	}
 	for _, l := range m.sessions {
 		slices.SortFunc(l.tasks, func(a, b sessionTask) int { return cmp.Compare(a.seq, b.seq) })
 	}
 }
 
-// diffKindsSessions is Diff for the per-kind due indexes, the counts and the session lists. A kind
-// with no due entry and no task equals a kind the other state never saw.
+// diffKindsSessions is Diff for the counts and the session lists. A kind with no task equals
+// a kind the other state never saw.
 func (m *Mem) diffKindsSessions(o *Mem) []string {
 	var out []string
-	empty := &kindIndex{due: newIndex()}
+	empty := &kindIndex{}
 	for _, k := range unionKeys(m.kinds, o.kinds) {
 		a, b := m.kinds[k], o.kinds[k]
 		if a == nil {
@@ -200,7 +162,6 @@ func (m *Mem) diffKindsSessions(o *Mem) []string {
 		if b == nil {
 			b = empty
 		}
-		out = append(out, diffIndex(fmt.Sprintf("due index of kind %q", k), a.due, b.due)...)
 		for st := range numStates {
 			if a.counts[st] != b.counts[st] {
 				out = append(out, fmt.Sprintf("count of kind %q %s: %d vs %d", k, events.TaskState(st), a.counts[st], b.counts[st]))

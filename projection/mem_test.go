@@ -47,11 +47,11 @@ func TestDiffRecordsAndKeys(t *testing.T) {
 		`task key ("s1", "k2"): missing on the left, right has u`,
 		`wake key ("s1", "vk"): missing on the left, right has v`,
 		"due index (1, 3, u): missing on the left",
-		"wake index (1, 4, v): missing on the left",
 		`due index of kind "k" (1, 3, u): missing on the left`,
+		"wake index (1, 4, v): missing on the left",
+		`wake index of session "s1" (1, 4, v): missing on the left`,
 		`count of kind "k" pending: 1 vs 2`,
 		`task list of session "s1" (3, u): missing on the left`,
-		`wake index of session "s1" (1, 4, v): missing on the left`,
 	}
 	if got := a.Diff(b); !slices.Equal(got, want) {
 		t.Errorf("Diff:\n got  %q\n want %q", got, want)
@@ -63,11 +63,11 @@ func TestDiffRecordsAndKeys(t *testing.T) {
 		`task key ("s1", "k2"): u vs ""`,
 		`wake key ("s1", "vk"): v vs ""`,
 		"due index (1, 3, u): missing on the right",
-		"wake index (1, 4, v): missing on the right",
 		`due index of kind "k" (1, 3, u): missing on the right`,
+		"wake index (1, 4, v): missing on the right",
+		`wake index of session "s1" (1, 4, v): missing on the right`,
 		`count of kind "k" pending: 2 vs 1`,
 		`task list of session "s1" (3, u): missing on the right`,
-		`wake index of session "s1" (1, 4, v): missing on the right`,
 	}
 	if got := b.Diff(a); !slices.Equal(got, want) {
 		t.Errorf("reverse Diff:\n got  %q\n want %q", got, want)
@@ -214,11 +214,11 @@ func TestDiffCatchesPart2Upkeep(t *testing.T) {
 		damage func(m *Mem)
 		want   string
 	}{
-		{"a missing kind entry", func(m *Mem) { _ = m.DeleteKindDue("k", IndexEntry{At: 1, Seq: 2, ID: "u"}) },
+		{"a missing kind entry", func(m *Mem) { _ = m.DeleteIndex(IndexKindDue, "k", IndexEntry{At: 1, Seq: 2, ID: "u"}) },
 			`due index of kind "k" (1, 2, u): missing on the left`},
 		{"an entry under another kind", func(m *Mem) {
-			_ = m.DeleteKindDue("k", IndexEntry{At: 1, Seq: 2, ID: "u"})
-			_ = m.PutKindDue("other", IndexEntry{At: 1, Seq: 2, ID: "u"})
+			_ = m.DeleteIndex(IndexKindDue, "k", IndexEntry{At: 1, Seq: 2, ID: "u"})
+			_ = m.PutIndex(IndexKindDue, "other", IndexEntry{At: 1, Seq: 2, ID: "u"})
 		}, `due index of kind "other" (1, 2, u): missing on the right`},
 		{"a wrong count", func(m *Mem) { _ = m.AddCount("k", events.StateRunning, 1) },
 			`count of kind "k" running: 2 vs 1`},

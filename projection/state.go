@@ -13,20 +13,17 @@ type Reader interface {
 	TaskKey(sessionID, key string) (string, error)
 	// WakeKey returns the id of the wake requested under (session, key), or "".
 	WakeKey(sessionID, key string) (string, error)
-	// ScanDue calls fn for due-index entries with At <= maxAt, in claim order (Pri
-	// descending, then At, then Seq: IndexEntry.Less), until fn returns false. Its cost is
-	// O(p · log n) plus the entries fn sees, p the distinct priorities in the index: each
-	// priority's entries are a run in At order, and the scan seeks from one run's first
-	// entry past maxAt to the next run.
-	ScanDue(maxAt int64, fn func(IndexEntry) bool) error
-	// ScanWakes is ScanDue for the available-wake index.
-	ScanWakes(maxAt int64, fn func(IndexEntry) bool) error
+	// ScanIndex calls fn with the entries of index ix's partition part ("" for an index of
+	// one partition: Indexes) with At <= maxAt, in claim order (Pri descending, then At,
+	// then Seq: IndexEntry.Less), until fn returns false. Its cost is O(p · log n) plus the
+	// entries fn sees, p the distinct priorities in the partition (1 in an index without
+	// priorities): each priority's entries are a run in At order, and the scan seeks from
+	// one run's first entry past maxAt to the next run. It does not depend on the entries of
+	// other partitions.
+	ScanIndex(ix Index, part string, maxAt int64, fn func(IndexEntry) bool) error
 	// LastSeq is the sequence of the last applied event; 0 for an empty state.
 	LastSeq() (uint64, error)
 
-	// ScanDueKind is ScanDue restricted to the tasks of one kind: the kind's own index, so
-	// its cost does not depend on how many due tasks other kinds have.
-	ScanDueKind(kind string, maxAt int64, fn func(IndexEntry) bool) error
 	// ScanSessionTasks calls fn with sessionID's tasks in submission order (the seq of each
 	// task's TaskSubmitted event, and its id), starting after afterSeq (0: from the first),
 	// until fn returns false. Its cost is bounded by that session's tasks.
@@ -34,10 +31,6 @@ type Reader interface {
 	// Counts calls fn for each (kind, state) that has tasks, with their number, until fn
 	// returns false. The fold keeps the counts (AddCount); reading them scans no records.
 	Counts(fn func(kind string, state events.TaskState, n int64) bool) error
-
-	// ScanSessionWakes is ScanWakes restricted to the wakes of one session: the session's own
-	// index, so its cost does not depend on how many wakes other sessions have.
-	ScanSessionWakes(sessionID string, maxAt int64, fn func(IndexEntry) bool) error
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -60,7 +53,7 @@ type State interface {
 	EditWake(id string) (*Wake, error)
 	// TaskEdited tells the state that Apply changed t, a record EditTask returned during the
 	// same Apply. A state that handed out a copy writes it back; Mem has nothing to do.
-	// Index entries are moved separately (PutDue, DeleteDue).
+	// Index entries are moved separately (PutIndex, DeleteIndex).
 	TaskEdited(t *Task) error
 	// WakeEdited is TaskEdited for wakes.
 	WakeEdited(w *Wake) error
@@ -76,22 +69,15 @@ type State interface {
 
 	PutTaskKey(sessionID, key, taskID string) error
 	PutWakeKey(sessionID, key, wakeID string) error
-	PutDue(IndexEntry) error
-	DeleteDue(IndexEntry) error
-	PutWakeIndex(IndexEntry) error
-	DeleteWakeIndex(IndexEntry) error
 	SetLastSeq(uint64) error
 
-	// PutKindDue and DeleteKindDue keep the per-kind due index (ScanDueKind) beside the due
-	// index: Apply moves an entry in both at once.
-	PutKindDue(kind string, e IndexEntry) error
-	DeleteKindDue(kind string, e IndexEntry) error
+	// PutIndex puts e into partition part of index ix (Reader.ScanIndex); DeleteIndex removes
+	// the entry at e's key. Apply moves an entry in all the indexes of its record at once
+	// (TaskIndexes, WakeIndexes).
+	PutIndex(ix Index, part string, e IndexEntry) error
+	DeleteIndex(ix Index, part string, e IndexEntry) error
 	// PutSessionTask adds a new task to its session's list (ScanSessionTasks).
 	PutSessionTask(sessionID string, submitSeq uint64, taskID string) error
 	// AddCount adds delta to the number of tasks of kind in state (Counts).
 	AddCount(kind string, state events.TaskState, delta int64) error
-	// PutSessionWake and DeleteSessionWake keep the per-session available-wake index
-	// (ScanSessionWakes) beside the available-wake index: Apply moves an entry in both at once.
-	PutSessionWake(sessionID string, e IndexEntry) error
-	DeleteSessionWake(sessionID string, e IndexEntry) error
 }

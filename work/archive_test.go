@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/archive"
+	"github.com/worklog/worklog/internal/pebbleengine"
 )
 
 var archiveEpoch = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -105,7 +106,7 @@ func wireLog(t *testing.T, q *Queue) map[uint64][]byte {
 	t.Helper()
 	pe, _ := q.pebble()
 	out := map[uint64][]byte{}
-	if err := pe.st.RawLog(context.Background(), 1, 0, func(seq uint64, raw []byte) error {
+	if err := pe.Store().RawLog(context.Background(), 1, 0, func(seq uint64, raw []byte) error {
 		out[seq] = bytes.Clone(raw)
 		return nil
 	}); err != nil {
@@ -119,7 +120,7 @@ func wireLog(t *testing.T, q *Queue) map[uint64][]byte {
 func checkArchive(t *testing.T, fs vfs.FS, dir string, q *Queue, before map[uint64][]byte) {
 	t.Helper()
 	pe, _ := q.pebble()
-	pruned, err := pe.st.PrunedRanges(context.Background())
+	pruned, err := pe.Store().PrunedRanges(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,16 +220,16 @@ func testArchiveCrash(t *testing.T, sync SyncMode) {
 	end := archiveHistory(t, q, 30, true)
 	before := wireLog(t, q)
 	var clones []*vfs.MemFS
-	archiveCommitted = func() {
+	pebbleengine.ArchiveCommitted = func() {
 		if len(clones) < 3 { // the first groups: the crash falls after a committed group too
 			clones = append(clones, fs.CrashClone(vfs.CrashCloneCfg{}))
 		}
 	}
-	defer func() { archiveCommitted = nil }()
+	defer func() { pebbleengine.ArchiveCommitted = nil }()
 	if _, err := q.Prune(ctx, end.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	archiveCommitted = nil
+	pebbleengine.ArchiveCommitted = nil
 	q.Close()
 	for i, clone := range clones {
 		q, err := Open(dir, &Options{FS: clone, ArchiveDir: arch, Sync: sync})
@@ -239,7 +240,7 @@ func testArchiveCrash(t *testing.T, sync SyncMode) {
 			t.Fatalf("clone %d: %v", i, err)
 		}
 		pe, _ := q.pebble()
-		pruned, _ := pe.st.PrunedRanges(context.Background())
+		pruned, _ := pe.Store().PrunedRanges(context.Background())
 		r, err := archive.OpenFS(clone, arch)
 		if err != nil {
 			t.Fatalf("clone %d: %v", i, err)
@@ -321,7 +322,7 @@ func TestArchiveReplansWhenTheGroupChanged(t *testing.T) {
 	}
 	before := wireLog(t, q)
 	calls := 0
-	archiveCommitted = func() {
+	pebbleengine.ArchiveCommitted = func() {
 		calls++
 		if calls == 1 { // finished "before" every planned subject: first in the retention index
 			if _, err := q.FinishAt(ctx, ds[0], Success(nil), early.Add(time.Minute)); err != nil {
@@ -332,14 +333,14 @@ func TestArchiveReplansWhenTheGroupChanged(t *testing.T) {
 			}
 		}
 	}
-	replans := archiveReplans.Load()
-	defer func() { archiveCommitted = nil }()
+	replans := pebbleengine.ArchiveReplans.Load()
+	defer func() { pebbleengine.ArchiveCommitted = nil }()
 	res, err := q.Prune(ctx, end.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	archiveCommitted = nil
-	if archiveReplans.Load() == replans || res.Tasks == 0 {
+	pebbleengine.ArchiveCommitted = nil
+	if pebbleengine.ArchiveReplans.Load() == replans || res.Tasks == 0 {
 		t.Fatalf("no group was planned again (%d archive commits for %+v)", calls, res)
 	}
 	checkArchive(t, vfs.Default, arch, q, before)

@@ -26,7 +26,7 @@ func TestEngineCapsResolved(t *testing.T) {
 		lb := c.q.b.(*logBackend)
 		got := lb.caps
 		if (got.pruner != nil) != c.pruner || (got.watcher != nil) != c.watcher || (got.stager != nil) != c.stager ||
-			(got.after != nil) != c.after || (got.pebble != nil) != c.peb {
+			(got.after != nil) != c.after || (got.checkpoint != nil) != c.peb {
 			t.Errorf("%s: engine caps %+v", c.name, got)
 		}
 		bc := c.q.caps

@@ -375,7 +375,7 @@ func completionWake(tx txn, id string, t *projection.Task, at int64) error {
 }
 
 func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return claim(ctx, b, now, leaseFor, limit, txn.ScanDue, "lease", b.claimTask)
+	return claim(ctx, b, now, leaseFor, limit, indexScan(projection.IndexDue), "lease", b.claimTask)
 }
 
 // claimTask claims the task id, which a scan found eligible at at, as ClaimDue,
@@ -400,9 +400,16 @@ func (b *logBackend) claimTask(tx txn, id string, at, expires int64, token, work
 	return d, nil
 }
 
-// scanFunc is a scan of an eligibility index for a claim: txn.ScanDue, txn.ScanWakes, or
-// ClaimKinds' merge of the kinds' due indexes.
+// scanFunc is a scan of an eligibility index for a claim: the due index's or the wake
+// index's (indexScan), or ClaimKinds' merge of the kinds' due indexes.
 type scanFunc = func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error
+
+// indexScan is the scan of index ix, of one partition.
+func indexScan(ix projection.Index) scanFunc {
+	return func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error {
+		return tx.ScanIndex(ix, "", maxAt, fn)
+	}
+}
 
 // claimFunc claims one id that a scan found (claimTask, or the wake's in ClaimWakes).
 type claimFunc[D any] = func(tx txn, id string, at, expires int64, token, worker string) (D, error)
@@ -607,7 +614,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 }
 
 func (b *logBackend) ClaimWakes(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
-	return claim(ctx, b, now, leaseFor, limit, txn.ScanWakes, "wakelease", b.claimWake)
+	return claim(ctx, b, now, leaseFor, limit, indexScan(projection.IndexWakes), "wakelease", b.claimWake)
 }
 
 // claimWake claims one available wake (ClaimWakes, ClaimSessionWakes).

@@ -8,12 +8,12 @@ import (
 // (resolveCaps): nothing asserts on an engine after that, so a capability cannot be lost
 // behind a wrapper, and every use reads as a nil check on a field.
 type engineCaps struct {
-	pruner  engineapi.Pruner      // Queue.Prune; nil: ErrPruneNotSupported
-	watcher engineapi.Watcher     // other processes' commits wake this queue's waiters
-	stager  valueStager           // large values written before the command is queued (engine.go)
-	after   afterPruner           // space reclaimed in the background after a prune (prune_pace.go)
-	pebble  *pebbleEngine         // Queue.Checkpoint; nil on other engines
-	durable engineapi.DurableHead // Queue.Follow reads up to its head; nil: to the log's end (follow.go)
+	pruner     engineapi.Pruner      // Queue.Prune; nil: ErrPruneNotSupported
+	watcher    engineapi.Watcher     // other processes' commits wake this queue's waiters
+	stager     valueStager           // large values written before the command is queued (engine.go)
+	after      afterPruner           // space reclaimed in the background after a prune (prune_pace.go)
+	checkpoint Checkpointer          // Queue.Checkpoint; nil on engines without one (Pebble's has it)
+	durable    engineapi.DurableHead // Queue.Follow reads up to its head; nil: to the log's end (follow.go)
 }
 
 func resolveCaps(e engine) engineCaps {
@@ -22,7 +22,7 @@ func resolveCaps(e engine) engineCaps {
 	c.watcher, _ = e.(engineapi.Watcher)
 	c.stager, _ = e.(valueStager)
 	c.after, _ = e.(afterPruner)
-	c.pebble, _ = e.(*pebbleEngine)
+	c.checkpoint, _ = e.(Checkpointer)
 	c.durable, _ = e.(engineapi.DurableHead)
 	return c
 }

@@ -167,20 +167,21 @@ func distinct(kinds []string) []string {
 
 // scanKinds calls fn with the due entries (At <= maxAt) of kinds, distinct, in the due
 // index's order (priority descending, then At, then Seq: ClaimDue's claim order), until fn returns false. It is a k-way
-// merge of each kind's own index (Reader.ScanDueKind), each pulled one entry at a time
+// merge of each kind's own index (projection.IndexKindDue), each pulled one entry at a time
 // (iter.Pull over the push scan), under a heap of the kinds' next entries: it reads one entry
 // per kind to start and one more per entry fn takes, so a claim of limit tasks costs
 // O(limit·log n + len(kinds)) index reads (plus a log of len(kinds) per step), whatever the
 // due tasks of other kinds. fn must not change the indexes (claimIn collects, then claims).
 func scanKinds(r projection.Reader, kinds []string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return mergeScans(kinds, r.ScanDueKind, maxAt, fn)
+	return mergeScans(r, projection.IndexKindDue, kinds, maxAt, fn)
 }
 
-// mergeScans is scanKinds over any family of indexes ordered like the due index: scanOne
-// scans the index of one name (a kind's due index, a session's available wakes).
-func mergeScans(names []string, scanOne func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error,
-	maxAt int64, fn func(projection.IndexEntry) bool,
-) (err error) {
+// mergeScans is scanKinds over the partitions names of any partitioned index of r (a kind's
+// due index, a session's available wakes).
+func mergeScans(r projection.Reader, ix projection.Index, names []string, maxAt int64, fn func(projection.IndexEntry) bool) (err error) {
+	scanOne := func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+		return r.ScanIndex(ix, name, maxAt, fn)
+	}
 	kinds := names
 	if len(kinds) == 1 {
 		return scanOne(kinds[0], maxAt, fn)
@@ -326,7 +327,7 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 		slices.SortStableFunc(out.Kinds, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
 		out.Kinds = mergeKinds(out.Kinds)
 		// The scan is in claim order (priority first): the oldest is the least At of all.
-		return r.ScanDue(at, func(e projection.IndexEntry) bool {
+		return r.ScanIndex(projection.IndexDue, "", at, func(e projection.IndexEntry) bool {
 			if out.DueNow == 0 || e.At < out.OldestDueAt.UnixNano() {
 				out.OldestDueAt, out.OldestDueAge = fromNanos(e.At), age(at, e.At)
 			}
@@ -455,7 +456,7 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 	for i := range settles {
 		plans[i] = b.planSettle(&settles[i], at, staged)
 	}
-	scan := scanFunc(txn.ScanDue)
+	scan := indexScan(projection.IndexDue)
 	if len(kinds) > 0 {
 		scan = kindsScan(kinds)
 	}

@@ -1,7 +1,6 @@
 package work
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -9,9 +8,8 @@ import (
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 
-	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/pebbleengine"
 	"github.com/worklog/worklog/pebblelog"
-	"github.com/worklog/worklog/projection"
 )
 
 // Open opens (or creates) a durable queue in dir. A missing or empty directory becomes a new
@@ -43,15 +41,9 @@ func Open(dir string, opts *Options) (*Queue, error) {
 		return nil, err
 	}
 	so := o.storeOptions()
-	st, err := pebblelog.Open(dir, &so)
+	pe, err := pebbleengine.Open(dir, &so, o.ArchiveDir)
 	if err != nil {
 		return nil, backendErr(err)
-	}
-	pe := &pebbleEngine{st: st}
-	if o.ArchiveDir != "" { // archive.go
-		if pe.arch, err = openArchiver(o.ArchiveDir, so.FS); err != nil {
-			return nil, backendErr(errors.Join(err, st.Close()))
-		}
 	}
 	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
@@ -95,78 +87,18 @@ func (q *Queue) Checkpoint(dir string) error {
 
 // Checkpoint is Queue.Checkpoint on worklog's backend: only the Pebble engine has one.
 func (b *logBackend) Checkpoint(dir string) error {
-	if b.caps.pebble == nil {
+	if b.caps.checkpoint == nil {
 		return backendErr(errors.New("checkpoint needs a durable queue (Open)"))
 	}
-	return backendErr(b.caps.pebble.st.Checkpoint(dir))
+	return backendErr(b.caps.checkpoint.Checkpoint(dir))
 }
 
 // pebble is the Pebble engine under q, for the tests and benchmarks.
-func (q *Queue) pebble() (*pebbleEngine, bool) {
+func (q *Queue) pebble() (*pebbleengine.Engine, bool) {
 	lb, ok := q.b.(*logBackend)
-	if !ok || lb.caps.pebble == nil {
+	if !ok {
 		return nil, false
 	}
-	return lb.caps.pebble, true
-}
-
-// pebbleEngine adapts a pebblelog.Store to the engine seam.
-type pebbleEngine struct {
-	st   *pebblelog.Store
-	arch *archiver // Options.ArchiveDir (archive.go); nil without one
-}
-
-type pebbleTxn struct {
-	projection.Reader
-	t *pebblelog.Txn
-}
-
-func (t pebbleTxn) Append(ev events.Event) error { return t.t.Append(ev) }
-
-func (e *pebbleEngine) Update(ctx context.Context, fn func(tx txn) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return closedAs(e.st.Update(ctx, func(t *pebblelog.Txn) error {
-		return fn(pebbleTxn{Reader: t.Reader(), t: t})
-	}))
-}
-
-func (e *pebbleEngine) View(ctx context.Context, fn func(projection.Reader) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return closedAs(e.st.ViewSnapshot(fn)) // one state: a prune may commit between two reads
-}
-
-func (e *pebbleEngine) ReadLog(ctx context.Context, from uint64, fn func(events.Event) error) error {
-	return closedAs(e.st.ReadLog(ctx, from, fn))
-}
-
-// DurableHead is the store's durable sequence (engineapi.DurableHead, pebblelog.Store.Durable):
-// Queue.Follow never hands out an event whose fsync has not returned.
-func (e *pebbleEngine) DurableHead() (uint64, <-chan struct{}, error) {
-	seq, grown, err := e.st.Durable()
-	return seq, grown, err
-}
-
-func (e *pebbleEngine) Verify(ctx context.Context) ([]string, error) {
-	p, err := e.st.Verify(ctx, pebblelog.VerifyOptions{})
-	return p, closedAs(err)
-}
-
-func (e *pebbleEngine) Close() error { return errors.Join(e.st.Close(), e.arch.close()) }
-
-// StageValues writes a command's large values to blob files before it is queued (engine.go).
-func (e *pebbleEngine) StageValues(values ...[]byte) (func(), error) {
-	release, err := e.st.StageValues(values...)
-	return release, closedAs(err)
-}
-
-// closedAs maps the store's closed error to ErrClosed, so callers see one closed sentinel.
-func closedAs(err error) error {
-	if errors.Is(err, pebblelog.ErrClosed) {
-		return errors.Join(ErrClosed, err)
-	}
-	return err
+	pe, ok := lb.eng.(*pebbleengine.Engine)
+	return pe, ok
 }

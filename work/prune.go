@@ -12,7 +12,6 @@ import (
 	engineapi "github.com/worklog/worklog/internal/engine"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -64,8 +63,8 @@ func (b *logBackend) Prune(ctx context.Context, before time.Time) (PruneResult, 
 	}
 	var res PruneResult
 	defer func() {
-		if b.caps.after != nil && res.Events > 0 {
-			b.caps.after.afterPrune() // in the background (prune_pace.go)
+		if b.caps.after != nil && res.Events > 0 && compactAfterPrune {
+			b.caps.after.AfterPrune() // in the background (prune_pace.go)
 		}
 	}()
 	pace := newPrunePacer() // groups sized by time (prune_pace.go)
@@ -89,26 +88,6 @@ func (b *logBackend) Prune(ctx context.Context, before time.Time) (PruneResult, 
 			return res, nil
 		}
 	}
-}
-
-// PruneGroup on Pebble: one command of the writer (pebblelog.Txn.Prune).
-func (e *pebbleEngine) PruneGroup(ctx context.Context, before int64, limit int) (engineapi.PruneGroupResult, error) {
-	if e.arch != nil {
-		return e.pruneArchived(ctx, before, limit) // archive.go
-	}
-	var r pebblelog.PruneResult
-	var held time.Duration
-	err := e.Update(ctx, func(tx txn) error {
-		var err error
-		start := time.Now()
-		r, err = tx.(pebbleTxn).t.Prune(before, limit) // set afresh: the closure may run twice
-		held = time.Since(start)
-		return err
-	})
-	if err != nil {
-		return engineapi.PruneGroupResult{}, err
-	}
-	return engineapi.PruneGroupResult{Tasks: r.Tasks, Wakes: r.Wakes, Events: r.Events, More: r.More, Held: held}, nil
 }
 
 // PruneGroup in memory: the records go through projection.PruneSubject like on Pebble; the

@@ -76,11 +76,6 @@ func (p *prunePacer) done(ctx context.Context, g engineapi.PruneGroupResult, too
 // variable for the benchmarks that measure without it.
 var compactAfterPrune = true
 
-// afterPruner is an engine that reclaims pruned space in the background after a prune.
-type afterPruner interface{ afterPrune() }
-
-func (e *pebbleEngine) afterPrune() {
-	if compactAfterPrune {
-		e.st.CompactPrunedLater()
-	}
-}
+// afterPruner is an engine that reclaims pruned space in the background after a prune (the
+// Pebble engine).
+type afterPruner interface{ AfterPrune() }

@@ -56,12 +56,12 @@ func (q *Queue) ClaimSessionWakesAt(ctx context.Context, sessions []string, now 
 }
 
 // ClaimSessionWakes is ClaimWakes' claim over the merge of the sessions' own available-wake
-// indexes (Reader.ScanSessionWakes, merged as ClaimKinds merges kinds: mergeScans), so it
+// indexes (projection.IndexSessionWakes, merged as ClaimKinds merges kinds: mergeScans), so it
 // reads one entry per session to start and one per wake claimed.
 func (b *logBackend) ClaimSessionWakes(ctx context.Context, sessions []string, now time.Time, leaseFor time.Duration, limit int) ([]WakeDelivery, error) {
 	sessions = distinct(sessions)
 	scan := func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error {
-		return mergeScans(sessions, tx.ScanSessionWakes, maxAt, fn)
+		return mergeScans(tx, projection.IndexSessionWakes, sessions, maxAt, fn)
 	}
 	return claim(ctx, b, now, leaseFor, limit, scan, "wakelease", b.claimWake)
 }

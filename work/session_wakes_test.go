@@ -6,20 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/worklog/worklog/projection"
 )
-
-func (c countingTxn) ScanWakes(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return c.txn.ScanWakes(maxAt, func(x projection.IndexEntry) bool { c.e.visited["wakes"]++; return fn(x) })
-}
-
-func (c countingTxn) ScanSessionWakes(session string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return c.txn.ScanSessionWakes(session, maxAt, func(x projection.IndexEntry) bool {
-		c.e.visited["session "+session]++
-		return fn(x)
-	})
-}
 
 // ClaimSessionWakes reads the chosen sessions' own indexes only: with 2,000 wakes of another
 // session available first, a claim of 4 among sessions a and b reads at most 4 entries plus

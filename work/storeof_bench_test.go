@@ -10,7 +10,7 @@ import (
 // disk figures (Pebble's metrics, the space of each keyspace); nil for another backend.
 func StoreOf(q *Queue) *pebblelog.Store {
 	if pe, ok := q.pebble(); ok {
-		return pe.st
+		return pe.Store()
 	}
 	return nil
 }

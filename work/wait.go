@@ -248,12 +248,12 @@ func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
 	return b.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
 		if len(kinds) == 0 {
 			return earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
-				return r.ScanDue(maxAt, fn)
+				return r.ScanIndex(projection.IndexDue, "", maxAt, fn)
 			}, first)
 		}
 		for _, k := range kinds {
 			err := earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
-				return r.ScanDueKind(k, maxAt, fn)
+				return r.ScanIndex(projection.IndexKindDue, k, maxAt, fn)
 			}, first)
 			if err != nil {
 				return err
@@ -266,12 +266,12 @@ func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
 // WaitWakes is Queue.WaitWakes on worklog's backend.
 func (b *logBackend) WaitWakes(ctx context.Context) error {
 	return b.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
-		return r.ScanWakes(math.MaxInt64, first)
+		return r.ScanIndex(projection.IndexWakes, "", math.MaxInt64, first)
 	})
 }
 
 // earliestDue calls first with the due-index entry of least At that scan (a due index's
-// ScanDue or ScanDueKind) holds, if any. The index is in claim order, priority first, so its
+// IndexDue or IndexKindDue) holds, if any. The index is in claim order, priority first, so its
 // first entry is the earliest of the highest priority only: each round asks for the first
 // entry strictly earlier than the last one found, which is the head of a lower priority,
 // until there is none. At most one round per priority present, each O(p · log n).

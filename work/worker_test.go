@@ -37,12 +37,12 @@ func (e *countingEngine) Update(ctx context.Context, fn func(tx txn) error) erro
 	return e.memEngine.Update(ctx, func(tx txn) error { return fn(countingTxn{tx, e}) })
 }
 
-func (c countingTxn) ScanDue(maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return c.txn.ScanDue(maxAt, func(x projection.IndexEntry) bool { c.e.visited[""]++; return fn(x) })
-}
-
-func (c countingTxn) ScanDueKind(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return c.txn.ScanDueKind(kind, maxAt, func(x projection.IndexEntry) bool { c.e.visited[kind]++; return fn(x) })
+// ScanIndex counts the entries each scan visits, under the kind of a kind's due index, ""
+// for the due index, "wakes" for the wake index, "session <s>" for a session's wakes.
+func (c countingTxn) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	name := map[projection.Index]string{projection.IndexDue: "", projection.IndexKindDue: part,
+		projection.IndexWakes: "wakes", projection.IndexSessionWakes: "session " + part}[ix]
+	return c.txn.ScanIndex(ix, part, maxAt, func(x projection.IndexEntry) bool { c.e.visited[name]++; return fn(x) })
 }
 
 func queueOver(e engine) *Queue {

@@ -3,9 +3,11 @@
 // in-memory queue, the Pebble store and the PostgreSQL backend behave alike by construction.
 //
 // It is internal: the seam may change with the decide code. An engine becomes a *work.Queue
-// through one constructor, work.NewEngineQueue(engine, Config), which work's own engines (the
-// in-memory one, Pebble: work.Open) and a backend package of this module (postgres.Open) call
-// alike. Its parameters' types are this package's, so no other module can call it.
+// through one constructor, work.NewEngineQueue(engine, Config), which work's in-memory engine
+// (NewInMemory), work.Open (the Pebble engine of internal/pebbleengine) and postgres.Open (the
+// PostgreSQL engine of package postgres) call alike: both durable engines live outside work
+// and are built by a constructor call. Its parameters' types are this package's, so no other
+// module can call it.
 package engine
 
 import (
@@ -100,6 +102,10 @@ type PruneGroupResult struct {
 	More         bool          // the group was full: more may be prunable before the same time
 	Held         time.Duration // how long the group held the single writer, when the engine knows (Queue.Prune paces by it)
 }
+
+// ErrClosed is work.ErrClosed: the engines outside work (pebbleengine, postgres) wrap it in
+// the error of a call after Close.
+var ErrClosed = errors.New("work: queue closed")
 
 // ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
 var ErrPruneNotSupported = errors.New("engine: this backend does not support pruning (it implements no engine.Pruner)")

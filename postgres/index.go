@@ -1,0 +1,263 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/projection"
+)
+
+// The eligibility indexes (projection.Index): one table each, described by a row of
+// pgIndexes, with one set of statements (indexStatements) and one ScanIndex, PutIndex and
+// DeleteIndex for all of them. A table's primary key is ([part,] at, seq); the row holds the
+// record's id and, in an index with priorities, the task's priority (prioritySchema's
+// indexes serve the walk priority by priority).
+type pgIndex struct {
+	table string // the table in the queue's schema
+	part  string // the partition's column ("kind", "session"), or "" for an index of one
+	wakes bool   // the entries are wakes (wake_id, joined to wakes), not tasks (task_id)
+}
+
+var pgIndexes = [projection.NumIndexes]pgIndex{
+	projection.IndexDue:          {table: "due"},
+	projection.IndexKindDue:      {table: "kind_due", part: "kind"},
+	projection.IndexWakes:        {table: "wake_index", wakes: true},
+	projection.IndexSessionWakes: {table: "session_wakes", part: "session", wakes: true},
+}
+
+// indexStatements are an index's statements, with the queue's schema in them.
+type indexStatements struct {
+	// scan and scanFrom read a page of one partition's entries due at $1 (at most $2): the
+	// partition ($3, if any), then the priority (if any), then after the first page the
+	// last entry's (at, seq); nextPri finds the greatest priority present below $1 (of the
+	// partition $2), for scanByPriority.
+	scan, scanFrom, nextPri string
+	ins, del, all           string // the commit's writes (unnest arrays); Verify's read of every entry
+	table                   string // the table's qualified name, for to_regclass
+}
+
+// newIndexStatements builds ix's statements; withPri false: a due table that no Open of
+// this build has given the priority column yet (withoutPriority), all of priority 0.
+func newIndexStatements(q func(string) string, ix projection.Index, withPri bool) indexStatements {
+	d := pgIndexes[ix]
+	pri := projection.Indexes[ix].Priority
+	id, rec := "task_id", "t.rec, t.input FROM {s}.%s d LEFT JOIN {s}.tasks t ON t.id = d.task_id"
+	if d.wakes {
+		id, rec = "wake_id", "w.rec, w.payload, w.output FROM {s}.%s d LEFT JOIN {s}.wakes w ON w.id = d.wake_id"
+	}
+	// key: the primary key's columns; where: the scan's conditions on the partition and the
+	// priority; n: the next parameter.
+	key, where, n := "at, seq", "", 3
+	keyTypes := []string{"bigint", "bigint"}
+	if d.part != "" {
+		key = d.part + ", " + key
+		where += fmt.Sprintf("d.%s = $%d AND ", d.part, n)
+		n++
+		keyTypes = append([]string{"bytea"}, keyTypes...)
+	}
+	cols, unnest := key+", "+id, append(keyTypes, "bytea")
+	set := id + " = excluded." + id
+	all := "SELECT " + key + ", " + id
+	if pri {
+		if withPri {
+			where += fmt.Sprintf("d.priority = $%d AND ", n)
+			all += ", priority"
+		} else {
+			where += fmt.Sprintf("$%d::bigint = 0 AND ", n)
+			all += ", 0::bigint"
+		}
+		n++
+		cols, unnest = cols+", priority", append(unnest, "bigint")
+		set += ", priority = excluded.priority"
+	}
+	scan := "SELECT d.at, d.seq, d." + id + ", " + fmt.Sprintf(rec, d.table) + " WHERE " + where + "d.at <= $1"
+	st := indexStatements{
+		scan:     q(scan + " ORDER BY d.at, d.seq LIMIT $2"),
+		scanFrom: q(scan + fmt.Sprintf(" AND (d.at, d.seq) > ($%d, $%d) ORDER BY d.at, d.seq LIMIT $2", n, n+1)),
+		ins: q("INSERT INTO {s}." + d.table + " (" + cols + ") SELECT * FROM unnest(" + arrays(unnest) +
+			") ON CONFLICT (" + key + ") DO UPDATE SET " + set),
+		del:   q("DELETE FROM {s}." + d.table + " WHERE (" + key + ") IN (SELECT * FROM unnest(" + arrays(keyTypes) + "))"),
+		all:   q(all + " FROM {s}." + d.table + " ORDER BY " + key),
+		table: q("{s}." + d.table),
+	}
+	if pri {
+		part := ""
+		if d.part != "" {
+			part = d.part + " = $2 AND "
+		}
+		st.nextPri = q("SELECT priority FROM {s}." + d.table + " WHERE " + part + "priority < $1 ORDER BY priority DESC LIMIT 1")
+		if !withPri {
+			if part != "" {
+				part = " WHERE " + strings.TrimSuffix(part, " AND ")
+			}
+			st.nextPri = q("SELECT 0::bigint WHERE $1::bigint > 0 AND EXISTS (SELECT 1 FROM {s}." + d.table + part + ")")
+		}
+	}
+	return st
+}
+
+// arrays is unnest's arguments: $1::t1[], $2::t2[], ...
+func arrays(types []string) string {
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = fmt.Sprintf("$%d::%s[]", i+1, t)
+	}
+	return strings.Join(out, ", ")
+}
+
+// indexStatementsOf builds every index's statements.
+func indexStatementsOf(q func(string) string, withPri bool) (out [projection.NumIndexes]indexStatements) {
+	for ix := range out {
+		out[ix] = newIndexStatements(q, projection.Index(ix), withPri)
+	}
+	return out
+}
+
+// scanIndexOf is ScanIndex over any querier: scan reads one run (first, from: its page
+// statements; pre: the partition and priority) through the index's record table.
+func scanIndexOf(st *statements, ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool,
+	nextPri func(sql string, args ...any) ([]int64, error),
+	scan func(wakes bool, first, from string, pre []any, fn func(projection.IndexEntry) bool) error,
+) error {
+	s := &st.idx[ix]
+	var pre []any
+	if pgIndexes[ix].part != "" {
+		pre = []any{[]byte(part)}
+	}
+	if !projection.Indexes[ix].Priority {
+		return scan(pgIndexes[ix].wakes, s.scan, s.scanFrom, pre, fn)
+	}
+	return scanByPriority(func(below int64) ([]int64, error) {
+		return nextPri(s.nextPri, append([]any{below}, pre...)...)
+	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
+		return scan(pgIndexes[ix].wakes, s.scan, s.scanFrom, append(pre[:len(pre):len(pre)], pri), fn)
+	}, fn)
+}
+
+func (t *txn) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	return scanIndexOf(t.st, ix, part, maxAt, fn, func(sql string, args ...any) ([]int64, error) {
+		return txnPage(t, scanInt, sql, args...)
+	}, func(wakes bool, first, from string, pre []any, fn func(projection.IndexEntry) bool) error {
+		if wakes {
+			return scanJoined(t, wakeTable, first, from, pre, maxAt, fn)
+		}
+		return scanJoined(t, taskTable, first, from, pre, maxAt, fn)
+	})
+}
+
+// ScanIndex of a View. A schema made by a build before session_wakes, opened read-only
+// (which creates nothing), has no such table: the scan says so.
+func (v viewReader) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	err := scanIndexOf(v.st, ix, part, maxAt, fn, func(sql string, args ...any) ([]int64, error) {
+		return queryPage(v.ctx, v.tx, scanInt, sql, args...)
+	}, func(wakes bool, first, from string, pre []any, fn func(projection.IndexEntry) bool) error {
+		if wakes {
+			return scanIndex(v.ctx, v.tx, wakeTable, first, from, pre, maxAt, fn)
+		}
+		return scanIndex(v.ctx, v.tx, taskTable, first, from, pre, maxAt, fn)
+	})
+	if ix == projection.IndexSessionWakes && isUndefinedTable(err) {
+		return fmt.Errorf("%w: the queue has no per-session wake index (table session_wakes) yet: a read-write Open creates it", errNoSessionWakes)
+	}
+	return err
+}
+
+// idxKey names one entry of an index: its partition and (at, seq).
+type idxKey struct {
+	part string
+	at   int64
+	seq  uint64
+}
+
+// PutIndex and DeleteIndex keep the group's writes in memory, netted (netPut, netDelete);
+// flushIndexes sends them.
+func (t *txn) PutIndex(ix projection.Index, part string, e projection.IndexEntry) error {
+	t.idx[ix][idxKey{part, e.At, e.Seq}] = idxOp{put: true, id: e.ID, pri: e.Pri} // after a delete: an upsert
+	return nil
+}
+
+func (t *txn) DeleteIndex(ix projection.Index, part string, e projection.IndexEntry) error {
+	netDelete(t.idx[ix], idxKey{part, e.At, e.Seq})
+	return nil
+}
+
+// queueIndexes queues the group's pending writes of every index into b: deletions first.
+func (t *txn) queueIndexes(b *pgx.Batch) {
+	for ix, m := range t.idx {
+		if len(m) == 0 {
+			continue
+		}
+		parted, pri := pgIndexes[ix].part != "", projection.Indexes[ix].Priority
+		var pp, dp, pid [][]byte
+		var pa, ps, da, ds, pr []int64
+		for k, op := range m {
+			if op.put {
+				pp, pa, ps, pid, pr = append(pp, []byte(k.part)), append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id)), append(pr, op.pri)
+			} else {
+				dp, da, ds = append(dp, []byte(k.part)), append(da, k.at), append(ds, int64(k.seq))
+			}
+		}
+		st := &t.st.idx[ix]
+		if len(da) > 0 {
+			args := []any{da, ds}
+			if parted {
+				args = []any{dp, da, ds}
+			}
+			b.Queue(st.del, args...)
+		}
+		if len(pa) > 0 {
+			args := []any{pa, ps, pid}
+			if parted {
+				args = []any{pp, pa, ps, pid}
+			}
+			if pri {
+				args = append(args, pr)
+			}
+			b.Queue(st.ins, args...)
+		}
+		clear(m)
+	}
+}
+
+// loadEntries reads every index into m (Verify), after its records. A schema made before
+// session_wakes, opened read-only, has no table to compare: m then gets the entries its
+// wake index implies, so that Verify reports what the schema holds and nothing about an
+// index it does not have yet.
+func loadEntries(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+	for ix := range projection.NumIndexes {
+		if ix == projection.IndexSessionWakes {
+			var exists bool
+			if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.idx[ix].table).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				if err := impliedSessionWakes(m); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		parted, pri := pgIndexes[ix].part != "", projection.Indexes[ix].Priority
+		if err := eachRow(ctx, q, st.idx[ix].all, func(r pgx.Rows) error {
+			var part, id []byte
+			var at, seq, p int64
+			dst := []any{&at, &seq, &id}
+			if parted {
+				dst = append([]any{&part}, dst...)
+			}
+			if pri {
+				dst = append(dst, &p)
+			}
+			if err := r.Scan(dst...); err != nil {
+				return err
+			}
+			return m.PutIndex(ix, string(part), projection.IndexEntry{Pri: p, At: at, Seq: uint64(seq), ID: string(id)})
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
