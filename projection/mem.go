@@ -41,6 +41,9 @@ type Mem struct {
 	lastSession *sessionList
 	// sessionWakes is the per-session available-wake index (mem_session_wakes.go).
 	sessionWakes map[string]*btree.BTreeG[IndexEntry]
+	// The schedules and their index by next tick (mem_schedules.go); made on first use.
+	schedules map[sessionKey]*Schedule
+	schedDue  *btree.BTreeG[ScheduleEntry]
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -290,6 +293,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
 	out = append(out, m.diffKindsSessions(o)...)
 	out = append(out, m.diffSessionWakes(o)...)
+	out = append(out, m.diffSchedules(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

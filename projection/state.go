@@ -38,6 +38,9 @@ type Reader interface {
 	// ScanSessionWakes is ScanWakes restricted to the wakes of one session: the session's own
 	// index, so its cost does not depend on how many wakes other sessions have.
 	ScanSessionWakes(sessionID string, maxAt int64, fn func(IndexEntry) bool) error
+
+	// The periodic schedules (schedules.go).
+	ScheduleReader
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -94,4 +97,7 @@ type State interface {
 	// (ScanSessionWakes) beside the available-wake index: Apply moves an entry in both at once.
 	PutSessionWake(sessionID string, e IndexEntry) error
 	DeleteSessionWake(sessionID string, e IndexEntry) error
+
+	// The periodic schedules (schedules.go).
+	ScheduleWriter
 }
