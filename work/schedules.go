@@ -100,8 +100,8 @@ func (s *Session) SetSchedule(ctx context.Context, sc Schedule) error {
 // template RunAt "task.run_at"; a Catchup other than the two, "catchup".
 //
 // Time zones: the rule is read in the zone (time.LoadLocation); across a daylight-saving
-// change the cron library's rules apply: a wall time skipped by the change does not tick
-// that day, and a wall time that happens twice ticks once.
+// change the cron library's rules apply (robfig/cron v3.0.1): a wall time the spring change
+// skips does not tick that day, and one the fall change repeats ticks at both instants.
 func (s *Session) SetScheduleAt(ctx context.Context, sc Schedule, now time.Time) error {
 	if err := s.q.begin(ctx); err != nil {
 		return err
