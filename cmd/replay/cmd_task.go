@@ -260,6 +260,10 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 		if len(e.Headers) > 0 {
 			r += "; headers " + strings.Join(headerWords(e.Headers), " ")
 		}
+		if e.Schedule != "" {
+			r += fmt.Sprintf("; the tick %s of schedule %s, submitted by the claim at %s (the schedule's next tick: %s)",
+				fmtTime(e.Tick), word(e.Schedule), fmtTime(h.At), fmtNext(e.ScheduleNext))
+		}
 		return r
 	case *events.TaskClaimed:
 		var r string

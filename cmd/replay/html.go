@@ -53,6 +53,7 @@ svg .m-wake, svg .m-recorded { fill: #bf8700; }
 svg .m-extended { fill: #0969da; }
 svg .m-released { fill: #9a6700; }
 svg .m-retried { fill: #8250df; }
+svg .m-schedule { fill: #0969da; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 4px 0 12px; color: #59636e; font-size: 13px; }
 .legend span { display: inline-flex; align-items: center; gap: 6px; }
 .sw { display: inline-block; width: 22px; height: 10px; border: 1px solid; border-radius: 3px; }
