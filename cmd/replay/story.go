@@ -119,16 +119,16 @@ type wakeStory struct {
 }
 
 type sessionStory struct {
-	Session  string
-	Tasks    []*taskStory
-	Wakes    []*wakeStory
+	Session string
+	Tasks   []*taskStory
+	Wakes   []*wakeStory
 	// Schedules: the session's schedules, each with its sets, removal and ticks.
 	Schedules []*scheduleStory
 	FirstSeq  uint64
-	LastSeq  uint64
-	FirstAt  int64
-	LastAt   int64
-	Events   int
+	LastSeq   uint64
+	FirstAt   int64
+	LastAt    int64
+	Events    int
 	// EndAt is the time of the store's last event: a lease that ended before it without a
 	// settlement has expired; one that ends after it is still open.
 	EndAt   int64
