@@ -275,6 +275,17 @@ func timelineHTML(s *sessionStory, dir string) string {
 		}
 		b.WriteString("</table>\n")
 	}
+	for _, x := range s.Schedules {
+		state := "live"
+		if x.Removed {
+			state = "removed"
+		}
+		fmt.Fprintf(&b, "<h2>schedule %s <small>%s</small></h2>\n<table>\n", e(x.Name), state)
+		for _, m := range x.Marks {
+			row2(m)
+		}
+		b.WriteString("</table>\n")
+	}
 	b.WriteString("</body>\n</html>\n")
 	return b.String()
 }
