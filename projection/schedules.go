@@ -149,3 +149,20 @@ func moveSchedule(s State, old, sc *Schedule) error {
 	}
 	return s.PutSchedule(sc)
 }
+
+// SeedTick is for a tool that folds one task's events alone (replay task, the console's
+// task page): a tick's task_submitted checks its schedule, whose events are not the task's.
+// When m has no such schedule, SeedTick puts a live one whose next tick is e's, so the fold
+// accepts the event as the full log's fold did; a schedule m has is left as it is.
+func SeedTick(m *Mem, e *events.TaskSubmitted) {
+	if e.Schedule == "" {
+		return
+	}
+	if sc, _ := m.Schedule(e.SessionID, e.Schedule); sc != nil {
+		return
+	}
+	sc := &Schedule{SessionID: e.SessionID, Name: e.Schedule, Kind: e.Kind, Cursor: e.Tick - 1, Next: e.Tick}
+	en, _ := sc.Entry()
+	_ = m.PutScheduleDue(en)
+	_ = m.PutSchedule(sc)
+}

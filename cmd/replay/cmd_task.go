@@ -188,6 +188,9 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 			bw, _ = m.Wake(wakeID)
 		}
 		s.next = h.Seq
+		if e, ok := ev.(*events.TaskSubmitted); ok {
+			projection.SeedTick(m, e) // its schedule's events are not the task's
+		}
 		if err := projection.Apply(s, ev); err != nil {
 			rule := err.Error()
 			var ae *projection.ApplyError
