@@ -41,6 +41,9 @@ func foldEvents(evs []events.Event, explain bool) (*projection.Mem, []step) {
 			}
 		}
 		s.next = ev.Head().Seq
+		if e, ok := ev.(*events.TaskSubmitted); ok {
+			projection.SeedTick(m, e) // its schedule's events are not the task's
+		}
 		if err := projection.Apply(s, ev); err != nil {
 			rule := err.Error()
 			var ae *projection.ApplyError

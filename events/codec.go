@@ -21,7 +21,7 @@ const EnvelopeV1 = 1
 // version from 1 to this one. Indexed by any type byte ([256]): a type added to the catalogue
 // but not here reads as version 0, which Decode refuses, instead of an index panic.
 var schemaVersion = [256]uint8{
-	TypeTaskSubmitted:       2, // 2: Priority, Headers
+	TypeTaskSubmitted:       3, // 2: Priority, Headers; 3: Schedule, Tick, ScheduleNext
 	TypeTaskClaimed:         2, // 2: Worker
 	TypeTaskSettled:         1,
 	TypeTaskCancelRequested: 1,
@@ -33,6 +33,8 @@ var schemaVersion = [256]uint8{
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
 	TypeTaskRetried:         1,
+	TypeScheduleSet:         1,
+	TypeScheduleRemoved:     1,
 }
 
 // bodyVersion is the schema version Append writes for e: today's, except that a claim
@@ -42,6 +44,9 @@ var schemaVersion = [256]uint8{
 func bodyVersion(e Event) uint8 {
 	switch e := e.(type) {
 	case *TaskSubmitted:
+		if e.Schedule != "" {
+			return 3
+		}
 		return 1 + uint8(submitV2Fields(e))/2
 	case *TaskClaimed:
 		return 1 + uint8(claimV2Fields(e.Worker))
@@ -54,10 +59,19 @@ func bodyVersion(e Event) uint8 {
 // submitV2Fields is how many fields version 2 of a submit adds to its body (priority,
 // headers): none for a submit with neither, which is written as version 1.
 func submitV2Fields(e *TaskSubmitted) int {
-	if e.Priority == 0 && len(e.Headers) == 0 {
+	if e.Priority == 0 && len(e.Headers) == 0 && e.Schedule == "" {
 		return 0
 	}
 	return 2
+}
+
+// submitV3Fields is how many fields version 3 adds (schedule, tick, schedule_next): none
+// for a task that is no schedule's tick.
+func submitV3Fields(e *TaskSubmitted) int {
+	if e.Schedule == "" {
+		return 0
+	}
+	return 3
 }
 
 // appendHeaders writes a submit's headers as a msgpack map of str to str, sorted by key, so
@@ -143,7 +157,7 @@ func Append(dst []byte, e Event) ([]byte, error) {
 	switch e := e.(type) {
 	case *TaskSubmitted:
 		v2 := submitV2Fields(e)
-		b = appendHeader(msgp.AppendArrayLen(b, 10+v2), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 10+v2+submitV3Fields(e)), h)
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendStr(b, e.Kind)
 		b = msgp.AppendBin(b, e.Input)
@@ -154,6 +168,11 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		if v2 != 0 {
 			b = msgp.AppendInt(b, e.Priority)
 			b = appendHeaders(b, e.Headers)
+		}
+		if e.Schedule != "" {
+			b = msgp.AppendStr(b, e.Schedule)
+			b = msgp.AppendInt(b, e.Tick)
+			b = msgp.AppendInt(b, e.ScheduleNext)
 		}
 	case *TaskClaimed:
 		b = appendHeader(msgp.AppendArrayLen(b, 7+claimV2Fields(e.Worker)), h)
@@ -221,6 +240,22 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendUint(b, uint64(e.Attempts))
 		b = msgp.AppendInt(b, e.RunAt)
+	case *ScheduleSet:
+		b = appendHeader(msgp.AppendArrayLen(b, 14), h)
+		b = msgp.AppendStr(b, e.Name)
+		b = msgp.AppendStr(b, e.Cron)
+		b = msgp.AppendStr(b, e.TimeZone)
+		b = msgp.AppendUint(b, uint64(e.Catchup))
+		b = msgp.AppendStr(b, e.Kind)
+		b = msgp.AppendBin(b, e.Input)
+		b = msgp.AppendInt(b, e.Priority)
+		b = appendHeaders(b, e.Headers)
+		b = msgp.AppendBool(b, e.WakeOnCompletion)
+		b = msgp.AppendInt(b, e.From)
+		b = msgp.AppendInt(b, e.Next)
+	case *ScheduleRemoved:
+		b = appendHeader(msgp.AppendArrayLen(b, 4), h)
+		b = msgp.AppendStr(b, e.Name)
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
@@ -662,6 +697,8 @@ type Decoder struct {
 	taskExtended        TaskExtended
 	taskReleased        TaskReleased
 	taskRetried         TaskRetried
+	scheduleSet         ScheduleSet
+	scheduleRemoved     ScheduleRemoved
 }
 
 // Decode is the package's Decode into the Decoder's structs: the same checks, the same
@@ -705,6 +742,11 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		if r.ver >= 2 {
 			e.Priority = r.i64("priority")
 			e.Headers = r.headers("headers")
+		}
+		if r.ver >= 3 {
+			r.str("schedule", &e.Schedule)
+			e.Tick = r.i64("tick")
+			e.ScheduleNext = r.i64("schedule_next")
 		}
 		ev = e
 	case TypeTaskClaimed:
@@ -795,6 +837,26 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
 		e.RunAt = r.i64("run_at")
 		ev = e
+	case TypeScheduleSet:
+		e := fresh(d, func(d *Decoder) *ScheduleSet { return &d.scheduleSet })
+		r.header(&e.Header)
+		r.str("name", &e.Name)
+		r.str("cron", &e.Cron)
+		r.str("time_zone", &e.TimeZone)
+		e.Catchup = uint8(r.u64("catchup", 1))
+		r.shared("kind", &e.Kind, &kinds)
+		e.Input = r.bin("input")
+		e.Priority = r.i64("priority")
+		e.Headers = r.headers("headers")
+		e.WakeOnCompletion = r.bool("wake_on_completion")
+		e.From = r.i64("from")
+		e.Next = r.i64("next")
+		ev = e
+	case TypeScheduleRemoved:
+		e := fresh(d, func(d *Decoder) *ScheduleRemoved { return &d.scheduleRemoved })
+		r.header(&e.Header)
+		r.str("name", &e.Name)
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.Left() != 0 {
@@ -828,7 +890,7 @@ func check(ev Event, seq uint64) *DecodeError {
 		return bad("session_id", "must not be empty")
 	}
 	taskID, wakeID := ev.Subject()
-	if taskID == "" && wakeID == "" {
+	if taskID == "" && wakeID == "" && ev.Type().subject() != SubjectSchedule {
 		return bad("subject", "event names no task or wake")
 	}
 	switch e := ev.(type) {
@@ -838,6 +900,43 @@ func check(ev Event, seq uint64) *DecodeError {
 		}
 		if msg := CheckHeaders(e.Headers); msg != "" {
 			return bad("headers", msg)
+		}
+		if e.Schedule != "" {
+			if len(e.Schedule) > MaxScheduleName {
+				return bad("schedule", fmt.Sprintf("%d bytes is longer than %d", len(e.Schedule), MaxScheduleName))
+			}
+			if !e.HasRunAt || e.RunAt != e.Tick {
+				return bad("tick", "a tick's task runs at its tick")
+			}
+			if e.ScheduleNext != 0 && e.ScheduleNext <= e.Tick {
+				return bad("schedule_next", fmt.Sprintf("%d is not after the tick %d", e.ScheduleNext, e.Tick))
+			}
+		}
+	case *ScheduleSet:
+		if e.Name == "" || len(e.Name) > MaxScheduleName {
+			return bad("name", fmt.Sprintf("%d bytes is not 1..%d", len(e.Name), MaxScheduleName))
+		}
+		if e.Cron == "" {
+			return bad("cron", "must not be empty")
+		}
+		if e.Kind == "" {
+			return bad("kind", "must not be empty")
+		}
+		if e.Catchup > 1 {
+			return bad("catchup", fmt.Sprintf("%d is not 0 or 1", e.Catchup))
+		}
+		if e.Priority < MinPriority || e.Priority > MaxPriority {
+			return bad("priority", fmt.Sprintf("%d is not in %d..%d", e.Priority, MinPriority, MaxPriority))
+		}
+		if msg := CheckHeaders(e.Headers); msg != "" {
+			return bad("headers", msg)
+		}
+		if e.Next != 0 && e.Next <= e.From {
+			return bad("next", fmt.Sprintf("%d is not after from %d", e.Next, e.From))
+		}
+	case *ScheduleRemoved:
+		if e.Name == "" || len(e.Name) > MaxScheduleName {
+			return bad("name", fmt.Sprintf("%d bytes is not 1..%d", len(e.Name), MaxScheduleName))
 		}
 	case *TaskClaimed:
 		if e.Attempt == 0 {

@@ -22,6 +22,8 @@ const (
 	TypeTaskExtended        Type = 10
 	TypeTaskReleased        Type = 11
 	TypeTaskRetried         Type = 12
+	TypeScheduleSet         Type = 14
+	TypeScheduleRemoved     Type = 15
 )
 
 // Subject says what the events of a type are about: a task or a wake. Event.Subject returns
@@ -31,6 +33,9 @@ type Subject uint8
 const (
 	SubjectTask Subject = 1
 	SubjectWake Subject = 2
+	// SubjectSchedule: a session's periodic schedule, named by (session, name). Such events
+	// name no task or wake: Event.Subject returns two empty ids, and ScheduleName names it.
+	SubjectSchedule Subject = 3
 )
 
 func (s Subject) String() string {
@@ -39,6 +44,8 @@ func (s Subject) String() string {
 		return "task"
 	case SubjectWake:
 		return "wake"
+	case SubjectSchedule:
+		return "schedule"
 	}
 	return fmt.Sprintf("subject(%d)", uint8(s))
 }
@@ -69,6 +76,8 @@ var catalogue = [...]TypeInfo{
 	{TypeTaskExtended, "task_extended", SubjectTask, "the attempt holding the claim extended its lease (a heartbeat)"},
 	{TypeTaskReleased, "task_released", SubjectTask, "the attempt holding the claim gave the task back: pending again, or canceled if a cancel was requested"},
 	{TypeTaskRetried, "task_retried", SubjectTask, "a failed or canceled task was retried: pending again, its history and attempts kept"},
+	{TypeScheduleSet, "schedule_set", SubjectSchedule, "a periodic schedule of the session was set (or replaced): its rule, template and first tick"},
+	{TypeScheduleRemoved, "schedule_removed", SubjectSchedule, "a periodic schedule of the session was removed: no more ticks"},
 }
 
 // byNumber is the catalogue indexed by type number; a row with no Name is not a known type.
@@ -94,6 +103,9 @@ func (t Type) Known() bool { return byNumber[t].Name != "" }
 
 // Info returns t's row of the catalogue; ok is false for an unknown type.
 func (t Type) Info() (info TypeInfo, ok bool) { return byNumber[t], t.Known() }
+
+// subject is the Subject of t's row (0 for an unknown type).
+func (t Type) subject() Subject { return byNumber[t].Subject }
 
 // TypeByName returns the type with the stable name s.
 func TypeByName(s string) (Type, bool) {
@@ -225,6 +237,13 @@ type TaskSubmitted struct {
 	// encoding version 1, the bytes older builds wrote).
 	Priority int64             // claim order among due tasks, higher first: MinPriority..MaxPriority
 	Headers  map[string]string // carried with the task (trace context, tenant, ...): see MaxHeaders; nil when none
+
+	// Schema version 3 (written only when Schedule is set): the task is the tick of a
+	// periodic schedule of its session, submitted by a claim's decide code. The fold moves
+	// the schedule's cursor to Tick and its next tick to ScheduleNext.
+	Schedule     string // the schedule's name; "" for a task a caller submitted
+	Tick         int64  // the tick this task runs (its RunAt)
+	ScheduleNext int64  // the schedule's next tick after Tick; 0: none
 }
 
 // ScheduledAt is when the task first becomes eligible: RunAt, or the submit time.
@@ -378,6 +397,50 @@ type TaskRetried struct {
 	RunAt    int64 // when the task is eligible again: never before the retry
 }
 
+// ScheduleSet records a periodic schedule of the session (Session.SetSchedule), replacing
+// one of the same name. The decide code computed From and Next: ticks are the times the rule
+// names strictly after From (the set's time, or the replaced schedule's last submitted tick
+// when that is later, so no tick runs twice), and Next is the first of them (0: none).
+type ScheduleSet struct {
+	Header
+	Name     string
+	Cron     string // 5-field cron or "@every <duration>"
+	TimeZone string // IANA name; "" is UTC
+	Catchup  uint8  // 0 latest, 1 all
+	// The template of each tick's task.
+	Kind             string
+	Input            []byte
+	Priority         int64
+	Headers          map[string]string
+	WakeOnCompletion bool
+	From             int64
+	Next             int64
+}
+
+// ScheduleRemoved records the removal of a session's schedule: no more ticks. Tasks of
+// ticks already submitted stay.
+type ScheduleRemoved struct {
+	Header
+	Name string
+}
+
+// MaxScheduleName is the longest schedule name, in bytes.
+const MaxScheduleName = 256
+
+// ScheduleName returns the schedule an event is about ("" when none): the subject of a
+// schedule event, or the schedule whose tick a TaskSubmitted is.
+func ScheduleName(e Event) string {
+	switch e := e.(type) {
+	case *ScheduleSet:
+		return e.Name
+	case *ScheduleRemoved:
+		return e.Name
+	case *TaskSubmitted:
+		return e.Schedule
+	}
+	return ""
+}
+
 // MaxReleaseReason is the longest TaskReleased.Reason, in bytes (64 KiB): the limit the API
 // checks before a release is appended, which Decode checks again.
 const MaxReleaseReason = 64 << 10
@@ -394,6 +457,8 @@ func (e *WakeAckRejected) Type() Type     { return TypeWakeAckRejected }
 func (e *TaskExtended) Type() Type        { return TypeTaskExtended }
 func (e *TaskReleased) Type() Type        { return TypeTaskReleased }
 func (e *TaskRetried) Type() Type         { return TypeTaskRetried }
+func (e *ScheduleSet) Type() Type         { return TypeScheduleSet }
+func (e *ScheduleRemoved) Type() Type     { return TypeScheduleRemoved }
 
 func (h *Header) Head() *Header { return h }
 
@@ -409,6 +474,8 @@ func (e *WakeAckRejected) Subject() (string, string)     { return "", e.WakeID }
 func (e *TaskExtended) Subject() (string, string)        { return e.TaskID, "" }
 func (e *TaskReleased) Subject() (string, string)        { return e.TaskID, "" }
 func (e *TaskRetried) Subject() (string, string)         { return e.TaskID, "" }
+func (e *ScheduleSet) Subject() (string, string)         { return "", "" }
+func (e *ScheduleRemoved) Subject() (string, string)     { return "", "" }
 
 // LeaseToken returns the token an event carries, or "".
 func LeaseToken(e Event) string {

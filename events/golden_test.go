@@ -70,6 +70,21 @@ var goldenFixtures = []goldenFixture{
 			"ключ":        "",
 		},
 	}},
+	{"task_submitted.v3", &TaskSubmitted{
+		// A schedule's tick (schema version 3): submitted by a claim at goldenAt for the
+		// tick a minute before, run at the tick; the schedule's next tick an hour later.
+		Header:         Header{Seq: 3, SessionID: goldenSession, At: goldenAt},
+		TaskID:         goldenTask,
+		Kind:           "report.nightly",
+		Input:          []byte(`{"region":"eu"}`),
+		HasRunAt:       true,
+		RunAt:          1767225540000000000,
+		IdempotencyKey: "schedule:nightly:2026-01-01T00:00:00Z",
+		Priority:       5,
+		Schedule:       "nightly",
+		Tick:           1767225540000000000,
+		ScheduleNext:   1767229140000000000,
+	}},
 	{"task_claimed.v1", &TaskClaimed{
 		Header:         Header{Seq: 200, SessionID: goldenSession, At: goldenAt + 91e9},
 		TaskID:         goldenTask,
@@ -171,12 +186,32 @@ var goldenFixtures = []goldenFixture{
 		Attempts: 3,
 		RunAt:    goldenAt + 260e9,
 	}},
+	{"schedule_set.v1", &ScheduleSet{
+		// A cron rule in a time zone, catching up every tick, with a template that has
+		// headers and a completion wake; the next tick after From.
+		Header:           Header{Seq: 5000000000, SessionID: goldenSession, At: goldenAt + 300e9},
+		Name:             "nightly",
+		Cron:             "0 9 * * 1-5",
+		TimeZone:         "America/New_York",
+		Catchup:          1,
+		Kind:             "report.nightly",
+		Input:            []byte(`{"region":"eu"}`),
+		Priority:         -3,
+		Headers:          map[string]string{"tenant": "acme"},
+		WakeOnCompletion: true,
+		From:             goldenAt + 300e9,
+		Next:             1767276000000000000,
+	}},
+	{"schedule_removed.v1", &ScheduleRemoved{
+		Header: Header{Seq: 5000000001, SessionID: goldenSession, At: goldenAt + 400e9},
+		Name:   "nightly",
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
 // order; the golden .hex files and the decode error tests use them.
 var bodyFieldNames = map[Type][]string{
-	TypeTaskSubmitted:       {"task_id", "kind", "input", "has_run_at", "run_at", "idempotency_key", "wake_on_completion", "priority", "headers"},
+	TypeTaskSubmitted:       {"task_id", "kind", "input", "has_run_at", "run_at", "idempotency_key", "wake_on_completion", "priority", "headers", "schedule", "tick", "schedule_next"},
 	TypeTaskClaimed:         {"task_id", "attempt", "lease_token", "lease_expires_at", "worker"},
 	TypeTaskSettled:         {"task_id", "attempt", "lease_token", "outcome"},
 	TypeTaskCancelRequested: {"task_id"},
@@ -188,6 +223,8 @@ var bodyFieldNames = map[Type][]string{
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
 	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
+	TypeScheduleSet:         {"name", "cron", "time_zone", "catchup", "kind", "input", "priority", "headers", "wake_on_completion", "from", "next"},
+	TypeScheduleRemoved:     {"name"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -407,7 +444,7 @@ func TestWireNumbersStable(t *testing.T) {
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
-		"task_retried": 12,
+		"task_retried": 12, "schedule_set": 14, "schedule_removed": 15,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {

@@ -243,6 +243,11 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 			e.Priority = r.i64("priority")
 			e.Headers = r.headers("headers")
 		}
+		if ver >= 3 {
+			e.Schedule = r.str("schedule")
+			e.Tick = r.i64("tick")
+			e.ScheduleNext = r.i64("schedule_next")
+		}
 		ev = e
 	case TypeTaskClaimed:
 		e := &TaskClaimed{}
@@ -331,6 +336,26 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.TaskID = r.str("task_id")
 		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
 		e.RunAt = r.i64("run_at")
+		ev = e
+	case TypeScheduleSet: // added with the type, in the same style
+		e := &ScheduleSet{}
+		r.header(&e.Header)
+		e.Name = r.str("name")
+		e.Cron = r.str("cron")
+		e.TimeZone = r.str("time_zone")
+		e.Catchup = uint8(r.u64("catchup", 1))
+		e.Kind = r.str("kind")
+		e.Input = r.bin("input")
+		e.Priority = r.i64("priority")
+		e.Headers = r.headers("headers")
+		e.WakeOnCompletion = r.bool("wake_on_completion")
+		e.From = r.i64("from")
+		e.Next = r.i64("next")
+		ev = e
+	case TypeScheduleRemoved:
+		e := &ScheduleRemoved{}
+		r.header(&e.Header)
+		e.Name = r.str("name")
 		ev = e
 	}
 	r.skipRest("body")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -152,6 +153,14 @@ func (g *gen) event(t Type, seq uint64) Event {
 					e.Headers = nil
 				}
 			}
+			if g.r.IntN(2) == 0 { // version 3: a schedule's tick
+				e.Schedule = "s" + g.str(false)[:0] + strconv.Itoa(g.r.IntN(100))
+				e.HasRunAt, e.Tick = true, min(g.i64(), math.MaxInt64-1)
+				e.RunAt = e.Tick
+				if g.r.IntN(2) == 0 {
+					e.ScheduleNext = g.after(e.Tick + 1)
+				}
+			}
 		}
 		return e
 	case TypeTaskClaimed:
@@ -190,6 +199,20 @@ func (g *gen) event(t Type, seq uint64) Event {
 	case TypeTaskRetried:
 		// check: eligible again no earlier than the retry.
 		return &TaskRetried{Header: h, TaskID: g.str(true), Attempts: uint32(g.u64()), RunAt: g.after(h.At)}
+	case TypeScheduleSet:
+		e := &ScheduleSet{Header: h, Name: "s" + strconv.Itoa(g.r.IntN(1000)), Cron: "@every " + strconv.Itoa(1+g.r.IntN(100)) + "s",
+			TimeZone: g.str(false), Catchup: uint8(g.r.IntN(2)), Kind: g.str(true), Input: g.bin(),
+			Priority: int64(g.r.IntN(MaxPriority-MinPriority+1) + MinPriority), WakeOnCompletion: g.r.IntN(2) == 0,
+			From: min(g.i64(), math.MaxInt64-1)}
+		if g.r.IntN(2) == 0 {
+			e.Headers = map[string]string{"k": g.str(false)[:0] + "v"}
+		}
+		if g.r.IntN(2) == 0 {
+			e.Next = g.after(e.From + 1)
+		}
+		return e
+	case TypeScheduleRemoved:
+		return &ScheduleRemoved{Header: h, Name: "s" + strconv.Itoa(g.r.IntN(1000))}
 	}
 	panic("unknown type " + t.String())
 }

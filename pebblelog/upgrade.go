@@ -93,6 +93,11 @@ func (s *Store) upgrade() error {
 			return fmt.Errorf("pebblelog: %s: upgrading to format 6 (the due indexes keyed by priority): %w", s.dir, err)
 		}
 	}
+	if key < 8 {
+		if err := s.buildFormat8(); err != nil {
+			return fmt.Errorf("pebblelog: %s: upgrading to format 8 (the schedules): %w", s.dir, err)
+		}
+	}
 	if key < FormatVersion {
 		// Pebble answers a commit whose WAL write or sync failed with nil once its Fatalf
 		// returns (failure.go): call returns the store's failure then.

@@ -76,6 +76,7 @@ type statements struct {
 	setMark, getMark, delMark, waitHead                                     string
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
+	sc scheduleStatements    // the schedules (schedules.go)
 }
 
 func newStatements(schema string) *statements {
@@ -148,6 +149,7 @@ func newStatements(schema string) *statements {
 
 		// The writers' commit marks (writer.go, commitMark).
 		idx: indexStatementsOf(q, true),
+		sc: newScheduleStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
@@ -366,6 +368,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensurePriority(ctx, tx, schema); err != nil {
 			return err
 		}
+		if err := ensureSchedules(ctx, tx, schema); err != nil {
+			return err
+		}
 		return tx.Commit(ctx)
 	}
 	var format string
@@ -396,6 +401,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return err
 		}
 		if err := ensurePriority(ctx, tx, schema); err != nil {
+			return err
+		}
+		if err := ensureSchedules(ctx, tx, schema); err != nil {
 			return err
 		}
 	}

@@ -106,6 +106,9 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if err := loadIndexes(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
+	if err := loadSchedules(ctx, tx, st, stored); err != nil {
+		return nil, err
+	}
 	// Diff says "stored vs rebuilt".
 	return append(problems, stored.Diff(fold)...), nil
 }

@@ -83,6 +83,10 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		return applyWakeRecorded(s, e, fail)
 	case *events.TaskRetried:
 		return applyTaskRetried(s, e, h, fail)
+	case *events.ScheduleSet:
+		return applyScheduleSet(s, e, fail)
+	case *events.ScheduleRemoved:
+		return applyScheduleRemoved(s, e, fail)
 	case *events.TaskClaimed, *events.TaskSettled, *events.TaskCancelRequested, *events.TaskSettleRejected,
 		*events.TaskExtended, *events.TaskReleased:
 		t, err := s.EditTask(taskID)
@@ -377,6 +381,13 @@ func applyTaskSubmitted(s State, e *events.TaskSubmitted, fail failFunc) error {
 	if err := submitRule(s, e, fail); err != nil {
 		return err
 	}
+	var oldSc, sc *Schedule
+	if e.Schedule != "" {
+		var err error
+		if oldSc, sc, err = tickRule(s, e, fail); err != nil {
+			return err
+		}
+	}
 	t := s.NewTask()
 	fillTask(t, e)
 	if e.IdempotencyKey != "" {
@@ -386,6 +397,11 @@ func applyTaskSubmitted(s State, e *events.TaskSubmitted, fail failFunc) error {
 	}
 	if err := addTask(s, t); err != nil {
 		return err
+	}
+	if sc != nil {
+		if err := moveSchedule(s, oldSc, sc); err != nil {
+			return err
+		}
 	}
 	return s.PutTask(t)
 }

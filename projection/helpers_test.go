@@ -329,6 +329,12 @@ func (s *spy) DeleteIndex(ix Index, part string, e IndexEntry) error {
 	s.writes++
 	return s.State.DeleteIndex(ix, part, e)
 }
+func (s *spy) PutSchedule(sc *Schedule) error       { s.writes++; return s.State.PutSchedule(sc) }
+func (s *spy) PutScheduleDue(e ScheduleEntry) error { s.writes++; return s.State.PutScheduleDue(e) }
+func (s *spy) DeleteScheduleDue(e ScheduleEntry) error {
+	s.writes++
+	return s.State.DeleteScheduleDue(e)
+}
 func (s *spy) PutSessionTask(sess string, seq uint64, id string) error {
 	s.writes++
 	return s.State.PutSessionTask(sess, seq, id)

@@ -77,7 +77,7 @@ func (s *sim) completionWake(id string) {
 func (s *sim) step() {
 	s.now += int64(s.r.IntN(8))
 	r := s.r
-	switch k := r.IntN(116); {
+	switch k := r.IntN(124); {
 	case k < 25: // submit
 		sess := sessions[r.IntN(len(sessions))]
 		e := &events.TaskSubmitted{Header: s.h(sess), TaskID: s.id("t"), Kind: kinds[r.IntN(len(kinds))], Input: []byte(`{}`),
@@ -168,6 +168,8 @@ func (s *sim) step() {
 		s.apply(&events.TaskReleased{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts,
 			RunAt: s.now + int64(r.IntN(3)*r.IntN(20)), Reason: "retry"})
 		s.completionWake(x.ID)
+	case k >= 116: // a schedule: set, removed, or its due tick submitted
+		s.scheduleStep()
 	default: // an operator's retry of a failed or canceled task: pending again, attempts kept
 		x, ok := pick(r, s.m.Tasks(), func(x *Task) bool {
 			if !x.Retryable() {
@@ -181,6 +183,40 @@ func (s *sim) step() {
 		}
 		s.apply(&events.TaskRetried{Header: s.h(x.SessionID), TaskID: x.ID, Attempts: x.Attempts,
 			RunAt: s.now + int64(r.IntN(2)*r.IntN(20))})
+	}
+}
+
+// scheduleStep sets or removes a schedule ("@every 10" nanoseconds, as the decide code would
+// have computed it), or submits a due tick's task.
+func (s *sim) scheduleStep() {
+	r := s.r
+	sess, name := sessions[r.IntN(len(sessions))], fmt.Sprintf("sc%d", r.IntN(3))
+	old, _ := s.m.Schedule(sess, name)
+	switch r.IntN(4) {
+	case 0:
+		from := s.now
+		if old != nil {
+			from = max(from, old.Cursor)
+		}
+		s.apply(&events.ScheduleSet{Header: s.h(sess), Name: name, Cron: "@every 10ns", Catchup: uint8(r.IntN(2)),
+			Kind: kinds[r.IntN(len(kinds))], Input: []byte(`{}`), Priority: int64(r.IntN(3)), From: from, Next: from + 10})
+	case 1:
+		if old != nil && !old.Removed {
+			s.apply(&events.ScheduleRemoved{Header: s.h(sess), Name: name})
+		}
+	default:
+		var due []ScheduleEntry
+		_ = s.m.ScanScheduleDue(s.now, func(e ScheduleEntry) bool { due = append(due, e); return true })
+		for _, e := range due {
+			sc, _ := s.m.Schedule(e.SessionID, e.Name)
+			tick := sc.Next
+			if sc.Catchup == 0 {
+				tick += (s.now - tick) / 10 * 10
+			}
+			s.apply(&events.TaskSubmitted{Header: s.h(e.SessionID), TaskID: s.id("t"), Kind: sc.Kind, Input: sc.Input,
+				HasRunAt: true, RunAt: tick, IdempotencyKey: fmt.Sprintf("schedule:%s:%d", e.Name, tick),
+				Priority: sc.Priority, Schedule: e.Name, Tick: tick, ScheduleNext: tick + 10})
+		}
 	}
 }
 
@@ -344,6 +380,14 @@ func mutants(r *rand.Rand, ev events.Event) []events.Event {
 		clone(func(c events.Event) { c.(*events.TaskRetried).Attempts++ })
 		clone(func(c events.Event) { c.(*events.TaskRetried).RunAt = e.At - 1 })
 		clone(func(c events.Event) { c.(*events.TaskRetried).TaskID = "nope" })
+	case *events.ScheduleSet:
+		clone(func(c events.Event) { c.(*events.ScheduleSet).Next = e.From })
+	case *events.ScheduleRemoved:
+		clone(func(c events.Event) { c.(*events.ScheduleRemoved).Name = "nope" })
+	}
+	if e, ok := ev.(*events.TaskSubmitted); ok && e.Schedule != "" {
+		clone(func(c events.Event) { c.(*events.TaskSubmitted).Schedule = "nope" })
+		clone(func(c events.Event) { c.(*events.TaskSubmitted).Tick = e.Tick - 1 })
 	}
 	return out
 }
@@ -384,6 +428,12 @@ func cloneEvent(ev events.Event) events.Event {
 		c := *e
 		return &c
 	case *events.TaskRetried:
+		c := *e
+		return &c
+	case *events.ScheduleSet:
+		c := *e
+		return &c
+	case *events.ScheduleRemoved:
 		c := *e
 		return &c
 	}

@@ -38,6 +38,9 @@ type Mem struct {
 	lastKind    *kindIndex
 	sessions    map[string]*sessionList
 	lastSession *sessionList
+	// The schedules and their index by next tick (mem_schedules.go); made on first use.
+	schedules map[sessionKey]*Schedule
+	schedDue  *btree.BTreeG[ScheduleEntry]
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -229,6 +232,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffKeys("wake key", m.wakeKeys, o.wakeKeys)...)
 	out = append(out, m.diffIndexes(o)...)
 	out = append(out, m.diffKindsSessions(o)...)
+	out = append(out, m.diffSchedules(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

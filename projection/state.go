@@ -31,6 +31,10 @@ type Reader interface {
 	// Counts calls fn for each (kind, state) that has tasks, with their number, until fn
 	// returns false. The fold keeps the counts (AddCount); reading them scans no records.
 	Counts(fn func(kind string, state events.TaskState, n int64) bool) error
+
+
+	// The periodic schedules (schedules.go).
+	ScheduleReader
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -80,4 +84,7 @@ type State interface {
 	PutSessionTask(sessionID string, submitSeq uint64, taskID string) error
 	// AddCount adds delta to the number of tasks of kind in state (Counts).
 	AddCount(kind string, state events.TaskState, delta int64) error
+
+	// The periodic schedules (schedules.go).
+	ScheduleWriter
 }

@@ -381,6 +381,9 @@ var opTypes = map[string]reflect.Type{
 
 	"retry":      reflect.TypeOf(RetryOp{}),
 	"submitMany": reflect.TypeOf(SubmitManyOp{}),
+
+	"setSchedule":    reflect.TypeOf(SetScheduleOp{}),
+	"removeSchedule": reflect.TypeOf(RemoveScheduleOp{}),
 }
 
 func opName(o op) string {

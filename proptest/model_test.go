@@ -272,6 +272,7 @@ type model struct {
 	now         int64
 	tasks       []mTask
 	wakes       []mWake
+	schedules   []mSchedule // ops_schedules_test.go
 	exp         expect
 }
 
@@ -283,6 +284,7 @@ func (m *model) clone() *model {
 	c := *m
 	c.tasks = append([]mTask(nil), m.tasks...)
 	c.wakes = append([]mWake(nil), m.wakes...)
+	c.schedules = append([]mSchedule(nil), m.schedules...)
 	c.exp = expect{task: -1, wake: -1}
 	return &c
 }

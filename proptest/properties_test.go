@@ -466,9 +466,12 @@ var caseAppending = map[events.Type]string{
 	events.TypeTaskExtended:        "extend current",
 	events.TypeTaskReleased:        "release current",
 	events.TypeTaskRetried:         "retry failed",
+	events.TypeScheduleSet:         "set schedule new",
+	events.TypeScheduleRemoved:     "remove schedule",
 }
 
 var coverageCases = []string{
+	"set schedule new", "set schedule replace", "remove schedule", "remove schedule unknown",
 	"submit new", "submit immediate", "submit scheduled", "submit repeat (same intent)",
 	"submit repeat (other spelling of the input)", "submit conflict", "submit same key in another session",
 	"read own", "read foreign", "read unknown",
@@ -512,6 +515,8 @@ func classify(o op, m, n *model) []string {
 	var c []string
 	add := func(s ...string) { c = append(c, s...) }
 	switch o := o.(type) {
+	case SetScheduleOp, RemoveScheduleOp:
+		classifySchedule(add, o, m, e)
 	case RetryOp:
 		classifyRetry(add, o, m, e)
 	case SubmitManyOp:

@@ -142,23 +142,24 @@ func (s *system) nameWake(id string) string {
 
 // result is what one op did on one system.
 type result struct {
-	sys     *system
-	err     error
-	task    work.Task
-	found   bool
-	wake    work.Wake
-	tds     []work.TaskDelivery
-	wds     []work.WakeDelivery
-	id      string              // the task or wake id the call named
-	token   string              // the lease token the call presented
-	list    []work.Task         // Session.Tasks
-	results []work.SettleResult // SettleAndClaim
-	ids     []string            // SettleAndClaim: the task id each settle named
-	tokens  []string            // SettleAndClaim: the token each settle presented
-	problem string              // the op could not run (missing delivery) or panicked
-	events  []events.Event
-	prune   *work.PruneResult // Prune
-	snap    *pruneSnap        // Prune: the system just before it
+	sys       *system
+	err       error
+	task      work.Task
+	found     bool
+	wake      work.Wake
+	tds       []work.TaskDelivery
+	wds       []work.WakeDelivery
+	id        string              // the task or wake id the call named
+	token     string              // the lease token the call presented
+	list      []work.Task         // Session.Tasks
+	results   []work.SettleResult // SettleAndClaim
+	ids       []string            // SettleAndClaim: the task id each settle named
+	tokens    []string            // SettleAndClaim: the token each settle presented
+	problem   string              // the op could not run (missing delivery) or panicked
+	events    []events.Event
+	prune     *work.PruneResult // Prune
+	snap      *pruneSnap        // Prune: the system just before it
+	schedules []string          // SetSchedule, RemoveSchedule: the session's listing after it
 }
 
 // execute runs o on s, turning a panic into a result problem.

@@ -446,6 +446,12 @@ func claim[D any](ctx context.Context, b *logBackend, now time.Time, leaseFor ti
 func claimIn[D any](tx txn, b *logBackend, at, expires int64, worker string, limit int, scan scanFunc, purpose string,
 	claimOne claimFunc[D], out []D,
 ) ([]D, error) {
+	// A task claim first submits the schedules' due ticks (schedules.go), so it can take them.
+	if purpose == "lease" {
+		if err := b.submitTicks(tx, at); err != nil {
+			return out, err
+		}
+	}
 	// Collect first: each claim moves its entry, which would disturb the scan.
 	var ids []string
 	err := scan(tx, at, func(e projection.IndexEntry) bool {

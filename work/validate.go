@@ -100,6 +100,9 @@ func validateTaskRequest(r *TaskRequest, maxValue int) *Error {
 	if err := validateKey(r.IdempotencyKey); err != nil {
 		return err
 	}
+	if strings.HasPrefix(r.IdempotencyKey, schedulePrefix) {
+		return invalid("idempotency_key", "the prefix "+schedulePrefix+" is the schedules' (Session.SetSchedule)")
+	}
 	if err := validateJSON("input", r.Input, maxValue); err != nil {
 		return err
 	}

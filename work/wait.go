@@ -43,10 +43,12 @@ func eventSignal(t events.Type) (sig uint8, ok bool) {
 	case events.TypeTaskSubmitted, events.TypeTaskReleased, events.TypeTaskExtended,
 		events.TypeTaskCancelRequested, events.TypeTaskRetried:
 		return sigTasks, true
+	case events.TypeScheduleSet: // its next tick may be earlier than a waiter's timer
+		return sigTasks, true
 	case events.TypeWakeRecorded:
 		return sigWakes, true
 	case events.TypeTaskClaimed, events.TypeTaskSettled, events.TypeWakeClaimed, events.TypeWakeAcked,
-		events.TypeTaskSettleRejected, events.TypeWakeAckRejected:
+		events.TypeTaskSettleRejected, events.TypeWakeAckRejected, events.TypeScheduleRemoved:
 		return 0, true
 	}
 	return 0, false
@@ -246,6 +248,10 @@ func (q *Queue) WaitWakes(ctx context.Context) error {
 // WaitTasks is Queue.WaitTasks on worklog's backend (kinds validated by the queue).
 func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
 	return b.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
+		// The next tick of a schedule of these kinds: a claim then submits its task.
+		if err := nextTickOf(r, kinds, first); err != nil {
+			return err
+		}
 		if len(kinds) == 0 {
 			return earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
 				return r.ScanIndex(projection.IndexDue, "", maxAt, fn)

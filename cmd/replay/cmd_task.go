@@ -188,6 +188,9 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 			bw, _ = m.Wake(wakeID)
 		}
 		s.next = h.Seq
+		if e, ok := ev.(*events.TaskSubmitted); ok {
+			projection.SeedTick(m, e) // its schedule's events are not the task's
+		}
 		if err := projection.Apply(s, ev); err != nil {
 			rule := err.Error()
 			var ae *projection.ApplyError
@@ -259,6 +262,10 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 		}
 		if len(e.Headers) > 0 {
 			r += "; headers " + strings.Join(headerWords(e.Headers), " ")
+		}
+		if e.Schedule != "" {
+			r += fmt.Sprintf("; the tick %s of schedule %s, submitted by the claim at %s (the schedule's next tick: %s)",
+				fmtTime(e.Tick), word(e.Schedule), fmtTime(h.At), fmtNext(e.ScheduleNext))
 		}
 		return r
 	case *events.TaskClaimed:

@@ -144,6 +144,16 @@ func (a *app) writeTimelineText(w io.Writer, s *sessionStory) {
 			line(m)
 		}
 	}
+	for _, x := range s.Schedules {
+		state := "live"
+		if x.Removed {
+			state = "removed"
+		}
+		fmt.Fprintf(w, "\nschedule %s: %s\n", word(x.Name), state)
+		for _, m := range x.Marks {
+			line(m)
+		}
+	}
 }
 
 func wakeLabel(w *wakeStory) string {

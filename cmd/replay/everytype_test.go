@@ -137,6 +137,9 @@ func checkEveryOutput(t *testing.T, info events.TypeInfo, ev events.Event) {
 	for _, x := range s.Wakes {
 		marks = append(marks, x.Marks...)
 	}
+	for _, x := range s.Schedules {
+		marks = append(marks, x.Marks...)
+	}
 	if len(marks) == 0 {
 		t.Errorf("the timeline of %s has no mark for it", info.Name)
 	}

@@ -161,6 +161,11 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		for _, kv := range headerWords(e.Headers) {
 			add("header:%s", kv)
 		}
+		if e.Schedule != "" {
+			add("schedule=%s", word(e.Schedule))
+			add("tick=%s", fmtTime(e.Tick))
+			add("schedule_next=%s", fmtNext(e.ScheduleNext))
+		}
 		add("input=%s", shortJSON(e.Input, 80))
 	case *events.TaskClaimed:
 		add("task=%s", e.TaskID)
@@ -224,10 +229,47 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("task=%s", e.TaskID)
 		add("attempts=%d", e.Attempts)
 		add("run_at=%s", fmtTime(e.RunAt))
+	case *events.ScheduleSet:
+		add("schedule=%s", word(e.Name))
+		add("cron=%s", word(e.Cron))
+		if e.TimeZone != "" {
+			add("tz=%s", word(e.TimeZone))
+		}
+		add("catchup=%s", catchupName(e.Catchup))
+		add("kind=%s", word(e.Kind))
+		if e.WakeOnCompletion {
+			add("wake=on_completion")
+		}
+		if e.Priority != 0 {
+			add("priority=%d", e.Priority)
+		}
+		for _, kv := range headerWords(e.Headers) {
+			add("header:%s", kv)
+		}
+		add("from=%s", fmtTime(e.From))
+		add("next=%s", fmtNext(e.Next))
+		add("input=%s", shortJSON(e.Input, 80))
+	case *events.ScheduleRemoved:
+		add("schedule=%s", word(e.Name))
 	default:
 		return subjectDetails(ev), false
 	}
 	return d, true
+}
+
+// fmtNext is a schedule's next tick, or "none".
+func fmtNext(ns int64) string {
+	if ns == 0 {
+		return "none"
+	}
+	return fmtTime(ns)
+}
+
+func catchupName(c uint8) string {
+	if c == 1 {
+		return "all"
+	}
+	return "latest"
 }
 
 // subjectDetails is what every event says whatever its type: its task or wake.
@@ -270,6 +312,14 @@ type eventJSON struct {
 	Outcome          *outcomeJSON      `json:"outcome,omitempty"`
 	Reason           string            `json:"reason,omitempty"`
 	Payload          json.RawMessage   `json:"payload,omitempty"`
+	// The schedules: schedule_set, schedule_removed, and a tick's task_submitted.
+	Schedule     string `json:"schedule,omitempty"`
+	Tick         string `json:"tick,omitempty"`
+	ScheduleNext string `json:"schedule_next,omitempty"` // "": none
+	Cron         string `json:"cron,omitempty"`
+	TimeZone     string `json:"time_zone,omitempty"`
+	Catchup      string `json:"catchup,omitempty"`
+	From         string `json:"from,omitempty"`
 }
 
 func (a *app) eventJSON(ev events.Event) *eventJSON {
@@ -292,6 +342,12 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		w := e.WakeOnCompletion
 		j.WakeOnCompletion = &w
 		j.Priority, j.Headers = e.Priority, e.Headers
+		if e.Schedule != "" {
+			j.Schedule, j.Tick = e.Schedule, jsonTime(e.Tick)
+			if e.ScheduleNext != 0 {
+				j.ScheduleNext = jsonTime(e.ScheduleNext)
+			}
+		}
 	case *events.TaskClaimed:
 		j.TaskID, j.Attempt, j.Worker = e.TaskID, e.Attempt, e.Worker
 		j.LeaseToken, j.LeaseExpiresAt = a.token(e.LeaseToken), jsonTime(e.LeaseExpiresAt)
@@ -323,6 +379,17 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		j.TaskID, j.Attempt, j.RunAt, j.Reason = e.TaskID, e.Attempt, jsonTime(e.RunAt), e.Reason
 	case *events.TaskRetried:
 		j.TaskID, j.Attempts, j.RunAt = e.TaskID, e.Attempts, jsonTime(e.RunAt)
+	case *events.ScheduleSet:
+		j.Schedule, j.Cron, j.TimeZone, j.Catchup = e.Name, e.Cron, e.TimeZone, catchupName(e.Catchup)
+		j.Kind, j.Input, j.Priority, j.Headers = e.Kind, compactJSON(e.Input), e.Priority, e.Headers
+		w := e.WakeOnCompletion
+		j.WakeOnCompletion = &w
+		j.From = jsonTime(e.From)
+		if e.Next != 0 {
+			j.ScheduleNext = jsonTime(e.Next)
+		}
+	case *events.ScheduleRemoved:
+		j.Schedule = e.Name
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false

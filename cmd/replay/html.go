@@ -53,6 +53,7 @@ svg .m-wake, svg .m-recorded { fill: #bf8700; }
 svg .m-extended { fill: #0969da; }
 svg .m-released { fill: #9a6700; }
 svg .m-retried { fill: #8250df; }
+svg .m-schedule { fill: #0969da; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 4px 0 12px; color: #59636e; font-size: 13px; }
 .legend span { display: inline-flex; align-items: center; gap: 6px; }
 .sw { display: inline-block; width: 22px; height: 10px; border: 1px solid; border-radius: 3px; }
@@ -270,6 +271,17 @@ func timelineHTML(s *sessionStory, dir string) string {
 	for _, w := range s.Wakes {
 		fmt.Fprintf(&b, "<h2>wake %s <small>%s: %s</small></h2>\n<table>\n", e(w.ID), e(wakeLabel(w)), e(s.wakeSummary(w)))
 		for _, m := range w.Marks {
+			row2(m)
+		}
+		b.WriteString("</table>\n")
+	}
+	for _, x := range s.Schedules {
+		state := "live"
+		if x.Removed {
+			state = "removed"
+		}
+		fmt.Fprintf(&b, "<h2>schedule %s <small>%s</small></h2>\n<table>\n", e(x.Name), state)
+		for _, m := range x.Marks {
 			row2(m)
 		}
 		b.WriteString("</table>\n")

@@ -61,6 +61,7 @@ const (
 	markExtended  markKind = "extended" // a heartbeat moved a lease's expiry
 	markReleased  markKind = "released" // a delivery gave its task back
 	markRetried   markKind = "retried"  // an operator retried a failed or canceled task
+	markSchedule  markKind = "schedule" // a schedule was set or removed, or a tick submitted
 	markUnknown   markKind = "unknown"  // an event type add has no case for (see unknownEventNote)
 )
 
@@ -118,14 +119,16 @@ type wakeStory struct {
 }
 
 type sessionStory struct {
-	Session  string
-	Tasks    []*taskStory
-	Wakes    []*wakeStory
-	FirstSeq uint64
-	LastSeq  uint64
-	FirstAt  int64
-	LastAt   int64
-	Events   int
+	Session string
+	Tasks   []*taskStory
+	Wakes   []*wakeStory
+	// Schedules: the session's schedules, each with its sets, removal and ticks.
+	Schedules []*scheduleStory
+	FirstSeq  uint64
+	LastSeq   uint64
+	FirstAt   int64
+	LastAt    int64
+	Events    int
 	// EndAt is the time of the store's last event: a lease that ended before it without a
 	// settlement has expired; one that ends after it is still open.
 	EndAt   int64
@@ -193,6 +196,11 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 			text += ", wake on completion"
 		}
 		text += ", input " + shortJSON(e.Input, 80)
+		if e.Schedule != "" {
+			text += fmt.Sprintf(", the tick %s of schedule %s", s.when(e.Tick), word(e.Schedule))
+			sc := s.schedule(e.Schedule)
+			sc.Marks = append(sc.Marks, ev1(markSchedule, "tick %s submitted as task %s; next tick %s", s.when(e.Tick), e.TaskID, nextText(s, e.ScheduleNext)))
+		}
 		t.Marks = append(t.Marks, ev1(markSubmitted, "%s", text))
 	case *events.TaskClaimed:
 		t := s.task(e.TaskID)
@@ -338,6 +346,19 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		w.Rejections++
 		w.Marks = append(w.Marks, ev1(markRejected, "stale acknowledgment by delivery %d rejected: %s", e.Attempt,
 			wakeRejectText(e.Reason, e.Attempt, w.Attempts, w.Acked)))
+	case *events.ScheduleSet:
+		sc := s.schedule(e.Name)
+		sc.Removed = false
+		zone := ""
+		if e.TimeZone != "" {
+			zone = " in " + word(e.TimeZone)
+		}
+		sc.Marks = append(sc.Marks, ev1(markSchedule, "set: %s%s, catch-up %s, task of kind %s; ticks after %s, the first %s",
+			word(e.Cron), zone, catchupName(e.Catchup), word(e.Kind), s.when(e.From), nextText(s, e.Next)))
+	case *events.ScheduleRemoved:
+		sc := s.schedule(e.Name)
+		sc.Removed = true
+		sc.Marks = append(sc.Marks, ev1(markSchedule, "removed: no more ticks"))
 	default:
 		m := ev1(markUnknown, "%s %s", ev.Type(), unknownEventNote)
 		if taskID, wakeID := ev.Subject(); taskID != "" {
@@ -362,6 +383,31 @@ func (s *sessionStory) task(id string) *taskStory {
 		s.Tasks = append(s.Tasks, t)
 	}
 	return t
+}
+
+// scheduleStory is one schedule of the session: its sets, its removal and its ticks.
+type scheduleStory struct {
+	Name    string
+	Removed bool
+	Marks   []mark
+}
+
+func (s *sessionStory) schedule(name string) *scheduleStory {
+	for _, x := range s.Schedules {
+		if x.Name == name {
+			return x
+		}
+	}
+	x := &scheduleStory{Name: name}
+	s.Schedules = append(s.Schedules, x)
+	return x
+}
+
+func nextText(s *sessionStory, next int64) string {
+	if next == 0 {
+		return "none"
+	}
+	return s.when(next)
 }
 
 func (s *sessionStory) wake(id string) *wakeStory {

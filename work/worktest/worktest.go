@@ -73,6 +73,7 @@ func scenarios() []scenario {
 		priorityScenarios(),
 		followScenarios(),
 		sessionScenarios(),
+		scheduleScenarios(),
 	} {
 		all = append(all, group...)
 	}

@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/projection"
+)
+
+// The periodic schedules: one row per (session, name), the record as JSON (schedules are
+// few and change rarely: a set, a remove, one tick), and its next tick in a column of its
+// own, NULL when the schedule has none (removed, or a rule that names no later time). The
+// schedule index (projection.ScheduleReader.ScanScheduleDue) is the partial index on that
+// column, so a claim with nothing due reads one index entry. The fold writes the record and
+// the column together (PutSchedule, from the record's Entry); the index's own writes
+// (PutScheduleDue, DeleteScheduleDue) have nothing left to do.
+//
+// The writes go to the server at once, inside the group's transaction (a failed closure
+// rolls the group back, as for every write): a schedule's reads in the same group see them.
+//
+// The table came after format 1 without changing it, like session_wakes: a read-write Open
+// creates it when it is missing (ensureSchedules). A read-only view of a schema without it
+// reads no schedules, which is what such a schema holds (no older build writes one).
+const schedulesDDL = `CREATE TABLE IF NOT EXISTS {s}.schedules (session bytea, name bytea, rec bytea NOT NULL,
+	next bigint, PRIMARY KEY (session, name));
+CREATE INDEX IF NOT EXISTS schedules_next ON {s}.schedules (next, session, name) WHERE next IS NOT NULL`
+
+type scheduleStatements struct {
+	get, bySession, due, dueAfter, put, all string
+	table                                   string
+}
+
+func newScheduleStatements(q func(string) string) scheduleStatements {
+	return scheduleStatements{
+		get:       q(`SELECT rec FROM {s}.schedules WHERE session = $1 AND name = $2`),
+		bySession: q(`SELECT rec FROM {s}.schedules WHERE session = $1 ORDER BY name`),
+		due:       q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL AND next <= $1 ORDER BY next, session, name LIMIT $2`),
+		dueAfter: q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL AND next <= $1
+			AND (next, session, name) > ($3, $4, $5) ORDER BY next, session, name LIMIT $2`),
+		put: q(`INSERT INTO {s}.schedules VALUES ($1, $2, $3, $4)
+			ON CONFLICT (session, name) DO UPDATE SET rec = excluded.rec, next = excluded.next`),
+		all:   q(`SELECT rec FROM {s}.schedules ORDER BY session, name`),
+		table: q(`{s}.schedules`),
+	}
+}
+
+// ensureSchedules creates the table when the schema has none.
+func ensureSchedules(ctx context.Context, tx pgx.Tx, schema string) error {
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(schedulesDDL, "{s}", pgx.Identifier{schema}.Sanitize())); err != nil {
+		return fmt.Errorf("creating table schedules in schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+func decodeScheduleRow(v []byte) (*projection.Schedule, error) {
+	var sc projection.Schedule
+	if err := json.Unmarshal(v, &sc); err != nil {
+		return nil, fmt.Errorf("%w: schedule: %v", ErrCorruptRow, err)
+	}
+	return &sc, nil
+}
+
+func readSchedule(ctx context.Context, q querier, st *statements, session, name string) (*projection.Schedule, error) {
+	var rec []byte
+	err := q.QueryRow(ctx, st.sc.get, []byte(session), []byte(name)).Scan(&rec)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeScheduleRow(rec)
+}
+
+func scanSessionSchedules(ctx context.Context, q querier, st *statements, session string, fn func(*projection.Schedule) bool) error {
+	rows, err := q.Query(ctx, st.sc.bySession, []byte(session))
+	if err != nil {
+		return err
+	}
+	var out []*projection.Schedule
+	for rows.Next() {
+		var rec []byte
+		if err := rows.Scan(&rec); err != nil {
+			rows.Close()
+			return err
+		}
+		sc, err := decodeScheduleRow(rec)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		out = append(out, sc)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, sc := range out {
+		if !fn(sc) {
+			break
+		}
+	}
+	return nil
+}
+
+// schedulePage is how many due entries a scan reads at a time: a claim reads the first
+// entry and moves that schedule on, so one small page is what it needs.
+const schedulePage = 16
+
+// scanScheduleDue pages through the due entries in (next, session, name) order.
+func scanScheduleDue(ctx context.Context, q querier, st *statements, maxAt int64, fn func(projection.ScheduleEntry) bool) error {
+	var last *projection.ScheduleEntry
+	for {
+		var rows pgx.Rows
+		var err error
+		if last == nil {
+			rows, err = q.Query(ctx, st.sc.due, maxAt, schedulePage)
+		} else {
+			rows, err = q.Query(ctx, st.sc.dueAfter, maxAt, schedulePage, last.At, []byte(last.SessionID), []byte(last.Name))
+		}
+		if err != nil {
+			return err
+		}
+		var page []projection.ScheduleEntry
+		for rows.Next() {
+			var s, n []byte
+			var at int64
+			if err := rows.Scan(&s, &n, &at); err != nil {
+				rows.Close()
+				return err
+			}
+			page = append(page, projection.ScheduleEntry{At: at, SessionID: string(s), Name: string(n)})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, e := range page {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if len(page) < schedulePage {
+			return nil
+		}
+		last = &page[len(page)-1]
+	}
+}
+
+func (t *txn) Schedule(session, name string) (*projection.Schedule, error) {
+	return readSchedule(t.ctx, t.conn, t.st, session, name)
+}
+
+func (t *txn) ScanSessionSchedules(session string, fn func(*projection.Schedule) bool) error {
+	return scanSessionSchedules(t.ctx, t.conn, t.st, session, fn)
+}
+
+func (t *txn) ScanScheduleDue(maxAt int64, fn func(projection.ScheduleEntry) bool) error {
+	return scanScheduleDue(t.ctx, t.conn, t.st, maxAt, fn)
+}
+
+// PutSchedule writes the record and its next tick (NULL: not in the index).
+func (t *txn) PutSchedule(sc *projection.Schedule) error {
+	rec, err := json.Marshal(sc)
+	if err != nil {
+		return err
+	}
+	var next *int64
+	if e, ok := sc.Entry(); ok {
+		next = &e.At
+	}
+	_, err = t.conn.Exec(t.ctx, t.st.sc.put, []byte(sc.SessionID), []byte(sc.Name), rec, next)
+	return err
+}
+
+// PutScheduleDue and DeleteScheduleDue: the index is the next column, which PutSchedule
+// writes with the record.
+func (t *txn) PutScheduleDue(projection.ScheduleEntry) error    { return nil }
+func (t *txn) DeleteScheduleDue(projection.ScheduleEntry) error { return nil }
+
+// hasSchedules says whether the view's schema has the table (a read-only view of a schema
+// made before it has none, and a failed query would end the view's transaction).
+func (v viewReader) hasSchedules() (bool, error) {
+	var ok bool
+	err := v.tx.QueryRow(v.ctx, `SELECT to_regclass($1) IS NOT NULL`, v.st.sc.table).Scan(&ok)
+	return ok, err
+}
+
+func (v viewReader) Schedule(session, name string) (*projection.Schedule, error) {
+	if ok, err := v.hasSchedules(); !ok || err != nil {
+		return nil, err
+	}
+	return readSchedule(v.ctx, v.tx, v.st, session, name)
+}
+
+func (v viewReader) ScanSessionSchedules(session string, fn func(*projection.Schedule) bool) error {
+	if ok, err := v.hasSchedules(); !ok || err != nil {
+		return err
+	}
+	return scanSessionSchedules(v.ctx, v.tx, v.st, session, fn)
+}
+
+func (v viewReader) ScanScheduleDue(maxAt int64, fn func(projection.ScheduleEntry) bool) error {
+	if ok, err := v.hasSchedules(); !ok || err != nil {
+		return err
+	}
+	return scanScheduleDue(v.ctx, v.tx, v.st, maxAt, fn)
+}
+
+// loadSchedules reads the schedules into m (Verify): the records, and the index entries
+// their next column makes.
+func loadSchedules(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.sc.table).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	return eachRow(ctx, q, st.sc.all, func(r pgx.Rows) error {
+		var rec []byte
+		if err := r.Scan(&rec); err != nil {
+			return err
+		}
+		sc, err := decodeScheduleRow(rec)
+		if err != nil {
+			return err
+		}
+		if e, ok := sc.Entry(); ok {
+			if err := m.PutScheduleDue(e); err != nil {
+				return err
+			}
+		}
+		return m.PutSchedule(sc)
+	})
+}
