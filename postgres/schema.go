@@ -76,7 +76,7 @@ type statements struct {
 	setMark, getMark, delMark, waitHead                                     string
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
-	sc scheduleStatements    // the schedules (schedules.go)
+	sc  scheduleStatements                     // the schedules (schedules.go)
 }
 
 func newStatements(schema string) *statements {
@@ -149,7 +149,7 @@ func newStatements(schema string) *statements {
 
 		// The writers' commit marks (writer.go, commitMark).
 		idx: indexStatementsOf(q, true),
-		sc: newScheduleStatements(q),
+		sc:  newScheduleStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),

@@ -32,7 +32,6 @@ type Reader interface {
 	// returns false. The fold keeps the counts (AddCount); reading them scans no records.
 	Counts(fn func(kind string, state events.TaskState, n int64) bool) error
 
-
 	// The periodic schedules (schedules.go).
 	ScheduleReader
 }
