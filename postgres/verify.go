@@ -54,7 +54,7 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	var d events.Decoder
 	var stop error
 	folded := 0
-	err = readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
+	err = readLog(ctx, onTx{tx}, st, 1, 0, func(seq uint64, body []byte) error {
 		if folded++; progress != nil && folded%readLogPage == 0 {
 			progress(seq, uint64(head))
 		}
@@ -129,7 +129,7 @@ func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error
 
 // loadRecords reads every task and wake into m; a row that does not decode is a problem.
 func loadRecords(ctx context.Context, q querier, st *statements, m *projection.Mem, problems *[]string) error {
-	if err := taskTable.scanAll(ctx, q, st.scanTasks, func(t *projection.Task, err error) error {
+	if err := taskTable.scanAll(ctx, onTx{q}, st.scanTasks, func(t *projection.Task, err error) error {
 		if err != nil {
 			*problems = append(*problems, err.Error())
 			return nil
@@ -138,7 +138,7 @@ func loadRecords(ctx context.Context, q querier, st *statements, m *projection.M
 	}); err != nil {
 		return err
 	}
-	return wakeTable.scanAll(ctx, q, st.scanWakeRecs, func(w *projection.Wake, err error) error {
+	return wakeTable.scanAll(ctx, onTx{q}, st.scanWakeRecs, func(w *projection.Wake, err error) error {
 		if err != nil {
 			*problems = append(*problems, err.Error())
 			return nil
