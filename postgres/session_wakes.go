@@ -162,11 +162,12 @@ func (v viewReader) ScanSessionWakes(sessionID string, maxAt int64, fn func(proj
 // errNoSessionWakes: a read-only View of a schema without session_wakes.
 var errNoSessionWakes = errors.New("postgres: the schema predates the per-session wake index")
 
-// loadSessionWakes reads the index into m (Verify), after its records and wake index. A
-// schema made before the index, opened read-only, has no table to compare: m then gets the
-// entries its wake index implies, so that Verify reports what the schema holds and nothing
-// about an index it does not have yet.
-func loadSessionWakes(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+// loadSessionWakes reads the index into m (Verify), after its wake index. A schema made
+// before the index, opened read-only, has no table to compare: m then gets the entries its
+// wake index implies (each wake's session from wake: Verify's fold, as the stored records
+// are not held), so that Verify reports what the schema holds and nothing about an index it
+// does not have yet.
+func loadSessionWakes(ctx context.Context, q querier, st *statements, m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.sw.table).Scan(&exists); err != nil {
 		return err
@@ -175,7 +176,7 @@ func loadSessionWakes(ctx context.Context, q querier, st *statements, m *project
 		var werr error
 		err := m.ScanWakes(math.MaxInt64, func(e projection.IndexEntry) bool {
 			var w *projection.Wake
-			if w, werr = m.Wake(e.ID); werr == nil && w != nil {
+			if w, werr = wake(e.ID); werr == nil && w != nil {
 				werr = m.PutSessionWake(w.SessionID, e)
 			}
 			return werr == nil
