@@ -100,6 +100,6 @@ func (c *serverClock) Now() time.Time {
 // serverTime is the server's clock_timestamp(): its time now, not its transaction's.
 func (e *engine) serverTime(ctx context.Context) (time.Time, error) {
 	var t time.Time
-	err := e.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
+	err := queryRow(ctx, e, "SELECT clock_timestamp()", nil, &t) // on a live connection
 	return t, err
 }

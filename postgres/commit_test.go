@@ -24,7 +24,7 @@ import (
 // fails: never a success for a group that did not commit (issue 27 item 1), never a failure
 // or a re-run for one that did (item 2).
 
-func connect(t *testing.T, dsn string) *pgx.Conn {
+func connect(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()
 	c, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {

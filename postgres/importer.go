@@ -40,7 +40,7 @@ func (im *Importer) Schema() string { return im.e.schema }
 // LastSeq is the sequence of the log's last committed event.
 func (im *Importer) LastSeq(ctx context.Context) (uint64, error) {
 	var seq int64
-	err := im.e.pool.QueryRow(ctx, im.e.st.lastSeq).Scan(&seq)
+	err := queryRow(ctx, im.e, im.e.st.lastSeq, nil, &seq)
 	return uint64(seq), err
 }
 

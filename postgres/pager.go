@@ -191,8 +191,8 @@ type idRow struct {
 }
 
 // scanAll pages through the table in id order (sql: id, rec and columns after $1, LIMIT
-// $2); fn gets each decoded record, or the error naming the row that does not decode.
-func (tb *recordTable[R]) scanAll(ctx context.Context, q querier, sql string, fn func(*R, error) error) error {
+// $2), each page a read through r; fn gets each decoded record, or the error naming the row that does not decode.
+func (tb *recordTable[R]) scanAll(ctx context.Context, r reads, sql string, fn func(*R, error) error) error {
 	scan := func(rows pgx.Rows) (idRow, error) {
 		var x idRow
 		var err error
@@ -204,7 +204,7 @@ func (tb *recordTable[R]) scanAll(ctx context.Context, q querier, sql string, fn
 		if last != nil {
 			after = last.id
 		}
-		return queryPage(ctx, q, scan, sql, after, n)
+		return readValue(ctx, r, func(q querier) ([]idRow, error) { return queryPage(ctx, q, scan, sql, after, n) })
 	}, func(x idRow) (bool, error) {
 		return true, fn(tb.decodeRow(string(x.id), x.storedRow))
 	})

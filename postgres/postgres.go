@@ -381,7 +381,7 @@ func (e *engine) readRange(ctx context.Context, from, to uint64, fn func(events.
 	ctx, stop := e.untilClose(ctx)
 	defer stop()
 	var fnErr error
-	err := readLog(ctx, e.pool, e.st, from, to, func(seq uint64, body []byte) error {
+	err := readLog(ctx, e, e.st, from, to, func(seq uint64, body []byte) error {
 		ev, err := events.Decode(body, seq)
 		if err != nil {
 			return fmt.Errorf("%w: events row %d: %w", ErrCorruptRow, seq, err)

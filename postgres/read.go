@@ -162,8 +162,8 @@ const readLogPage = 512
 // readLog calls fn with each event from..to (to 0: the end), decoded, in order. The log is
 // gap-free but for the ranges a prune recorded (table pruned): any other missing sequence is
 // ErrCorruptRow naming it. The pruned ranges are read at the first gap, and read again once
-// at a gap they do not explain (q may be a pool, and a prune may have committed since).
-func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn func(seq uint64, body []byte) error) error {
+// at a gap they do not explain (r may be the pool, and a prune may have committed since).
+func readLog(ctx context.Context, r reads, st *statements, from, to uint64, fn func(seq uint64, body []byte) error) error {
 	if from == 0 {
 		from = 1
 	}
@@ -178,7 +178,9 @@ func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn
 				return true, nil
 			}
 			var err error
-			if pruned, err = prunedRanges(ctx, q, st); err != nil {
+			if pruned, err = readValue(ctx, r, func(q querier) (projection.SeqRanges, error) {
+				return prunedRanges(ctx, q, st)
+			}); err != nil {
 				return false, err
 			}
 			loaded = true
@@ -189,7 +191,9 @@ func readLog(ctx context.Context, q querier, st *statements, from, to uint64, fn
 		if from > to {
 			return nil, nil
 		}
-		return queryPage(ctx, q, scanLogRow, st.readLog, int64(from), int64(to), n)
+		return readValue(ctx, r, func(q querier) ([]logRow, error) {
+			return queryPage(ctx, q, scanLogRow, st.readLog, int64(from), int64(to), n)
+		})
 	}, func(r logRow) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, err

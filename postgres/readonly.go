@@ -67,7 +67,7 @@ func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	var seq int64
-	if err := s.e.pool.QueryRow(ctx, s.e.st.lastSeq).Scan(&seq); err != nil {
+	if err := queryRow(ctx, s.e, s.e.st.lastSeq, nil, &seq); err != nil {
 		return 0, backendError(err)
 	}
 	return uint64(seq), nil
@@ -132,7 +132,7 @@ func (s *Store) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64,
 		return err
 	}
 	var fnErr error
-	err := readLog(ctx, s.e.pool, s.e.st, from, to, func(seq uint64, raw []byte) error {
+	err := readLog(ctx, s.e, s.e.st, from, to, func(seq uint64, raw []byte) error {
 		fnErr = fn(seq, raw)
 		return fnErr
 	})
@@ -153,7 +153,9 @@ func (s *Store) SessionLog(ctx context.Context, session string, from uint64, fn 
 		if last != nil {
 			from = last.seq + 1
 		}
-		return queryPage(ctx, s.e.pool, scanLogRow, s.e.st.sessionLog, []byte(session), int64(from), n)
+		return readValue(ctx, s.e, func(q querier) ([]logRow, error) {
+			return queryPage(ctx, q, scanLogRow, s.e.st.sessionLog, []byte(session), int64(from), n)
+		})
 	}, func(x logRow) (bool, error) {
 		ev, err := events.Decode(x.body, x.seq)
 		if err != nil {
@@ -182,13 +184,16 @@ func (s *Store) Sessions(ctx context.Context, fn func(session string) error) err
 		return err
 	}
 	var all []string
-	if err := eachRow(ctx, s.e.pool, s.e.st.sessions, func(r pgx.Rows) error {
-		var b []byte
-		if err := r.Scan(&b); err != nil {
-			return err
-		}
-		all = append(all, string(b))
-		return nil
+	if err := s.e.run(ctx, func(q querier) error {
+		all = all[:0] // a read on a dead connection runs again
+		return eachRow(ctx, q, s.e.st.sessions, func(r pgx.Rows) error {
+			var b []byte
+			if err := r.Scan(&b); err != nil {
+				return err
+			}
+			all = append(all, string(b))
+			return nil
+		})
 	}); err != nil {
 		return backendError(err)
 	}
@@ -220,7 +225,7 @@ func (s *Store) ScanWakes(ctx context.Context, fn func(*projection.Wake) error) 
 // scanRecords calls fn with every record of tb's table; fn's error is returned as it is.
 func scanRecords[R any](ctx context.Context, s *Store, tb *recordTable[R], sql string, fn func(*R) error) error {
 	var fnErr error
-	err := tb.scanAll(ctx, s.e.pool, sql, func(r *R, err error) error {
+	err := tb.scanAll(ctx, s.e, sql, func(r *R, err error) error {
 		if err != nil {
 			return err
 		}
@@ -250,6 +255,6 @@ func (s *Store) PrunedRanges(ctx context.Context) (projection.SeqRanges, error) 
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	r, err := prunedRanges(ctx, s.e.pool, s.e.st)
+	r, err := readValue(ctx, s.e, func(q querier) (projection.SeqRanges, error) { return prunedRanges(ctx, q, s.e.st) })
 	return r, backendError(err)
 }

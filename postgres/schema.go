@@ -371,6 +371,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensureSchedules(ctx, tx, schema); err != nil {
 			return err
 		}
+		if err := ensureStorage(ctx, tx, schema); err != nil {
+			return err
+		}
 		return tx.Commit(ctx)
 	}
 	var format string
@@ -404,6 +407,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return err
 		}
 		if err := ensureSchedules(ctx, tx, schema); err != nil {
+			return err
+		}
+		if err := ensureStorage(ctx, tx, schema); err != nil {
 			return err
 		}
 	}

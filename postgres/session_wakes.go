@@ -84,12 +84,13 @@ func ensureSessionWakes(ctx context.Context, tx pgx.Tx, schema string, exists bo
 var errNoSessionWakes = errors.New("postgres: the schema predates the per-session wake index")
 
 // impliedSessionWakes puts into m the entries of the per-session wake index that its wake
-// index implies (loadEntries, for a schema without session_wakes).
-func impliedSessionWakes(m *projection.Mem) error {
+// index implies (loadEntries, for a schema without session_wakes), each wake's session from
+// wake (Verify's fold: the stored records are compared as they are read, not held in m).
+func impliedSessionWakes(m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
 	var werr error
 	err := m.ScanIndex(projection.IndexWakes, "", math.MaxInt64, func(e projection.IndexEntry) bool {
 		var w *projection.Wake
-		if w, werr = m.Wake(e.ID); werr == nil && w != nil {
+		if w, werr = wake(e.ID); werr == nil && w != nil {
 			werr = m.PutIndex(projection.IndexSessionWakes, w.SessionID, e)
 		}
 		return werr == nil

@@ -12,14 +12,16 @@ import (
 )
 
 // Verify folds the events table from empty (projection.Apply into a projection.Mem) and
-// compares the result with every stored table (loaded into another Mem; Mem.Diff compares),
+// compares the result with every stored table (the records streamed, the rest loaded into
+// another Mem),
 // in one read-only repeatable-read transaction: records field by field, keys, the due,
 // per-kind due, wake and per-session wake indexes, the session lists, the counts, the retention index and the
 // log head. It also checks that every event decodes and that the log has no gap but the
 // ranges a prune recorded (table pruned), which hold no event and end at the log head at the
 // latest: after a prune the state is the fold of the retained events, continued across each
 // pruned gap (a subject is pruned whole, so no retained event needs a pruned one). It holds
-// both states in memory: O(stored state).
+// the fold and the stored index entries; the stored records are compared as they are read,
+// page by page (projection.Mem.DiffStored), never held.
 func (e *engine) Verify(ctx context.Context) ([]string, error) { return e.verify(ctx, nil) }
 
 // verify is Verify calling progress, when not nil, after each page of the log it folds.
@@ -54,7 +56,7 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	var d events.Decoder
 	var stop error
 	folded := 0
-	err = readLog(ctx, tx, st, 1, 0, func(seq uint64, body []byte) error {
+	err = readLog(ctx, onTx{tx}, st, 1, 0, func(seq uint64, body []byte) error {
 		if folded++; progress != nil && folded%readLogPage == 0 {
 			progress(seq, uint64(head))
 		}
@@ -100,17 +102,38 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 			fold.SetLastSeq(r.To) // the log's pruned tail
 		}
 	}
-	if err := loadRecords(ctx, tx, st, stored, &problems); err != nil {
-		return nil, err
-	}
-	if err := loadIndexes(ctx, tx, st, stored); err != nil {
+	if err := loadIndexes(ctx, tx, st, stored, fold.Wake); err != nil {
 		return nil, err
 	}
 	if err := loadSchedules(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
+	// The stored records are compared as they are read, page by page in id order, with the
+	// fold's: only the fold's are held. A row that does not decode is a problem, listed
+	// before the differences (as the fold's records then lack nothing for it).
+	var undecoded []string
+	diff, err := fold.DiffStored(stored, func(fn func(*projection.Task) error) error {
+		return taskTable.scanAll(ctx, onTx{tx}, st.scanTasks, storedRecord(fn, &undecoded))
+	}, func(fn func(*projection.Wake) error) error {
+		return wakeTable.scanAll(ctx, onTx{tx}, st.scanWakeRecs, storedRecord(fn, &undecoded))
+	})
+	if err != nil {
+		return nil, err
+	}
 	// Diff says "stored vs rebuilt".
-	return append(problems, stored.Diff(fold)...), nil
+	return append(append(problems, undecoded...), diff...), nil
+}
+
+// storedRecord is a scanAll callback that hands fn each stored record, and lists a row that
+// does not decode in problems.
+func storedRecord[R any](fn func(*R) error, problems *[]string) func(*R, error) error {
+	return func(r *R, err error) error {
+		if err != nil {
+			*problems = append(*problems, err.Error())
+			return nil
+		}
+		return fn(r)
+	}
 }
 
 func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error) error {
@@ -127,27 +150,7 @@ func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error
 	return rows.Err()
 }
 
-// loadRecords reads every task and wake into m; a row that does not decode is a problem.
-func loadRecords(ctx context.Context, q querier, st *statements, m *projection.Mem, problems *[]string) error {
-	if err := taskTable.scanAll(ctx, q, st.scanTasks, func(t *projection.Task, err error) error {
-		if err != nil {
-			*problems = append(*problems, err.Error())
-			return nil
-		}
-		return m.PutTask(t)
-	}); err != nil {
-		return err
-	}
-	return wakeTable.scanAll(ctx, q, st.scanWakeRecs, func(w *projection.Wake, err error) error {
-		if err != nil {
-			*problems = append(*problems, err.Error())
-			return nil
-		}
-		return m.PutWake(w)
-	})
-}
-
-func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
 	keys := func(sql string, put func(s, k, id string) error) error {
 		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
 			var s, k, id []byte
@@ -194,7 +197,7 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 	}); err != nil {
 		return err
 	}
-	return loadEntries(ctx, q, st, m)
+	return loadEntries(ctx, q, st, m, wake)
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

@@ -228,6 +228,67 @@ func (m *Mem) Diff(o *Mem) []string {
 	}
 	out = append(out, diffMaps("task", m.tasks, o.tasks)...)
 	out = append(out, diffMaps("wake", m.wakes, o.wakes)...)
+	return append(out, m.diffAfterRecords(o)...)
+}
+
+// DiffStored is stored.Diff(m) for a stored state too large to hold: stored holds
+// everything but the records (keys, indexes, session lists, counts, the retention index,
+// the last sequence), and tasks and wakes call their fn with each stored record, in id order
+// (bytewise), one at a time — a store's scan, page by page. Only m's records are held, and a
+// sorted list of their ids. It says what Diff would, in the same order; an error of tasks or
+// wakes (other than fn's, which never fails) is returned as it is.
+func (m *Mem) DiffStored(stored *Mem, tasks func(fn func(*Task) error) error, wakes func(fn func(*Wake) error) error) ([]string, error) {
+	stored.BuildIndexes()
+	m.BuildIndexes()
+	var out []string
+	if stored.lastSeq != m.lastSeq {
+		out = append(out, fmt.Sprintf("last_seq: %d vs %d", stored.lastSeq, m.lastSeq))
+	}
+	t, err := diffStream("task", m.tasks, func(t *Task) string { return t.ID }, tasks)
+	if err != nil {
+		return nil, err
+	}
+	w, err := diffStream("wake", m.wakes, func(w *Wake) string { return w.ID }, wakes)
+	if err != nil {
+		return nil, err
+	}
+	out = append(append(out, t...), w...)
+	return append(out, stored.diffAfterRecords(m)...), nil
+}
+
+// diffStream is diffMaps(what, stored, mine) for stored records read one at a time in id
+// order by each: a merge with mine's sorted ids.
+func diffStream[T any](what string, mine map[string]*T, id func(*T) string, each func(func(*T) error) error) ([]string, error) {
+	ids := make([]string, 0, len(mine))
+	for k := range mine {
+		ids = append(ids, k)
+	}
+	sort.Strings(ids)
+	var out []string
+	i := 0
+	err := each(func(x *T) error {
+		xid := id(x)
+		for ; i < len(ids) && ids[i] < xid; i++ {
+			out = append(out, fmt.Sprintf("%s %s: missing on the left", what, ids[i]))
+		}
+		if i < len(ids) && ids[i] == xid {
+			out = append(out, DiffRecords(what+" "+xid, x, mine[xid])...)
+			i++
+		} else {
+			out = append(out, fmt.Sprintf("%s %s: missing on the right", what, xid))
+		}
+		return nil
+	})
+	for ; i < len(ids); i++ {
+		out = append(out, fmt.Sprintf("%s %s: missing on the left", what, ids[i]))
+	}
+	return out, err
+}
+
+// diffAfterRecords is Diff after the records: keys, indexes, session lists, counts, schedules,
+// retention.
+func (m *Mem) diffAfterRecords(o *Mem) []string {
+	var out []string
 	out = append(out, diffKeys("task key", m.taskKeys, o.taskKeys)...)
 	out = append(out, diffKeys("wake key", m.wakeKeys, o.wakeKeys)...)
 	out = append(out, m.diffIndexes(o)...)

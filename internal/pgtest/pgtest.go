@@ -333,3 +333,7 @@ func (s *Server) WaitReady(d time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Throwaway reports whether the server was started by this package for the tests (and is
+// removed after them), not an existing one EnvDSN named: a test may change its settings.
+func (s *Server) Throwaway() bool { return s.owned }

@@ -1,0 +1,111 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
+)
+
+// BenchmarkVerifyHeap (issue 24 §5, target: 100,000 tasks verified with at most 64 MiB of
+// heap): Verify of a queue of WORKLOG_VERIFY_HEAP_TASKS tasks (default 100,000: a third
+// settled, a third running, the rest pending; inputs of 100 bytes, in 5 sessions and 4
+// kinds), by a read-only Store opened after the queue was filled and closed. The heap is
+// sampled (runtime.ReadMemStats' HeapInuse every 5 ms) from a baseline taken after a GC;
+// the peak rise is reported as MiB-peak-heap. It is a figure of memory, not of time, so the
+// machine's load does not spoil it (HeapInuse includes garbage the collector has not yet
+// taken, at GOGC=100). Filling takes minutes; the verify itself seconds.
+//
+//	go test ./postgres -run '^$' -bench VerifyHeap -benchtime 1x -timeout 30m -v
+func BenchmarkVerifyHeap(b *testing.B) {
+	n := envInt("WORKLOG_VERIFY_HEAP_TASKS", 100_000)
+	dsn := pgtest.Schema(b)
+	ctx := context.Background()
+	fillForVerify(b, dsn, n)
+	st, err := OpenReadOnly(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	b.ResetTimer()
+	var worst uint64
+	for range b.N {
+		peak, problems, err := verifyPeakHeap(func() ([]string, error) { return st.Verify(ctx, VerifyOptions{}) })
+		if err != nil || len(problems) > 0 {
+			b.Fatalf("Verify: %v, %v", problems, err)
+		}
+		worst = max(worst, peak)
+	}
+	b.Logf("Verify of %d tasks: peak heap %.1f MiB above the baseline", n, float64(worst)/(1<<20))
+	b.ReportMetric(float64(worst)/(1<<20), "MiB-peak-heap")
+}
+
+// verifyPeakHeap runs verify and returns how far HeapInuse rose above its value after a GC.
+func verifyPeakHeap(verify func() ([]string, error)) (uint64, []string, error) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	problems, err := verify()
+	close(stop)
+	wg.Wait()
+	return max(peak, base) - base, problems, err
+}
+
+// fillForVerify submits n tasks to the queue of dsn, claims two thirds and settles half of
+// those.
+func fillForVerify(t testing.TB, dsn string, n int) {
+	ctx := context.Background()
+	_, q := openEngine(t, dsn, nil)
+	defer q.Close()
+	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	input := []byte(`{"payload":"` + strings.Repeat("x", 86) + `"}`) // 100 bytes
+	for i := 0; i < n; i += work.MaxSubmitMany {
+		rs := make([]work.TaskRequest, min(work.MaxSubmitMany, n-i))
+		for j := range rs {
+			rs[j] = work.TaskRequest{Kind: fmt.Sprintf("k%d", (i+j)%4), Input: input}
+		}
+		if _, err := q.Session(fmt.Sprintf("s%d", (i/work.MaxSubmitMany)%5)).SubmitManyAt(ctx, rs, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for claimed := 0; claimed < 2*n/3; {
+		ds, err := q.ClaimDueAt(ctx, t0.Add(time.Minute), time.Hour, min(256, 2*n/3-claimed))
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("claim: %d, %v", len(ds), err)
+		}
+		for k, d := range ds {
+			if (claimed+k)%2 == 0 {
+				if _, err := q.FinishAt(ctx, d, work.Success([]byte(`"ok"`)), t0.Add(2*time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		claimed += len(ds)
+	}
+}
