@@ -31,6 +31,7 @@ var schemaVersion = [256]uint8{
 	TypeWakeAckRejected:     1,
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
+	TypeTaskSubmitRejected:  1,
 }
 
 // bodyVersion is the schema version Append writes for e: today's, except that a claim
@@ -182,6 +183,12 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendUint(b, uint64(e.Attempt))
 		b = msgp.AppendInt(b, e.RunAt)
 		b = msgp.AppendStr(b, e.Reason)
+	case *TaskSubmitRejected:
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendStr(b, e.IdempotencyKey)
+		b = msgp.AppendStr(b, e.Field)
+		b = msgp.AppendStr(b, e.Kind)
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
@@ -579,6 +586,7 @@ type Decoder struct {
 	wakeAckRejected     WakeAckRejected
 	taskExtended        TaskExtended
 	taskReleased        TaskReleased
+	taskSubmitRejected  TaskSubmitRejected
 }
 
 // Decode is the package's Decode into the Decoder's structs: the same checks, the same
@@ -701,6 +709,14 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.RunAt = r.i64("run_at")
 		r.str("reason", &e.Reason)
 		ev = e
+	case TypeTaskSubmitRejected:
+		e := fresh(d, func(d *Decoder) *TaskSubmitRejected { return &d.taskSubmitRejected })
+		r.header(&e.Header)
+		r.str("task_id", &e.TaskID)
+		r.str("idempotency_key", &e.IdempotencyKey)
+		r.str("field", &e.Field)
+		r.str("kind", &e.Kind)
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.Left() != 0 {
@@ -780,6 +796,15 @@ func check(ev Event, seq uint64) *DecodeError {
 		}
 		if len(e.Reason) > MaxReleaseReason {
 			return bad("reason", fmt.Sprintf("%d bytes is longer than %d", len(e.Reason), MaxReleaseReason))
+		}
+	case *TaskSubmitRejected:
+		// A rejection names the task the key already names (its subject), the key and what
+		// differs.
+		if e.IdempotencyKey == "" {
+			return bad("idempotency_key", "must not be empty")
+		}
+		if e.Field == "" {
+			return bad("field", "must not be empty")
 		}
 	}
 	return nil

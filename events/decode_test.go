@@ -481,6 +481,8 @@ func TestDecodeChecks(t *testing.T) {
 		{"release eligible before its time", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 9}, 3, "run_at"},
 		{"release reason over 64 KiB", &TaskReleased{Header: h, TaskID: "t", Attempt: 1, RunAt: 10,
 			Reason: strings.Repeat("r", MaxReleaseReason+1)}, 3, "reason"},
+		{"submit rejection without a key", &TaskSubmitRejected{Header: h, TaskID: "t", Field: "input"}, 3, "idempotency_key"},
+		{"submit rejection without a field", &TaskSubmitRejected{Header: h, TaskID: "t", IdempotencyKey: "k"}, 3, "field"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

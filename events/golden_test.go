@@ -149,6 +149,13 @@ var goldenFixtures = []goldenFixture{
 		RunAt:   goldenAt + 172e9,
 		Reason:  "smtp: 421 try again later — backing off",
 	}},
+	{"task_submit_rejected.v1", &TaskSubmitRejected{
+		Header:         Header{Seq: 301, SessionID: goldenSession, At: goldenAt + 113e9},
+		TaskID:         goldenTask,
+		IdempotencyKey: "order-7/charge",
+		Field:          "input",
+		Kind:           "charge_card",
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
@@ -165,6 +172,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeWakeAckRejected:     {"wake_id", "attempt", "reason"},
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
+	TypeTaskSubmitRejected:  {"task_id", "idempotency_key", "field", "kind"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -384,6 +392,7 @@ func TestWireNumbersStable(t *testing.T) {
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
+		"task_submit_rejected": 16,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {

@@ -172,6 +172,9 @@ func (g *gen) event(t Type, seq uint64) Event {
 		// check: eligible again no earlier than the release; a reason of at most 64 KiB
 		// (g.str's longest is 65536, the limit).
 		return &TaskReleased{Header: h, TaskID: g.str(true), Attempt: g.attempt(), RunAt: g.after(h.At), Reason: g.str(false)}
+	case TypeTaskSubmitRejected:
+		// check: the task, the key and the differing field are named.
+		return &TaskSubmitRejected{Header: h, TaskID: g.str(true), IdempotencyKey: g.str(true), Field: g.str(true), Kind: g.str(false)}
 	}
 	panic("unknown type " + t.String())
 }
