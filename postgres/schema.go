@@ -380,6 +380,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensureMarks(ctx, tx, schema, false); err != nil {
 			return err
 		}
+		if err := ensureInbox(ctx, tx, schema); err != nil {
+			return err
+		}
 		return tx.Commit(ctx)
 	}
 	var format string
@@ -404,6 +407,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 	}
 	if !readOnly {
 		if err := ensureMarks(ctx, tx, schema, hasMarks); err != nil {
+			return err
+		}
+		if err := ensureInbox(ctx, tx, schema); err != nil {
 			return err
 		}
 	}

@@ -30,6 +30,11 @@ func (e *engine) Verify(ctx context.Context) ([]string, error) {
 	}
 	defer tx.Rollback(context.Background())
 	p, err := verify(ctx, tx, e.st)
+	if err == nil {
+		var rejects []string
+		rejects, err = e.inboxProblems(ctx, tx)
+		p = append(p, rejects...)
+	}
 	return p, backendError(err)
 }
 

@@ -13,6 +13,7 @@ type engineCaps struct {
 	stager  valueStager       // large values written before the command is queued (engine.go)
 	after   afterPruner       // space reclaimed in the background after a prune (prune_pace.go)
 	pebble  *pebbleEngine     // Queue.Checkpoint; nil on other engines
+	inbox   engineapi.Inbox   // submissions committed by other transactions (inbox.go)
 }
 
 func resolveCaps(e engine) engineCaps {
@@ -22,6 +23,7 @@ func resolveCaps(e engine) engineCaps {
 	c.stager, _ = e.(valueStager)
 	c.after, _ = e.(afterPruner)
 	c.pebble, _ = e.(*pebbleEngine)
+	c.inbox, _ = e.(engineapi.Inbox)
 	return c
 }
 
@@ -45,6 +47,9 @@ func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	q := &Queue{b: lb, caps: resolveBackendCaps(lb), maxValue: maxValue, clock: clock}
 	if c.Retention > 0 {
 		q.stopPruner = q.startPruner(c.Retention, c.PruneInterval, c.Logger)
+	}
+	if caps.inbox != nil {
+		q.stopInbox = lb.startInbox(c.Logger)
 	}
 	return q
 }
