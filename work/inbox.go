@@ -137,16 +137,10 @@ func (b *logBackend) ingest(ctx context.Context, limit int) (int, error) {
 	if verr != nil {
 		return 0, verr
 	}
-	// The ids are drawn before the command is queued, as Submit's: randomness stays off the
-	// single writer's path.
-	ids := make([]string, limit)
-	for i := range ids {
-		id, err := b.ids.id("task", at)
-		if err != nil {
-			return 0, backendErr(err)
-		}
-		ids[i] = id
-	}
+	// The ids are drawn as rows are found, and kept for a re-run of fn: an empty take (the
+	// pass at start, a spurious notification) draws none, so a queue's ids are the same with
+	// or without an inbox (Options.Entropy makes them reproducible).
+	var ids []string
 	var taken int
 	err := b.update(ctx, func(tx txn) error {
 		taken = 0 // fn may run twice (engine.update)
@@ -156,6 +150,13 @@ func (b *logBackend) ingest(ctx context.Context, limit int) (int, error) {
 		}
 		taken = len(rows)
 		for i, row := range rows {
+			if i == len(ids) {
+				id, err := b.ids.id("task", at)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
 			if err := b.takeIn(tx, row, ids[i], at); err != nil {
 				return err
 			}
@@ -198,7 +199,6 @@ func (b *logBackend) takeIn(tx txn, row engineapi.InboxEntry, newID string, at i
 	ev.TaskID = newID
 	return tx.Append(&ev)
 }
-
 
 // engineTxn is the engine's own transaction under the decide code's (update wraps it to
 // signal the waiters): the engine's inbox methods run statements on it.

@@ -205,6 +205,11 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		if e.Reason != "" {
 			add("reason=%s", shortWord(e.Reason, 80))
 		}
+	case *events.TaskSubmitRejected:
+		add("task=%s", e.TaskID)
+		add("key=%s", word(e.IdempotencyKey))
+		add("differs=%s", word(e.Field))
+		add("kind=%s", word(e.Kind))
 	default:
 		return subjectDetails(ev), false
 	}
@@ -258,6 +263,7 @@ type eventJSON struct {
 	Worker           string          `json:"worker,omitempty"`
 	Outcome          *outcomeJSON    `json:"outcome,omitempty"`
 	Reason           string          `json:"reason,omitempty"`
+	Field            string          `json:"field,omitempty"` // task_submit_rejected: the first differing field
 	Payload          json.RawMessage `json:"payload,omitempty"`
 }
 
@@ -309,6 +315,8 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 	case *events.TaskReleased:
 		// reason is the worker's own text here (whole: up to 64 KiB), not a reject reason.
 		j.TaskID, j.Attempt, j.RunAt, j.Reason = e.TaskID, e.Attempt, jsonTime(e.RunAt), e.Reason
+	case *events.TaskSubmitRejected:
+		j.TaskID, j.IdempotencyKey, j.Field, j.Kind = e.TaskID, e.IdempotencyKey, e.Field, e.Kind
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false
