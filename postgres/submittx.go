@@ -58,6 +58,7 @@ type inbox struct {
 	take    string // TakeInbox's DELETE ... RETURNING
 	rej     string // the move of a row to submit_inbox_rejects
 	rejRule string // the same, for a row that decodes but breaks a rule
+	pending string // InboxPending's
 }
 
 func newInbox(schema string) *inbox {
@@ -70,6 +71,7 @@ func newInbox(schema string) *inbox {
 			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, session, request, at`,
 		rej: `INSERT INTO ` + s + `.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (id) DO NOTHING`,
+		pending: `SELECT EXISTS (SELECT 1 FROM ` + s + `.submit_inbox)`,
 		rejRule: `INSERT INTO ` + s + `.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, now(), $4)
 			ON CONFLICT (id) DO NOTHING`,
 	}
@@ -93,6 +95,19 @@ func (e *engine) signalInbox() {
 	case e.inbox.ready <- struct{}{}:
 	default:
 	}
+}
+
+// InboxPending reads whether submit_inbox holds a row, on a connection of the pool (not the
+// writer's).
+func (e *engine) InboxPending(ctx context.Context) (bool, error) {
+	if e.isClosed() {
+		return false, errClosed()
+	}
+	ctx, stop := e.untilClose(ctx)
+	defer stop()
+	var ok bool
+	err := e.pool.QueryRow(ctx, e.inbox.pending).Scan(&ok)
+	return ok, err
 }
 
 // TakeInbox deletes up to n rows no other transaction holds, oldest first, in the writer's

@@ -120,6 +120,9 @@ func (b *logBackend) startInbox(logger *slog.Logger) (stop func()) {
 
 // ingestAll takes in every row it finds, one command per inboxBatch rows.
 func (b *logBackend) ingestAll(ctx context.Context) error {
+	if pending, err := b.caps.inbox.InboxPending(ctx); err != nil || !pending {
+		return err
+	}
 	for {
 		n, err := b.ingest(ctx, inboxBatch)
 		if err != nil || n < inboxBatch {

@@ -26,6 +26,12 @@ type recordingEngine struct {
 func (e *recordingEngine) SetInboxEncoder(enc engineapi.InboxEncoder) { e.enc = enc }
 func (e *recordingEngine) InboxReady() <-chan struct{}                { return e.ready }
 
+func (e *recordingEngine) InboxPending(context.Context) (bool, error) {
+	e.inboxMu.Lock()
+	defer e.inboxMu.Unlock()
+	return len(e.inbox) > 0, nil
+}
+
 func (e *recordingEngine) TakeInbox(tx txn, n int) ([]engineapi.InboxEntry, error) {
 	e.inboxMu.Lock()
 	defer e.inboxMu.Unlock()

@@ -119,6 +119,9 @@ type Inbox interface {
 	// and once when the engine starts (for rows committed while no queue ran). A spurious
 	// value costs one empty take.
 	InboxReady() <-chan struct{}
+	// InboxPending reports whether the inbox may hold a row, by a read outside the writer: an
+	// empty inbox (the pass at start, a spurious value) costs no writer command.
+	InboxPending(ctx context.Context) (bool, error)
 	// TakeInbox, called with the tx of an Update's fn, deletes up to n rows no other
 	// transaction holds, oldest first, and returns them: they are gone exactly when tx
 	// commits. A row whose bytes do not decode is not returned: the engine moves it aside
