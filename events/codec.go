@@ -33,6 +33,7 @@ var schemaVersion = [256]uint8{
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
 	TypeTaskRetried:         1,
+	TypeTaskSubmitRejected:  1,
 }
 
 // bodyVersion is the schema version Append writes for e: today's, except that a claim
@@ -221,6 +222,12 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendUint(b, uint64(e.Attempts))
 		b = msgp.AppendInt(b, e.RunAt)
+	case *TaskSubmitRejected:
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendStr(b, e.IdempotencyKey)
+		b = msgp.AppendStr(b, e.Field)
+		b = msgp.AppendStr(b, e.Kind)
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
@@ -662,6 +669,7 @@ type Decoder struct {
 	taskExtended        TaskExtended
 	taskReleased        TaskReleased
 	taskRetried         TaskRetried
+	taskSubmitRejected  TaskSubmitRejected
 }
 
 // Decode is the package's Decode into the Decoder's structs: the same checks, the same
@@ -795,6 +803,14 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
 		e.RunAt = r.i64("run_at")
 		ev = e
+	case TypeTaskSubmitRejected:
+		e := fresh(d, func(d *Decoder) *TaskSubmitRejected { return &d.taskSubmitRejected })
+		r.header(&e.Header)
+		r.str("task_id", &e.TaskID)
+		r.str("idempotency_key", &e.IdempotencyKey)
+		r.str("field", &e.Field)
+		r.str("kind", &e.Kind)
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.Left() != 0 {
@@ -887,6 +903,15 @@ func check(ev Event, seq uint64) *DecodeError {
 		// at the retry: never before it.
 		if e.RunAt < h.At {
 			return bad("run_at", fmt.Sprintf("%d is before the event's time %d", e.RunAt, h.At))
+		}
+	case *TaskSubmitRejected:
+		// A rejection names the task the key already names (its subject), the key and what
+		// differs.
+		if e.IdempotencyKey == "" {
+			return bad("idempotency_key", "must not be empty")
+		}
+		if e.Field == "" {
+			return bad("field", "must not be empty")
 		}
 	}
 	return nil

@@ -22,6 +22,9 @@ const (
 	TypeTaskExtended        Type = 10
 	TypeTaskReleased        Type = 11
 	TypeTaskRetried         Type = 12
+	// 13 to 15 are taken by other branches of this round (kind_policy_set, schedule_set,
+	// schedule_removed): never reuse them.
+	TypeTaskSubmitRejected Type = 16
 )
 
 // Subject says what the events of a type are about: a task or a wake. Event.Subject returns
@@ -69,6 +72,7 @@ var catalogue = [...]TypeInfo{
 	{TypeTaskExtended, "task_extended", SubjectTask, "the attempt holding the claim extended its lease (a heartbeat)"},
 	{TypeTaskReleased, "task_released", SubjectTask, "the attempt holding the claim gave the task back: pending again, or canceled if a cancel was requested"},
 	{TypeTaskRetried, "task_retried", SubjectTask, "a failed or canceled task was retried: pending again, its history and attempts kept"},
+	{TypeTaskSubmitRejected, "task_submit_rejected", SubjectTask, "audit: a submission taken in from the inbox (postgres.SubmitTx) reused a key with another intent; no task, no state changes"},
 }
 
 // byNumber is the catalogue indexed by type number; a row with no Name is not a known type.
@@ -337,6 +341,19 @@ type TaskSettleRejected struct {
 	Reason  RejectReason
 }
 
+// TaskSubmitRejected is an audit event: a submission committed in the application's
+// transaction (postgres.SubmitTx) was taken in by the queue, and its idempotency key already
+// named a task of the session with another intent. No task is made and no state changes; the
+// event records who asked, the key, the first differing field (as ErrIdempotencyConflict names
+// it), the task the key names (TaskID, its subject) and the rejected request's kind.
+type TaskSubmitRejected struct {
+	Header
+	TaskID         string // the existing task the key names
+	IdempotencyKey string
+	Field          string // the first field of the intent that differs: kind, run_at, wake, input, ...
+	Kind           string // the rejected request's kind
+}
+
 // WakeAckRejected is the audit twin of TaskSettleRejected for AckWake.
 type WakeAckRejected struct {
 	Header
@@ -394,6 +411,7 @@ func (e *WakeAckRejected) Type() Type     { return TypeWakeAckRejected }
 func (e *TaskExtended) Type() Type        { return TypeTaskExtended }
 func (e *TaskReleased) Type() Type        { return TypeTaskReleased }
 func (e *TaskRetried) Type() Type         { return TypeTaskRetried }
+func (e *TaskSubmitRejected) Type() Type  { return TypeTaskSubmitRejected }
 
 func (h *Header) Head() *Header { return h }
 
@@ -409,6 +427,7 @@ func (e *WakeAckRejected) Subject() (string, string)     { return "", e.WakeID }
 func (e *TaskExtended) Subject() (string, string)        { return e.TaskID, "" }
 func (e *TaskReleased) Subject() (string, string)        { return e.TaskID, "" }
 func (e *TaskRetried) Subject() (string, string)         { return e.TaskID, "" }
+func (e *TaskSubmitRejected) Subject() (string, string)  { return e.TaskID, "" }
 
 // LeaseToken returns the token an event carries, or "".
 func LeaseToken(e Event) string {

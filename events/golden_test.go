@@ -171,6 +171,13 @@ var goldenFixtures = []goldenFixture{
 		Attempts: 3,
 		RunAt:    goldenAt + 260e9,
 	}},
+	{"task_submit_rejected.v1", &TaskSubmitRejected{
+		Header:         Header{Seq: 301, SessionID: goldenSession, At: goldenAt + 113e9},
+		TaskID:         goldenTask,
+		IdempotencyKey: "order-7/charge",
+		Field:          "input",
+		Kind:           "charge_card",
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
@@ -188,6 +195,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
 	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
+	TypeTaskSubmitRejected:  {"task_id", "idempotency_key", "field", "kind"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -407,7 +415,8 @@ func TestWireNumbersStable(t *testing.T) {
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
-		"task_retried": 12,
+		"task_retried":         12,
+		"task_submit_rejected": 16,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {

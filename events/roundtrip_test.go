@@ -190,6 +190,9 @@ func (g *gen) event(t Type, seq uint64) Event {
 	case TypeTaskRetried:
 		// check: eligible again no earlier than the retry.
 		return &TaskRetried{Header: h, TaskID: g.str(true), Attempts: uint32(g.u64()), RunAt: g.after(h.At)}
+	case TypeTaskSubmitRejected:
+		// check: the task, the key and the differing field are named.
+		return &TaskSubmitRejected{Header: h, TaskID: g.str(true), IdempotencyKey: g.str(true), Field: g.str(true), Kind: g.str(false)}
 	}
 	panic("unknown type " + t.String())
 }

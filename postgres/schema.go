@@ -395,6 +395,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensurePriority(ctx, tx, schema); err != nil {
 			return err
 		}
+		if err := ensureInbox(ctx, tx, schema); err != nil {
+			return err
+		}
 		return tx.Commit(ctx)
 	}
 	var format string
@@ -425,6 +428,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return err
 		}
 		if err := ensurePriority(ctx, tx, schema); err != nil {
+			return err
+		}
+		if err := ensureInbox(ctx, tx, schema); err != nil {
 			return err
 		}
 	}

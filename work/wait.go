@@ -46,7 +46,7 @@ func eventSignal(t events.Type) (sig uint8, ok bool) {
 	case events.TypeWakeRecorded:
 		return sigWakes, true
 	case events.TypeTaskClaimed, events.TypeTaskSettled, events.TypeWakeClaimed, events.TypeWakeAcked,
-		events.TypeTaskSettleRejected, events.TypeWakeAckRejected:
+		events.TypeTaskSettleRejected, events.TypeWakeAckRejected, events.TypeTaskSubmitRejected:
 		return 0, true
 	}
 	return 0, false

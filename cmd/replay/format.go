@@ -218,6 +218,11 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("task=%s", e.TaskID)
 		add("attempts=%d", e.Attempts)
 		add("run_at=%s", fmtTime(e.RunAt))
+	case *events.TaskSubmitRejected:
+		add("task=%s", e.TaskID)
+		add("key=%s", word(e.IdempotencyKey))
+		add("differs=%s", word(e.Field))
+		add("kind=%s", word(e.Kind))
 	default:
 		return subjectDetails(ev), false
 	}
@@ -263,6 +268,7 @@ type eventJSON struct {
 	Worker           string            `json:"worker,omitempty"`
 	Outcome          *outcomeJSON      `json:"outcome,omitempty"`
 	Reason           string            `json:"reason,omitempty"`
+	Field            string            `json:"field,omitempty"` // task_submit_rejected: the first differing field
 	Payload          json.RawMessage   `json:"payload,omitempty"`
 }
 
@@ -317,6 +323,8 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		j.TaskID, j.Attempt, j.RunAt, j.Reason = e.TaskID, e.Attempt, jsonTime(e.RunAt), e.Reason
 	case *events.TaskRetried:
 		j.TaskID, j.Attempts, j.RunAt = e.TaskID, e.Attempts, jsonTime(e.RunAt)
+	case *events.TaskSubmitRejected:
+		j.TaskID, j.IdempotencyKey, j.Field, j.Kind = e.TaskID, e.IdempotencyKey, e.Field, e.Kind
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false
