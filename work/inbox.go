@@ -35,12 +35,14 @@ func inboxEvent(sessionID string, r *TaskRequest, runAt int64) *events.TaskSubmi
 		TaskID: inboxTaskID, Kind: r.Kind, Input: jsonOrNull(r.Input),
 		HasRunAt: !r.RunAt.IsZero(), RunAt: runAt,
 		IdempotencyKey: r.IdempotencyKey, WakeOnCompletion: r.Wake == WakeOnCompletion,
+		Priority: int64(r.Priority), Headers: cloneHeaders(r.Headers),
 	}
 }
 
 // requestOf is the request an inbox row's event holds: inboxEvent's inverse.
 func requestOf(e *events.TaskSubmitted) TaskRequest {
-	r := TaskRequest{Kind: e.Kind, Input: e.Input, IdempotencyKey: e.IdempotencyKey}
+	r := TaskRequest{Kind: e.Kind, Input: e.Input, IdempotencyKey: e.IdempotencyKey,
+		Priority: int(e.Priority), Headers: cloneHeaders(e.Headers)}
 	if e.HasRunAt {
 		r.RunAt = time.Unix(0, e.RunAt).UTC()
 	}
