@@ -78,6 +78,11 @@ func TestDeadPooledConnections(t *testing.T) {
 	}
 	killIdle()
 	mustVerify(t, q)
+	// The inbox's read before a take-in pass (InboxPending) asks again on another connection.
+	killIdle()
+	if pending, err := e.InboxPending(ctx); err != nil || pending {
+		t.Fatalf("InboxPending on a pool of dead connections = %v, %v; want an empty inbox", pending, err)
+	}
 	if c := kindCounts(t, s); c["before"] != 1 || c["after"] != 1 {
 		t.Errorf("tasks by kind: %v, want one before and one after", c)
 	}

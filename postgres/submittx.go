@@ -105,9 +105,21 @@ func (e *engine) InboxPending(ctx context.Context) (bool, error) {
 	}
 	ctx, stop := e.untilClose(ctx)
 	defer stop()
-	var ok bool
-	err := e.pool.QueryRow(ctx, e.inbox.pending).Scan(&ok)
-	return ok, err
+	// A read that changes nothing: on a pooled connection found dead (deadconn.go) it is
+	// asked again on another, as a BEGIN is.
+	for attempt := 1; ; attempt++ {
+		conn, err := e.pool.Acquire(ctx)
+		if err != nil {
+			return false, err
+		}
+		var ok bool
+		err = conn.QueryRow(ctx, e.inbox.pending).Scan(&ok)
+		retry := err != nil && e.retryBegin(ctx, conn, attempt)
+		conn.Release()
+		if !retry {
+			return ok, err
+		}
+	}
 }
 
 // TakeInbox deletes up to n rows no other transaction holds, oldest first, in the writer's
