@@ -391,6 +391,8 @@ func cloneEvent(ev events.Event) events.Event {
 		c := *e
 		return &c
 	case *events.TaskRetried:
+		c := *e
+		return &c
 	case *events.TaskSubmitRejected:
 		c := *e
 		return &c
