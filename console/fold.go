@@ -148,6 +148,9 @@ func taskRule(ev events.Event, b, t *projection.Task) string {
 	case *events.TaskRetried:
 		return fmt.Sprintf("retry of a %s task by its session: pending again at %s, outcome cleared; attempts stay %d (attempt numbers never repeat), the next claim is attempt %d",
 			stateOr(b), fmtTime(e.RunAt), e.Attempts, e.Attempts+1)
+	case *events.TaskSubmitRejected:
+		return fmt.Sprintf("submission taken in from the inbox (postgres.SubmitTx) rejected: key %s names this task, and the request's %s differs (kind %s); no task, state unchanged",
+			e.IdempotencyKey, e.Field, e.Kind)
 	case *events.TaskReleased:
 		reason := ""
 		if e.Reason != "" {

@@ -546,6 +546,8 @@ func details(ev events.Event) string {
 		return fmt.Sprintf("attempt %d, lease until %s", e.Attempt, fmtTime(e.LeaseExpiresAt))
 	case *events.TaskRetried:
 		return fmt.Sprintf("attempts %d kept, run_at %s", e.Attempts, fmtTime(e.RunAt))
+	case *events.TaskSubmitRejected:
+		return fmt.Sprintf("key %s, %s differs, kind %s", e.IdempotencyKey, e.Field, e.Kind)
 	case *events.TaskReleased:
 		s := fmt.Sprintf("attempt %d, run_at %s", e.Attempt, fmtTime(e.RunAt))
 		if e.Reason != "" {

@@ -35,6 +35,7 @@ var schemaVersion = [256]uint8{
 	TypeTaskRetried:         1,
 	TypeScheduleSet:         1,
 	TypeScheduleRemoved:     1,
+	TypeTaskSubmitRejected:  1,
 }
 
 // bodyVersion is the schema version Append writes for e: today's, except that a claim
@@ -256,6 +257,12 @@ func Append(dst []byte, e Event) ([]byte, error) {
 	case *ScheduleRemoved:
 		b = appendHeader(msgp.AppendArrayLen(b, 4), h)
 		b = msgp.AppendStr(b, e.Name)
+	case *TaskSubmitRejected:
+		b = appendHeader(msgp.AppendArrayLen(b, 7), h)
+		b = msgp.AppendStr(b, e.TaskID)
+		b = msgp.AppendStr(b, e.IdempotencyKey)
+		b = msgp.AppendStr(b, e.Field)
+		b = msgp.AppendStr(b, e.Kind)
 	default:
 		return dst, fmt.Errorf("events: cannot encode %T", e)
 	}
@@ -699,6 +706,7 @@ type Decoder struct {
 	taskRetried         TaskRetried
 	scheduleSet         ScheduleSet
 	scheduleRemoved     ScheduleRemoved
+	taskSubmitRejected  TaskSubmitRejected
 }
 
 // Decode is the package's Decode into the Decoder's structs: the same checks, the same
@@ -857,6 +865,14 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		r.header(&e.Header)
 		r.str("name", &e.Name)
 		ev = e
+	case TypeTaskSubmitRejected:
+		e := fresh(d, func(d *Decoder) *TaskSubmitRejected { return &d.taskSubmitRejected })
+		r.header(&e.Header)
+		r.str("task_id", &e.TaskID)
+		r.str("idempotency_key", &e.IdempotencyKey)
+		r.str("field", &e.Field)
+		r.str("kind", &e.Kind)
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.Left() != 0 {
@@ -986,6 +1002,15 @@ func check(ev Event, seq uint64) *DecodeError {
 		// at the retry: never before it.
 		if e.RunAt < h.At {
 			return bad("run_at", fmt.Sprintf("%d is before the event's time %d", e.RunAt, h.At))
+		}
+	case *TaskSubmitRejected:
+		// A rejection names the task the key already names (its subject), the key and what
+		// differs.
+		if e.IdempotencyKey == "" {
+			return bad("idempotency_key", "must not be empty")
+		}
+		if e.Field == "" {
+			return bad("field", "must not be empty")
 		}
 	}
 	return nil

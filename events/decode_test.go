@@ -492,6 +492,8 @@ func TestDecodeChecks(t *testing.T) {
 			Headers: map[string]string{"a": strings.Repeat("v", MaxHeaderBytes)}}, 3, "headers"},
 		{"no task id in a retry", &TaskRetried{Header: h, Attempts: 1, RunAt: 10}, 3, "subject"},
 		{"retry eligible before its time", &TaskRetried{Header: h, TaskID: "t", Attempts: 1, RunAt: 9}, 3, "run_at"},
+		{"submit rejection without a key", &TaskSubmitRejected{Header: h, TaskID: "t", Field: "input"}, 3, "idempotency_key"},
+		{"submit rejection without a field", &TaskSubmitRejected{Header: h, TaskID: "t", IdempotencyKey: "k"}, 3, "field"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,7 @@ const (
 	TypeTaskRetried         Type = 12
 	TypeScheduleSet         Type = 14
 	TypeScheduleRemoved     Type = 15
+	TypeTaskSubmitRejected  Type = 16
 )
 
 // Subject says what the events of a type are about: a task or a wake. Event.Subject returns
@@ -78,6 +79,7 @@ var catalogue = [...]TypeInfo{
 	{TypeTaskRetried, "task_retried", SubjectTask, "a failed or canceled task was retried: pending again, its history and attempts kept"},
 	{TypeScheduleSet, "schedule_set", SubjectSchedule, "a periodic schedule of the session was set (or replaced): its rule, template and first tick"},
 	{TypeScheduleRemoved, "schedule_removed", SubjectSchedule, "a periodic schedule of the session was removed: no more ticks"},
+	{TypeTaskSubmitRejected, "task_submit_rejected", SubjectTask, "audit: a submission taken in from the inbox (postgres.SubmitTx) reused a key with another intent; no task, no state changes"},
 }
 
 // byNumber is the catalogue indexed by type number; a row with no Name is not a known type.
@@ -356,6 +358,19 @@ type TaskSettleRejected struct {
 	Reason  RejectReason
 }
 
+// TaskSubmitRejected is an audit event: a submission committed in the application's
+// transaction (postgres.SubmitTx) was taken in by the queue, and its idempotency key already
+// named a task of the session with another intent. No task is made and no state changes; the
+// event records who asked, the key, the first differing field (as ErrIdempotencyConflict names
+// it), the task the key names (TaskID, its subject) and the rejected request's kind.
+type TaskSubmitRejected struct {
+	Header
+	TaskID         string // the existing task the key names
+	IdempotencyKey string
+	Field          string // the first field of the intent that differs: kind, run_at, wake, input, ...
+	Kind           string // the rejected request's kind
+}
+
 // WakeAckRejected is the audit twin of TaskSettleRejected for AckWake.
 type WakeAckRejected struct {
 	Header
@@ -459,6 +474,7 @@ func (e *TaskReleased) Type() Type        { return TypeTaskReleased }
 func (e *TaskRetried) Type() Type         { return TypeTaskRetried }
 func (e *ScheduleSet) Type() Type         { return TypeScheduleSet }
 func (e *ScheduleRemoved) Type() Type     { return TypeScheduleRemoved }
+func (e *TaskSubmitRejected) Type() Type  { return TypeTaskSubmitRejected }
 
 func (h *Header) Head() *Header { return h }
 
@@ -476,6 +492,7 @@ func (e *TaskReleased) Subject() (string, string)        { return e.TaskID, "" }
 func (e *TaskRetried) Subject() (string, string)         { return e.TaskID, "" }
 func (e *ScheduleSet) Subject() (string, string)         { return "", "" }
 func (e *ScheduleRemoved) Subject() (string, string)     { return "", "" }
+func (e *TaskSubmitRejected) Subject() (string, string)  { return e.TaskID, "" }
 
 // LeaseToken returns the token an event carries, or "".
 func LeaseToken(e Event) string {

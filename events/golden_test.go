@@ -206,6 +206,13 @@ var goldenFixtures = []goldenFixture{
 		Header: Header{Seq: 5000000001, SessionID: goldenSession, At: goldenAt + 400e9},
 		Name:   "nightly",
 	}},
+	{"task_submit_rejected.v1", &TaskSubmitRejected{
+		Header:         Header{Seq: 301, SessionID: goldenSession, At: goldenAt + 113e9},
+		TaskID:         goldenTask,
+		IdempotencyKey: "order-7/charge",
+		Field:          "input",
+		Kind:           "charge_card",
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
@@ -225,6 +232,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
 	TypeScheduleSet:         {"name", "cron", "time_zone", "catchup", "kind", "input", "priority", "headers", "wake_on_completion", "from", "next"},
 	TypeScheduleRemoved:     {"name"},
+	TypeTaskSubmitRejected:  {"task_id", "idempotency_key", "field", "kind"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -445,6 +453,7 @@ func TestWireNumbersStable(t *testing.T) {
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
 		"task_retried": 12, "schedule_set": 14, "schedule_removed": 15,
+		"task_submit_rejected": 16,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {

@@ -357,6 +357,14 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		r.header(&e.Header)
 		e.Name = r.str("name")
 		ev = e
+	case TypeTaskSubmitRejected: // added with the type, in the same style
+		e := &TaskSubmitRejected{}
+		r.header(&e.Header)
+		e.TaskID = r.str("task_id")
+		e.IdempotencyKey = r.str("idempotency_key")
+		e.Field = r.str("field")
+		e.Kind = r.str("kind")
+		ev = e
 	}
 	r.skipRest("body")
 	if r.err == nil && r.rd.Len() != 0 {

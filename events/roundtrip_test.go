@@ -213,6 +213,9 @@ func (g *gen) event(t Type, seq uint64) Event {
 		return e
 	case TypeScheduleRemoved:
 		return &ScheduleRemoved{Header: h, Name: "s" + strconv.Itoa(g.r.IntN(1000))}
+	case TypeTaskSubmitRejected:
+		// check: the task, the key and the differing field are named.
+		return &TaskSubmitRejected{Header: h, TaskID: g.str(true), IdempotencyKey: g.str(true), Field: g.str(true), Kind: g.str(false)}
 	}
 	panic("unknown type " + t.String())
 }

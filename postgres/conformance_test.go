@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/postgres"
 	"github.com/worklog/worklog/work"
@@ -58,6 +60,17 @@ func harness(opts *postgres.Options) worktest.Harness {
 				t.Fatalf("Close before reopening: %v", err)
 			}
 			return open(t, dsn)
+		},
+		SubmitTx: func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) {
+			mu.Lock()
+			dsn := dsns[q]
+			mu.Unlock()
+			c, err := pgx.Connect(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(context.Background())
+			submitTx(t, c, q, session, r, commit)
 		},
 	}
 	if opts != nil {

@@ -117,6 +117,13 @@ func TestDeadPooledConnections(t *testing.T) {
 			return countEvents(func(fn func(events.Event) error) error { return q.ReadLog(ctx, 0, fn) })
 		}},
 		{"server clock", e, func() error { _, err := e.serverTime(ctx); return err }},
+		{"InboxPending", e, func() error { // the read before a take-in pass (inbox.go)
+			pending, err := e.InboxPending(ctx)
+			if err == nil && pending {
+				return errors.New("an empty inbox reported pending")
+			}
+			return err
+		}},
 		{"Importer.LastSeq", im.e, func() error { _, err := im.LastSeq(ctx); return err }},
 		{"Store.LastSeq", store.e, func() error { _, err := store.LastSeq(ctx); return err }},
 		{"Store.ReadLog", store.e, func() error {

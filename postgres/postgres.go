@@ -193,6 +193,8 @@ type engine struct {
 
 	changed     chan struct{}
 	watcherDone chan struct{}
+	inbox       *inbox      // SubmitTx's rows (submittx.go)
+	queue       *work.Queue // the queue over this engine, for SubmitTx's lookup (Close forgets it)
 
 	// savepointEach: a SAVEPOINT round trip before each command of a group, only to measure
 	// what a savepoint-per-command design would cost (BenchmarkSubmit); never set otherwise.
@@ -236,8 +238,11 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 		return nil, work.NewBackendError(errors.Join(err, e.Close()))
 	}
 	// The background pruner is work's (Queue.Close stops it before it closes this engine).
-	return work.NewEngineQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger, Clock: clock.Now}), nil
+	q := work.NewEngineQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger, Clock: clock.Now})
+	e.queue = q
+	queues.Store(q, e) // SubmitTx's lookup (submittx.go)
+	return q, nil
 }
 
 func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, error) {
@@ -310,7 +315,7 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 		pool: pool, schema: schema, channel: channelName(schema), st: st, opts: o,
 		ctx: ectx, cancel: cancel, sockets: sockets, cmds: make(chan *command, 4096), closing: make(chan struct{}),
 		writerDone: make(chan struct{}), cache: newCache(), changed: make(chan struct{}, 1),
-		watcherDone: make(chan struct{}),
+		watcherDone: make(chan struct{}), inbox: newInbox(schema),
 	}
 	return e, nil
 }
@@ -425,6 +430,9 @@ func (e *engine) Close() error {
 	e.closed = true
 	close(e.closing)
 	e.mu.Unlock()
+	if e.queue != nil {
+		queues.Delete(e.queue)
+	}
 	wait := time.NewTimer(e.opts.CloseTimeout)
 	defer wait.Stop()
 	select {
@@ -471,11 +479,17 @@ func (e *engine) watch() {
 			if err == nil {
 				wait = 50 * time.Millisecond
 				e.signal()
+				e.signalInbox() // a SubmitTx may have committed while nobody listened
 				for {
-					if _, err = conn.WaitForNotification(e.ctx); err != nil {
+					var n *pgconn.Notification
+					if n, err = conn.WaitForNotification(e.ctx); err != nil {
 						break
 					}
-					e.signal()
+					if n.Payload == inboxPayload {
+						e.signalInbox()
+					} else {
+						e.signal()
+					}
 				}
 			}
 			conn.Close(context.Background())

@@ -371,6 +371,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if err := ensureSchedules(ctx, tx, schema); err != nil {
 			return err
 		}
+		if err := ensureInbox(ctx, tx, schema); err != nil {
+			return err
+		}
 		if err := ensureStorage(ctx, tx, schema); err != nil {
 			return err
 		}
@@ -407,6 +410,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return err
 		}
 		if err := ensureSchedules(ctx, tx, schema); err != nil {
+			return err
+		}
+		if err := ensureInbox(ctx, tx, schema); err != nil {
 			return err
 		}
 		if err := ensureStorage(ctx, tx, schema); err != nil {

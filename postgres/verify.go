@@ -36,6 +36,11 @@ func (e *engine) verify(ctx context.Context, progress func(seq, last uint64)) ([
 	defer conn.Release()
 	defer tx.Rollback(context.Background())
 	p, err := verify(ctx, tx, e.st, progress)
+	if err == nil {
+		var rejects []string
+		rejects, err = e.inboxProblems(ctx, tx)
+		p = append(p, rejects...)
+	}
 	return p, backendError(err)
 }
 

@@ -109,6 +109,22 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 			}
 		}
 		return s.TaskEdited(t)
+	case *events.TaskSubmitRejected:
+		// Audit only: the key must name the task, of the event's session. Nothing changes.
+		t, err := s.Task(taskID)
+		if err != nil {
+			return err
+		}
+		if t == nil {
+			return fail("no such task")
+		}
+		if t.SessionID != h.SessionID {
+			return fail("task belongs to session %q, event names %q", t.SessionID, h.SessionID)
+		}
+		if t.IdempotencyKey != e.IdempotencyKey {
+			return fail("task has idempotency key %q, event names %q", t.IdempotencyKey, e.IdempotencyKey)
+		}
+		return nil
 	case *events.WakeClaimed, *events.WakeAcked, *events.WakeAckRejected:
 		w, err := s.EditWake(wakeID)
 		if err != nil {

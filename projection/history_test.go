@@ -89,6 +89,9 @@ func (s *sim) step() {
 			key := fmt.Sprintf("key%d", r.IntN(30))
 			if id, _ := s.m.TaskKey(sess, key); id == "" {
 				e.IdempotencyKey = key
+			} else if r.IntN(2) == 0 { // the key is taken: an inbox submission with another intent
+				s.apply(&events.TaskSubmitRejected{Header: s.h(sess), TaskID: id, IdempotencyKey: key, Field: "input", Kind: e.Kind})
+				return
 			}
 		}
 		s.apply(e)
@@ -363,6 +366,10 @@ func mutants(r *rand.Rand, ev events.Event) []events.Event {
 		clone(func(c events.Event) { c.(*events.WakeAcked).Attempt++ })
 		clone(func(c events.Event) { c.(*events.WakeAcked).LeaseToken = "" })
 		clone(func(c events.Event) { c.(*events.WakeAcked).Attempt, c.(*events.WakeAcked).LeaseToken = 0, "" })
+	case *events.TaskSubmitRejected:
+		clone(func(c events.Event) { c.(*events.TaskSubmitRejected).TaskID = "nope" })
+		clone(func(c events.Event) { c.(*events.TaskSubmitRejected).IdempotencyKey += "x" })
+		clone(func(c events.Event) { c.(*events.TaskSubmitRejected).SessionID += "x" })
 	case *events.WakeAckRejected:
 		clone(func(c events.Event) { c.(*events.WakeAckRejected).Attempt = 0 })
 		clone(func(c events.Event) { c.(*events.WakeAckRejected).Attempt += 1 << 20 })
@@ -434,6 +441,9 @@ func cloneEvent(ev events.Event) events.Event {
 		c := *e
 		return &c
 	case *events.ScheduleRemoved:
+		c := *e
+		return &c
+	case *events.TaskSubmitRejected:
 		c := *e
 		return &c
 	}

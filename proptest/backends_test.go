@@ -11,6 +11,7 @@ import (
 type backendSpec struct {
 	name        string
 	restartable bool
+	inbox       bool // takes submissions committed in the application's transaction (SubmitTxOp)
 	open        func() (store, error)
 }
 

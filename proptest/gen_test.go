@@ -61,6 +61,9 @@ func genOp(r *rand.Rand, m *model) op {
 	choices = append(choices, choice{4, func() op { return genRetry(r, m) }})
 	choices = append(choices, choice{4, func() op { return genSubmitMany(r, m) }})
 	choices = append(choices, choice{2, func() op { return genSetSchedule(r, m) }}, choice{2, func() op { return genRemoveSchedule(r, m) }})
+	if m.inbox {
+		choices = append(choices, choice{6, func() op { return genSubmitTx(r, m) }})
+	}
 	// Retention: a prune, weighted up when it would remove something.
 	if m.prunableNow() > 0 {
 		choices = append(choices, choice{6, func() op { return genPrune(r, m) }})

@@ -196,6 +196,17 @@ func (h *harness) restartable() bool {
 	return false
 }
 
+// inbox reports whether every backend of the harness takes SubmitTx submissions: only then
+// are SubmitTxOps generated.
+func (h *harness) inbox() bool {
+	for _, b := range h.backends {
+		if !b.inbox {
+			return false
+		}
+	}
+	return len(h.backends) > 0
+}
+
 func (h *harness) open(b backendSpec, tr *trace) *system {
 	st, err := b.open()
 	if err != nil {
@@ -232,8 +243,12 @@ func (h *harness) DestroySystemUnderTest(sut commands.SystemUnderTest) {
 }
 
 func (h *harness) GenInitialState() gopter.Gen {
-	restartable := h.restartable()
-	return gen.IntRange(2, 3).Map(func(n int) *model { return newModel(n, restartable) })
+	restartable, inbox := h.restartable(), h.inbox()
+	return gen.IntRange(2, 3).Map(func(n int) *model {
+		m := newModel(n, restartable)
+		m.inbox = inbox
+		return m
+	})
 }
 
 func (h *harness) InitialPreCondition(commands.State) bool { return true }
@@ -384,6 +399,7 @@ var opTypes = map[string]reflect.Type{
 
 	"setSchedule":    reflect.TypeOf(SetScheduleOp{}),
 	"removeSchedule": reflect.TypeOf(RemoveScheduleOp{}),
+	"submitTx":       reflect.TypeOf(SubmitTxOp{}),
 }
 
 func opName(o op) string {
@@ -483,6 +499,7 @@ func replay(t *testing.T, b backendSpec, nSess int, ops []op) {
 	t.Helper()
 	h := &harness{backends: []backendSpec{b}}
 	m := newModel(nSess, b.restartable)
+	m.inbox = b.inbox
 	m.exp = expect{task: -1, wake: -1}
 	sut := h.NewSystemUnderTest(m)
 	s := sut.(*system)

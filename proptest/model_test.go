@@ -163,6 +163,7 @@ type mTask struct {
 	pruned    bool   // removed by a Prune: reads as absent, its key is free
 	atRetry   uint32 // attempts when last retried (Task.AttemptsAtRetry)
 	retries   int    // how often it was retried
+	inbox     bool   // taken in from the inbox (SubmitTxOp) at the queue's clock: created unknown
 }
 
 // eligible reports whether a claim at now may deliver the task, and since when it is eligible.
@@ -269,6 +270,7 @@ type expect struct {
 type model struct {
 	nSess       int
 	restartable bool // the backend can Reopen and Crash
+	inbox       bool // the backend takes SubmitTx submissions (SubmitTxOp)
 	now         int64
 	tasks       []mTask
 	wakes       []mWake
@@ -324,28 +326,31 @@ func (m *model) complete(h int) {
 	m.exp.events++
 }
 
+// differs is the first field of the intent in which a request differs from t's, in the
+// order the conflict names it; "" for the same intent.
+func (t *mTask) differs(kind, input int, hasRunAt bool, runAt int64, wake bool, pri int) string {
+	switch {
+	case t.kind != kind:
+		return "kind"
+	case t.hasRunAt != hasRunAt || (hasRunAt && t.runAt != runAt):
+		return "run_at"
+	case t.wake != wake:
+		return "wake"
+	case t.pri != pri:
+		return "priority"
+	case !sameJSONClass(t.input, input):
+		return "input"
+	}
+	return ""
+}
+
 func (m *model) submit(sess, kind, input, key int, hasRunAt bool, runAt int64, wake bool, pri int) {
 	if h := m.taskByKey(sess, key); h >= 0 {
-		t := m.tasks[h]
-		// The conflict names the first differing field of the intent, in this order.
-		field := ""
-		switch {
-		case t.kind != kind:
-			field = "kind"
-		case t.hasRunAt != hasRunAt || (hasRunAt && t.runAt != runAt):
-			field = "run_at"
-		case t.wake != wake:
-			field = "wake"
-		case t.pri != pri:
-			field = "priority"
-		case !sameJSONClass(t.input, input):
-			field = "input"
-		}
-		if field == "" {
+		if field := m.tasks[h].differs(kind, input, hasRunAt, runAt, wake, pri); field != "" {
+			m.exp.err, m.exp.key, m.exp.field, m.exp.task = errConflict, keyNames[key], field, h
+		} else {
 			m.exp.task = h
-			return
 		}
-		m.exp.err, m.exp.key, m.exp.field, m.exp.task = errConflict, keyNames[key], field, h
 		return
 	}
 	sched := m.now

@@ -2,10 +2,14 @@ package proptest
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/postgres"
@@ -36,11 +40,12 @@ func postgresBackend(t *testing.T, srv *pgtest.Server) backendSpec {
 	return backendSpec{
 		name:        "postgres",
 		restartable: true,
+		inbox:       true,
 		open: func() (store, error) {
 			if !first {
 				if err := srv.Exec("TRUNCATE " + strings.Join(prefixAll(schema+".", "events", "tasks", "wakes",
 					"task_keys", "wake_keys", "due", "kind_due", "wake_index", "session_tasks", "counts", "prunable", "pruned",
-					"session_wakes", "schedules"), ", ") +
+					"session_wakes", "schedules", "submit_inbox", "submit_inbox_rejects"), ", ") +
 					"; UPDATE " + schema + ".log_head SET seq = 0"); err != nil {
 					return nil, err
 				}
@@ -63,8 +68,60 @@ func prefixAll(p string, names ...string) []string {
 }
 
 type pgStore struct {
-	dsn string
-	q   *work.Queue
+	dsn  string
+	q    *work.Queue
+	conn *pgx.Conn // the application's connection of SubmitTxOp; nil until its first
+}
+
+func (s *pgStore) appConn(ctx context.Context) (*pgx.Conn, error) {
+	if s.conn == nil {
+		c, err := pgx.Connect(ctx, s.dsn)
+		if err != nil {
+			return nil, err
+		}
+		s.conn = c
+	}
+	return s.conn, nil
+}
+
+func (s *pgStore) submitTx(ctx context.Context, q *work.Queue, session string, r work.TaskRequest, commit bool) error {
+	c, err := s.appConn(ctx)
+	if err != nil {
+		return err
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := postgres.SubmitTx(ctx, tx, q, session, r); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if !commit {
+		return tx.Rollback(ctx)
+	}
+	return tx.Commit(ctx)
+}
+
+func (s *pgStore) awaitInbox(ctx context.Context) error {
+	c, err := s.appConn(ctx)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pending bool
+		if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM submit_inbox)").Scan(&pending); err != nil {
+			return err
+		}
+		if !pending {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the inbox still holds a row after 30 s: nothing takes it in")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func (s *pgStore) queue() *work.Queue { return s.q }
@@ -86,13 +143,28 @@ func (s *pgStore) crash() error {
 	return nil
 }
 
-func (s *pgStore) close() { _ = s.q.Close() }
+func (s *pgStore) close() {
+	_ = s.q.Close()
+	if s.conn != nil {
+		_ = s.conn.Close(context.Background())
+	}
+}
 
 // TestDifferentialPostgres compares the in-memory queue with the PostgreSQL one, history by
 // history, with every model check on both, Reopen and Crash ops included.
 func TestDifferentialPostgres(t *testing.T) {
 	srv := pgtest.Need(t)
 	checkHistories(t, &harness{backends: []backendSpec{memoryBackend, postgresBackend(t, srv)}}, runsFor(postgresRuns))
+}
+
+// TestPropertiesPostgresInbox runs histories on the PostgreSQL queue alone, with
+// SubmitTxOps among the ops (the in-memory queue has no inbox to compare with): every
+// committed submission is taken in with Submit's rules (a new task, the same one, or a
+// task_submit_rejected audit naming the task and the field), a rolled-back one never, and
+// every model check holds around them, Reopen and Crash included.
+func TestPropertiesPostgresInbox(t *testing.T) {
+	srv := pgtest.Need(t)
+	checkHistories(t, &harness{backends: []backendSpec{postgresBackend(t, srv)}}, runsFor(postgresRuns))
 }
 
 // TestRegressionsPostgres replays the saved histories (testdata/regress) that prune on

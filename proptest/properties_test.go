@@ -413,6 +413,7 @@ func TestGeneratorCoverage(t *testing.T) {
 	seen := map[string]int{}
 	for range 400 {
 		m := newModel(2+r.Intn(2), true)
+		m.inbox = true
 		for range defaultMaxLen {
 			o := genOp(r, m)
 			n := cmd{o}.NextState(m).(*model)
@@ -468,6 +469,7 @@ var caseAppending = map[events.Type]string{
 	events.TypeTaskRetried:         "retry failed",
 	events.TypeScheduleSet:         "set schedule new",
 	events.TypeScheduleRemoved:     "remove schedule",
+	events.TypeTaskSubmitRejected:  "submit tx rejected (other intent)",
 }
 
 var coverageCases = []string{
@@ -506,6 +508,8 @@ var coverageCases = []string{
 	"claim session wakes redelivery", "claim session wakes cut by limit", "claim session wakes of a session named twice",
 	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
 	"retry foreign or pruned", "retry unknown",
+	// postgres.SubmitTx, taken in from the inbox (generated only on a backend with one)
+	"submit tx new", "submit tx repeat (same intent)", "submit tx rejected (other intent)", "submit tx rolled back",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
 }
 
@@ -519,6 +523,8 @@ func classify(o op, m, n *model) []string {
 		classifySchedule(add, o, m, e)
 	case RetryOp:
 		classifyRetry(add, o, m, e)
+	case SubmitTxOp:
+		classifySubmitTx(add, o, m, e)
 	case SubmitManyOp:
 		classifySubmitMany(add, o, e)
 	case SubmitOp:

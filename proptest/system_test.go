@@ -291,7 +291,7 @@ func (s *system) checkStats(m *model) []string {
 
 func isAudit(e events.Event) bool {
 	t := e.Type()
-	return t == events.TypeTaskSettleRejected || t == events.TypeWakeAckRejected
+	return t == events.TypeTaskSettleRejected || t == events.TypeWakeAckRejected || t == events.TypeTaskSubmitRejected
 }
 
 // bindCompletionWakes binds the completion wakes the model says this op recorded to the
@@ -601,7 +601,7 @@ func compareTaskRec(s *system, h int, t mTask, got work.Task, how string) []stri
 	if !sameTime(got.ScheduledAt, at(t.scheduled)) {
 		bad("model", "scheduled at", showT(got.ScheduledAt), showTime(t.scheduled))
 	}
-	if !sameTime(got.CreatedAt, at(t.created)) {
+	if !t.inbox && !sameTime(got.CreatedAt, at(t.created)) { // an inbox task's is the queue's clock at the take-in
 		bad("model", "created at", showT(got.CreatedAt), showTime(t.created))
 	}
 	if got.Attempts != t.attempts {

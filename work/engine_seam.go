@@ -14,6 +14,7 @@ type engineCaps struct {
 	after      afterPruner           // space reclaimed in the background after a prune (prune_pace.go)
 	checkpoint Checkpointer          // Queue.Checkpoint; nil on engines without one (Pebble's has it)
 	durable    engineapi.DurableHead // Queue.Follow reads up to its head; nil: to the log's end (follow.go)
+	inbox      engineapi.Inbox       // submissions committed by other transactions (inbox.go)
 }
 
 func resolveCaps(e engine) engineCaps {
@@ -24,6 +25,7 @@ func resolveCaps(e engine) engineCaps {
 	c.after, _ = e.(afterPruner)
 	c.checkpoint, _ = e.(Checkpointer)
 	c.durable, _ = e.(engineapi.DurableHead)
+	c.inbox, _ = e.(engineapi.Inbox)
 	return c
 }
 
@@ -47,6 +49,9 @@ func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	q := &Queue{b: lb, caps: resolveBackendCaps(lb), maxValue: maxValue, clock: clock}
 	if c.Retention > 0 {
 		q.stopPruner = q.startPruner(c.Retention, c.PruneInterval, c.Logger)
+	}
+	if caps.inbox != nil {
+		q.stopInbox = lb.startInbox(c.Logger)
 	}
 	return q
 }

@@ -28,6 +28,11 @@ func TestConformanceAppendsEveryType(t *testing.T) {
 		worktest.Run(t, worktest.Harness{
 			New:    func(t *testing.T) *work.Queue { return work.NewRecordingQueue(record) },
 			Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+			SubmitTx: func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) {
+				if err := work.SubmitTxRecording(q, session, r, commit); err != nil {
+					t.Fatal(err)
+				}
+			},
 		})
 	})
 	if t.Failed() {

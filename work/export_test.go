@@ -8,6 +8,9 @@ var NewRerunQueue = newRerunQueue
 // append (recordingEngine), for the every-type conformance test.
 var NewRecordingQueue = newRecordingQueue
 
+// SubmitTxRecording puts a submission into a recording queue's inbox (committed) or not.
+var SubmitTxRecording = submitTxRecording
+
 // SetPruneGroup sets the subjects per prune command until the returned restore is called.
 func SetPruneGroup(n int) (restore func()) {
 	old := pruneGroup

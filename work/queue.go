@@ -24,6 +24,8 @@ type Queue struct {
 	onClose  func() error
 	// stopPruner stops background pruning (Options.Retention: prune.go); nil when off.
 	stopPruner func()
+	// stopInbox stops the ingest loop of an engine with an inbox (inbox.go); nil otherwise.
+	stopInbox func()
 }
 
 // NewInMemory returns an offline queue whose state lives in this process (seed:
@@ -57,6 +59,9 @@ func (q *Queue) Close() error {
 	}
 	if q.stopPruner != nil {
 		q.stopPruner() // before the backend closes under it
+	}
+	if q.stopInbox != nil {
+		q.stopInbox()
 	}
 	err := q.b.Close()
 	if q.onClose != nil {

@@ -48,7 +48,8 @@ func eventSignal(t events.Type) (sig uint8, ok bool) {
 	case events.TypeWakeRecorded:
 		return sigWakes, true
 	case events.TypeTaskClaimed, events.TypeTaskSettled, events.TypeWakeClaimed, events.TypeWakeAcked,
-		events.TypeTaskSettleRejected, events.TypeWakeAckRejected, events.TypeScheduleRemoved:
+		events.TypeTaskSettleRejected, events.TypeWakeAckRejected, events.TypeScheduleRemoved,
+		events.TypeTaskSubmitRejected:
 		return 0, true
 	}
 	return 0, false

@@ -318,6 +318,9 @@ func taskRuleText(ev events.Event, b, t *projection.Task) string {
 			return fmt.Sprintf("stale settlement rejected: attempt %d holds no claim, the task is already %s; state unchanged", e.Attempt, b.State)
 		}
 		return fmt.Sprintf("stale settlement rejected (%s); state unchanged", e.Reason)
+	case *events.TaskSubmitRejected:
+		return fmt.Sprintf("a submission taken in from the inbox (postgres.SubmitTx) reused this task's key %s with another %s (a %s request): rejected, no task; state unchanged (%s)",
+			e.IdempotencyKey, e.Field, e.Kind, b.State)
 	case *events.TaskExtended:
 		r := fmt.Sprintf("heartbeat by attempt %d: owns the claim → lease extended to %s (was until %s)",
 			e.Attempt, fmtTime(e.LeaseExpiresAt), fmtTime(b.LeaseExpiresAt))

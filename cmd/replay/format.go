@@ -251,6 +251,11 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("input=%s", shortJSON(e.Input, 80))
 	case *events.ScheduleRemoved:
 		add("schedule=%s", word(e.Name))
+	case *events.TaskSubmitRejected:
+		add("task=%s", e.TaskID)
+		add("key=%s", word(e.IdempotencyKey))
+		add("differs=%s", word(e.Field))
+		add("kind=%s", word(e.Kind))
 	default:
 		return subjectDetails(ev), false
 	}
@@ -311,6 +316,7 @@ type eventJSON struct {
 	Worker           string            `json:"worker,omitempty"`
 	Outcome          *outcomeJSON      `json:"outcome,omitempty"`
 	Reason           string            `json:"reason,omitempty"`
+	Field            string            `json:"field,omitempty"` // task_submit_rejected: the first differing field
 	Payload          json.RawMessage   `json:"payload,omitempty"`
 	// The schedules: schedule_set, schedule_removed, and a tick's task_submitted.
 	Schedule     string `json:"schedule,omitempty"`
@@ -390,6 +396,8 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		}
 	case *events.ScheduleRemoved:
 		j.Schedule = e.Name
+	case *events.TaskSubmitRejected:
+		j.TaskID, j.IdempotencyKey, j.Field, j.Kind = e.TaskID, e.IdempotencyKey, e.Field, e.Kind
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false

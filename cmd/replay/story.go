@@ -246,6 +246,10 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		t.Rejections++
 		t.Marks = append(t.Marks, ev1(markRejected, "stale settlement by attempt %d rejected: %s", e.Attempt,
 			rejectText(e.Reason, e.Attempt, t.Attempts, t.State)))
+	case *events.TaskSubmitRejected:
+		t := s.task(e.TaskID)
+		t.Marks = append(t.Marks, ev1(markRejected, "a submission committed in an application transaction reused key %s of a %s request with another %s: rejected, no task",
+			e.IdempotencyKey, e.Kind, e.Field))
 	case *events.TaskExtended:
 		t := s.task(e.TaskID)
 		t.Extensions++

@@ -123,3 +123,43 @@ var ErrPruneNotSupported = errors.New("engine: this backend does not support pru
 type DurableHead interface {
 	DurableHead() (seq uint64, grown <-chan struct{}, err error)
 }
+
+// Inbox is implemented by an engine into which other transactions commit submissions for the
+// queue to take in (PostgreSQL: the submit_inbox rows of postgres.SubmitTx, committed in the
+// application's own transaction). work's queue resolves it once and runs one ingest loop:
+// woken by InboxReady, it takes rows inside an Update with TakeInbox and decides each with
+// Submit's rules in the same transaction, so a row is deleted exactly when its outcome (a
+// task, nothing for a repeat, or an audited rejection) commits.
+type Inbox interface {
+	// SetInboxEncoder is called once, by the queue built over the engine, before the engine
+	// is used: enc validates a submission with Submit's rules and encodes it into the bytes an
+	// inbox row holds (the engine's SubmitTx calls it). request is a *work.TaskRequest.
+	SetInboxEncoder(enc InboxEncoder)
+	// InboxReady receives a value after a submission may have been committed to the inbox,
+	// and once when the engine starts (for rows committed while no queue ran). A spurious
+	// value costs one empty take.
+	InboxReady() <-chan struct{}
+	// InboxPending reports whether the inbox may hold a row, by a read outside the writer: an
+	// empty inbox (the pass at start, a spurious value) costs no writer command.
+	InboxPending(ctx context.Context) (bool, error)
+	// TakeInbox, called with the tx of an Update's fn, deletes up to n rows no other
+	// transaction holds, oldest first, and returns them: they are gone exactly when tx
+	// commits. A row whose bytes do not decode is not returned: the engine moves it aside
+	// (kept and reported, never dropped) in the same transaction.
+	TakeInbox(tx Txn, n int) ([]InboxEntry, error)
+	// RejectInbox moves an entry TakeInbox returned aside, with the reason it cannot be taken
+	// in (it decodes but breaks a rule), in tx: kept and reported like an undecodable row.
+	RejectInbox(tx Txn, e InboxEntry, reason error) error
+}
+
+// InboxEncoder validates a submission (a *work.TaskRequest for sessionID) and encodes it
+// into an inbox row's bytes; its error is the *work.Error Submit would return.
+type InboxEncoder func(sessionID string, request any) ([]byte, error)
+
+// InboxEntry is one submission taken from the inbox: the row's id, and the request as the
+// body of a task_submitted event (TaskID and At are placeholders: the decide code draws the
+// id and takes the time when it takes the row in).
+type InboxEntry struct {
+	Row       int64
+	Submitted *events.TaskSubmitted
+}

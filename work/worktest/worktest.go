@@ -48,6 +48,10 @@ type Harness struct {
 	// MaxValueBytes is the largest JSON value New's queues accept; 0 means
 	// work.DefaultMaxValueBytes.
 	MaxValueBytes int
+	// SubmitTx, when set, submits r for session into q's inbox in a transaction of the
+	// backend's own (postgres.SubmitTx) and commits it, or rolls it back when commit is
+	// false; the inbox scenarios skip without it.
+	SubmitTx func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool)
 }
 
 // scenario is one subtest of the suite.
@@ -74,6 +78,7 @@ func scenarios() []scenario {
 		followScenarios(),
 		sessionScenarios(),
 		scheduleScenarios(),
+		inboxScenarios(),
 	} {
 		all = append(all, group...)
 	}
