@@ -171,6 +171,14 @@ var goldenFixtures = []goldenFixture{
 		Attempts: 3,
 		RunAt:    goldenAt + 260e9,
 	}},
+	{"kind_policy_set.v1", &KindPolicySet{
+		// At most five running, 2.5 claims a second with bursts of ten; no session.
+		Header:     Header{Seq: 302, At: goldenAt + 201e9},
+		Kind:       "email.send",
+		MaxRunning: 5,
+		Rate:       2.5,
+		Burst:      10,
+	}},
 }
 
 // bodyFieldNames are the names Decode gives the top-level body fields of each type, in wire
@@ -188,6 +196,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
 	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
+	TypeKindPolicySet:       {"kind", "paused", "max_running", "rate", "burst"},
 }
 
 var outcomeFieldNames = []string{"state", "summary", "output", "error"}
@@ -407,7 +416,7 @@ func TestWireNumbersStable(t *testing.T) {
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
-		"task_retried": 12,
+		"task_retried": 12, "kind_policy_set": 13,
 	}
 	all := AllTypes()
 	if len(all) != len(types) {
