@@ -41,6 +41,10 @@ type Mem struct {
 	lastSession *sessionList
 	// sessionWakes is the per-session available-wake index (mem_session_wakes.go).
 	sessionWakes map[string]*btree.BTreeG[IndexEntry]
+	// policies and kindLeases: the kind policies and the per-kind lease index
+	// (mem_kind_policies.go).
+	policies   map[string]*KindPolicy
+	kindLeases map[string]*btree.BTreeG[IndexEntry]
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -69,6 +73,8 @@ func NewMemSized(tasks, wakes int) *Mem {
 		sessions: map[string]*sessionList{},
 
 		sessionWakes: map[string]*btree.BTreeG[IndexEntry]{},
+		policies:     map[string]*KindPolicy{},
+		kindLeases:   map[string]*btree.BTreeG[IndexEntry]{},
 	}
 }
 
@@ -132,6 +138,7 @@ func (m *Mem) BuildIndexes() {
 	m.due, m.avail = sortedTree(due), sortedTree(avail)
 	m.buildKindsSessions()
 	m.buildSessionWakes(avail)
+	m.buildKindLeases()
 	m.buildPrune()
 }
 
@@ -290,6 +297,7 @@ func (m *Mem) Diff(o *Mem) []string {
 	out = append(out, diffIndex("wake index", m.avail, o.avail)...)
 	out = append(out, m.diffKindsSessions(o)...)
 	out = append(out, m.diffSessionWakes(o)...)
+	out = append(out, m.diffKindPolicies(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

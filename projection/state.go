@@ -38,6 +38,11 @@ type Reader interface {
 	// ScanSessionWakes is ScanWakes restricted to the wakes of one session: the session's own
 	// index, so its cost does not depend on how many wakes other sessions have.
 	ScanSessionWakes(sessionID string, maxAt int64, fn func(IndexEntry) bool) error
+
+	// KindPolicy, KindPolicies and ScanKindLeases: kind_policies.go.
+	KindPolicy(kind string) (*KindPolicy, error)
+	KindPolicies(fn func(*KindPolicy) bool) error
+	ScanKindLeases(kind string, after int64, fn func(IndexEntry) bool) error
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -94,4 +99,9 @@ type State interface {
 	// (ScanSessionWakes) beside the available-wake index: Apply moves an entry in both at once.
 	PutSessionWake(sessionID string, e IndexEntry) error
 	DeleteSessionWake(sessionID string, e IndexEntry) error
+	// The kind policies and the per-kind lease index (kind_policies.go).
+	PutKindPolicy(*KindPolicy) error
+	DeleteKindPolicy(kind string) error
+	PutKindLease(kind string, e IndexEntry) error
+	DeleteKindLease(kind string, e IndexEntry) error
 }
