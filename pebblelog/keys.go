@@ -32,6 +32,10 @@ const (
 
 	// Format 5.
 	prefixSessionWake = 'W' // W<uvarint len><session><at 8B ordered><record seq 8B BE>: wake id: session_wakes.go
+
+	// Format 7 (state_kind_policies.go).
+	prefixKindPolicy = 'P' // P<kind>: the kind's policy and token bucket (encodePolicy)
+	prefixKindLease  = 'L' // L<uvarint len><kind><at 8B ordered><submit seq 8B BE>: task id: running tasks by lease expiry
 )
 
 var (
@@ -42,7 +46,8 @@ var (
 // projectionPrefixes are the keyspaces derived from the log: Verify rebuilds and compares
 // them (the last sequence too).
 var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
-	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob, prefixSessionWake}
+	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob, prefixSessionWake,
+	prefixKindPolicy, prefixKindLease}
 
 // format3Prefixes are the keyspaces format 3 added. A store of an older format opened
 // read-only has none of them (the upgrade builds them: upgrade.go).

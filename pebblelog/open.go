@@ -33,7 +33,7 @@ import (
 // format builds from the wake records. Version 6 keys the due index and the per-kind due
 // index by priority first (keys.go) and appends Headers to task records; the upgrade from any
 // older format rebuilds both indexes from the task records (upgrade6.go).
-const FormatVersion = 6
+const FormatVersion = 7
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every

@@ -11,6 +11,6 @@ func (s *Store) DiskUsage(ctx context.Context) (uint64, error) {
 	var n int64
 	err := s.e.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname = ANY($2)`, s.e.schema, append(tableNames[:len(tableNames):len(tableNames)], "session_wakes")).Scan(&n)
+		WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname = ANY($2)`, s.e.schema, append(tableNames[:len(tableNames):len(tableNames)], "session_wakes", "kind_policies", "kind_leases")).Scan(&n)
 	return uint64(n), backendError(err)
 }

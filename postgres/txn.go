@@ -104,6 +104,9 @@ type txn struct {
 	due, wakeIdx         map[dueKey]idxOp
 	kindDue              map[kindKey]idxOp
 	sessWakes            map[sessWakeKey]idxOp // session_wakes.go
+	kindLeases           map[kindKey]idxOp     // kind_policies.go
+	pols                 map[string]*projection.KindPolicy
+	polDirty             map[string]bool
 	sessions             []sessKey
 	sessionIDs           []string
 	counts               map[countKey]int64
@@ -208,6 +211,7 @@ func (t *txn) LastSeq() (uint64, error) { return t.seq, nil }
 func (t *txn) flushIndexes(b *pgx.Batch) {
 	t.flushPrune(b)
 	t.flushSessionWakes(b)
+	t.flushKindPolicies(b)
 	if len(t.due) > 0 {
 		queueDue(b, t.st.insDue, t.st.delDue, t.due, true)
 		clear(t.due)

@@ -109,6 +109,9 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if err := loadSessionWakes(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
+	if err := loadKindPolicies(ctx, tx, st, stored); err != nil {
+		return nil, err
+	}
 	// Diff says "stored vs rebuilt".
 	return append(problems, stored.Diff(fold)...), nil
 }

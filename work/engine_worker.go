@@ -139,15 +139,6 @@ func (b *logBackend) ClaimKinds(ctx context.Context, kinds []string, now time.Ti
 	return claim(ctx, b, now, leaseFor, limit, kindsScan(kinds), "lease", b.claimTask)
 }
 
-// kindsScan is the scan of a claim restricted to kinds (ClaimKinds, SettleAndClaim): the
-// merge of the kinds' own due indexes (scanKinds).
-func kindsScan(kinds []string) scanFunc {
-	kinds = distinct(kinds)
-	return func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error {
-		return scanKinds(tx, kinds, maxAt, fn)
-	}
-}
-
 // distinct returns kinds without repeats, in their first order: a kind named twice would
 // give its entries twice to the merge, and a claim would take a task twice.
 func distinct(kinds []string) []string {
@@ -325,6 +316,9 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 		// A reader may give a kind's states apart; merge them, in kind order.
 		slices.SortStableFunc(out.Kinds, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
 		out.Kinds = mergeKinds(out.Kinds)
+		if out.Policies, out.PausedKinds, err = policyStats(r, at); err != nil {
+			return err
+		}
 		// The scan is in claim order (priority first): the oldest is the least At of all.
 		return r.ScanDue(at, func(e projection.IndexEntry) bool {
 			if out.DueNow == 0 || e.At < out.OldestDueAt.UnixNano() {
@@ -455,7 +449,7 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 	for i := range settles {
 		plans[i] = b.planSettle(&settles[i], at, staged)
 	}
-	scan := scanFunc(txn.ScanDue)
+	scan := scanFunc(dueScan)
 	if len(kinds) > 0 {
 		scan = kindsScan(kinds)
 	}

@@ -73,6 +73,7 @@ func scenarios() []scenario {
 		priorityScenarios(),
 		followScenarios(),
 		sessionScenarios(),
+		kindPolicyScenarios(),
 	} {
 		all = append(all, group...)
 	}
