@@ -218,6 +218,22 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("task=%s", e.TaskID)
 		add("attempts=%d", e.Attempts)
 		add("run_at=%s", fmtTime(e.RunAt))
+	case *events.KindPolicySet:
+		add("kind=%s", word(e.Kind))
+		if e.Zero() {
+			add("policy=removed")
+			break
+		}
+		if e.Paused {
+			add("paused")
+		}
+		if e.MaxRunning > 0 {
+			add("max_running=%d", e.MaxRunning)
+		}
+		if e.Rate > 0 {
+			add("rate=%g/s", e.Rate)
+			add("burst=%d", e.Burst)
+		}
 	default:
 		return subjectDetails(ev), false
 	}
@@ -264,6 +280,11 @@ type eventJSON struct {
 	Outcome          *outcomeJSON      `json:"outcome,omitempty"`
 	Reason           string            `json:"reason,omitempty"`
 	Payload          json.RawMessage   `json:"payload,omitempty"`
+	// kind_policy_set: the whole policy (all four fields, zero ones included).
+	Paused     *bool    `json:"paused,omitempty"`
+	MaxRunning *int64   `json:"max_running,omitempty"`
+	Rate       *float64 `json:"rate,omitempty"`
+	Burst      *int64   `json:"burst,omitempty"`
 }
 
 func (a *app) eventJSON(ev events.Event) *eventJSON {
@@ -317,6 +338,9 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		j.TaskID, j.Attempt, j.RunAt, j.Reason = e.TaskID, e.Attempt, jsonTime(e.RunAt), e.Reason
 	case *events.TaskRetried:
 		j.TaskID, j.Attempts, j.RunAt = e.TaskID, e.Attempts, jsonTime(e.RunAt)
+	case *events.KindPolicySet:
+		paused, maxRunning, rate, burst := e.Paused, e.MaxRunning, e.Rate, e.Burst
+		j.Kind, j.Paused, j.MaxRunning, j.Rate, j.Burst = e.Kind, &paused, &maxRunning, &rate, &burst
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false
