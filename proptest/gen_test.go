@@ -60,6 +60,7 @@ func genOp(r *rand.Rand, m *model) op {
 	// Part 3: an operator's retry of a finished task.
 	choices = append(choices, choice{4, func() op { return genRetry(r, m) }})
 	choices = append(choices, choice{4, func() op { return genSubmitMany(r, m) }})
+	choices = append(choices, choice{2, func() op { return genSetPolicy(r, m) }})
 	// Retention: a prune, weighted up when it would remove something.
 	if m.prunableNow() > 0 {
 		choices = append(choices, choice{6, func() op { return genPrune(r, m) }})

@@ -381,6 +381,7 @@ var opTypes = map[string]reflect.Type{
 
 	"retry":      reflect.TypeOf(RetryOp{}),
 	"submitMany": reflect.TypeOf(SubmitManyOp{}),
+	"setPolicy":  reflect.TypeOf(SetPolicyOp{}),
 }
 
 func opName(o op) string {

@@ -273,6 +273,7 @@ type model struct {
 	tasks       []mTask
 	wakes       []mWake
 	exp         expect
+	pols        map[int]*mPolicy // kind policies (ops_kind_policies_test.go)
 }
 
 func newModel(nSess int, restartable bool) *model {
@@ -284,6 +285,13 @@ func (m *model) clone() *model {
 	c.tasks = append([]mTask(nil), m.tasks...)
 	c.wakes = append([]mWake(nil), m.wakes...)
 	c.exp = expect{task: -1, wake: -1}
+	if m.pols != nil {
+		c.pols = make(map[int]*mPolicy, len(m.pols))
+		for k, p := range m.pols {
+			cp := *p
+			c.pols[k] = &cp
+		}
+	}
 	return &c
 }
 
@@ -405,6 +413,7 @@ func (m *model) claim(lease int64, limit int) { m.claimList(m.eligibleTasks(), l
 
 // claimList claims the first limit of the eligible tasks el, in order.
 func (m *model) claimList(el []claimed, lease int64, limit int) {
+	el = m.limitClaims(el)
 	if len(el) > limit {
 		el = el[:limit]
 	}
@@ -414,6 +423,7 @@ func (m *model) claimList(el []claimed, lease int64, limit int) {
 		t.attempts++
 		t.leaseExp = m.now + lease
 		el[i].attempt = t.attempts
+		m.tookToken(t.kind)
 	}
 	m.exp.claims, m.exp.events = el, len(el)
 }

@@ -466,6 +466,7 @@ var caseAppending = map[events.Type]string{
 	events.TypeTaskExtended:        "extend current",
 	events.TypeTaskReleased:        "release current",
 	events.TypeTaskRetried:         "retry failed",
+	events.TypeKindPolicySet:       "set kind policy",
 }
 
 var coverageCases = []string{
@@ -504,6 +505,7 @@ var coverageCases = []string{
 	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
 	"retry foreign or pruned", "retry unknown",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
+	"set kind policy", "set kind policy zero",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -514,6 +516,8 @@ func classify(o op, m, n *model) []string {
 	switch o := o.(type) {
 	case RetryOp:
 		classifyRetry(add, o, m, e)
+	case SetPolicyOp:
+		classifySetPolicy(add, o)
 	case SubmitManyOp:
 		classifySubmitMany(add, o, e)
 	case SubmitOp:
