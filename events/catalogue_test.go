@@ -37,8 +37,8 @@ func TestCatalogueWellFormed(t *testing.T) {
 			t.Errorf("types %d and %d are both named %q", other, r.Type, r.Name)
 		}
 		names[r.Name] = r.Type
-		if r.Subject != SubjectTask && r.Subject != SubjectWake && r.Subject != SubjectSchedule {
-			t.Errorf("%s: subject %s is neither task, wake nor schedule", r.Name, r.Subject)
+		if r.Subject != SubjectTask && r.Subject != SubjectWake && r.Subject != SubjectSchedule && r.Subject != SubjectKind {
+			t.Errorf("%s: subject %s is neither task, wake, schedule nor kind", r.Name, r.Subject)
 		}
 		if r.Doc == "" || strings.Contains(r.Doc, "\n") {
 			t.Errorf("%s: Doc must be one non-empty line for help texts, got %q", r.Name, r.Doc)
@@ -193,7 +193,7 @@ func TestDesignTableListsEveryType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| (\\d+) \\| `([a-z_]+)` \\| (task|wake|schedule) \\|")
+	row := regexp.MustCompile("(?m)^\\| (\\d+) \\| `([a-z_]+)` \\| (task|wake|schedule|kind) \\|")
 	rows := map[string]string{}
 	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
 		rows[m[2]] = m[1] + " " + m[3]

@@ -33,6 +33,7 @@ var schemaVersion = [256]uint8{
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
 	TypeTaskRetried:         1,
+	TypeKindPolicySet:       1,
 	TypeScheduleSet:         1,
 	TypeScheduleRemoved:     1,
 	TypeTaskSubmitRejected:  1,
@@ -241,6 +242,13 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendStr(b, e.TaskID)
 		b = msgp.AppendUint(b, uint64(e.Attempts))
 		b = msgp.AppendInt(b, e.RunAt)
+	case *KindPolicySet:
+		b = appendHeader(msgp.AppendArrayLen(b, 8), h)
+		b = msgp.AppendStr(b, e.Kind)
+		b = msgp.AppendBool(b, e.Paused)
+		b = msgp.AppendInt(b, e.MaxRunning)
+		b = msgp.AppendFloat64(b, e.Rate)
+		b = msgp.AppendInt(b, e.Burst)
 	case *ScheduleSet:
 		b = appendHeader(msgp.AppendArrayLen(b, 14), h)
 		b = msgp.AppendStr(b, e.Name)
@@ -588,6 +596,18 @@ func (r *decoder) headers(field string) map[string]string {
 	return h
 }
 
+// f64 reads a float field (a float32 is widened); nil is 0.
+func (r *decoder) f64(field string) float64 {
+	if !r.next(field) {
+		return 0
+	}
+	v, _, err := r.Float()
+	if err != nil {
+		r.fail(field, err)
+	}
+	return v
+}
+
 // bool reads a bool field; nil is false.
 func (r *decoder) bool(field string) bool {
 	if !r.next(field) {
@@ -704,6 +724,7 @@ type Decoder struct {
 	taskExtended        TaskExtended
 	taskReleased        TaskReleased
 	taskRetried         TaskRetried
+	kindPolicySet       KindPolicySet
 	scheduleSet         ScheduleSet
 	scheduleRemoved     ScheduleRemoved
 	taskSubmitRejected  TaskSubmitRejected
@@ -845,6 +866,15 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
 		e.RunAt = r.i64("run_at")
 		ev = e
+	case TypeKindPolicySet:
+		e := fresh(d, func(d *Decoder) *KindPolicySet { return &d.kindPolicySet })
+		r.header(&e.Header)
+		r.shared("kind", &e.Kind, &kinds)
+		e.Paused = r.bool("paused")
+		e.MaxRunning = r.i64("max_running")
+		e.Rate = r.f64("rate")
+		e.Burst = r.i64("burst")
+		ev = e
 	case TypeScheduleSet:
 		e := fresh(d, func(d *Decoder) *ScheduleSet { return &d.scheduleSet })
 		r.header(&e.Header)
@@ -901,6 +931,16 @@ func check(ev Event, seq uint64) *DecodeError {
 	}
 	if seq != 0 && h.Seq != seq {
 		return bad("seq", fmt.Sprintf("event says %d, stored at %d", h.Seq, seq))
+	}
+	if kp, ok := ev.(*KindPolicySet); ok {
+		// A kind's event: no session, no task or wake.
+		if h.SessionID != "" {
+			return bad("session_id", "must be empty for a kind's event")
+		}
+		if field, msg := CheckKindPolicy(kp.Kind, kp.MaxRunning, kp.Rate, kp.Burst); field != "" {
+			return bad(field, msg)
+		}
+		return nil
 	}
 	if h.SessionID == "" {
 		return bad("session_id", "must not be empty")

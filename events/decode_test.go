@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -494,6 +495,14 @@ func TestDecodeChecks(t *testing.T) {
 		{"retry eligible before its time", &TaskRetried{Header: h, TaskID: "t", Attempts: 1, RunAt: 9}, 3, "run_at"},
 		{"submit rejection without a key", &TaskSubmitRejected{Header: h, TaskID: "t", Field: "input"}, 3, "idempotency_key"},
 		{"submit rejection without a field", &TaskSubmitRejected{Header: h, TaskID: "t", IdempotencyKey: "k"}, 3, "field"},
+		{"kind policy with a session", &KindPolicySet{Header: h, Kind: "k", Paused: true}, 3, "session_id"},
+		{"kind policy without a kind", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Paused: true}, 3, "kind"},
+		{"kind policy max running negative", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", MaxRunning: -1}, 3, "max_running"},
+		{"kind policy rate NaN", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Rate: math.NaN(), Burst: 1}, 3, "rate"},
+		{"kind policy rate +Inf", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Rate: math.Inf(1), Burst: 1}, 3, "rate"},
+		{"kind policy rate negative", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Rate: -1, Burst: 1}, 3, "rate"},
+		{"kind policy rate without burst", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Rate: 1}, 3, "burst"},
+		{"kind policy burst without rate", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Burst: 1}, 3, "burst"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

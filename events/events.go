@@ -1,6 +1,9 @@
 package events
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Type identifies an event type on the wire.
 //
@@ -22,6 +25,7 @@ const (
 	TypeTaskExtended        Type = 10
 	TypeTaskReleased        Type = 11
 	TypeTaskRetried         Type = 12
+	TypeKindPolicySet       Type = 13
 	TypeScheduleSet         Type = 14
 	TypeScheduleRemoved     Type = 15
 	TypeTaskSubmitRejected  Type = 16
@@ -37,6 +41,10 @@ const (
 	// SubjectSchedule: a session's periodic schedule, named by (session, name). Such events
 	// name no task or wake: Event.Subject returns two empty ids, and ScheduleName names it.
 	SubjectSchedule Subject = 3
+	// SubjectKind: an event about a task kind as a whole (its flow-control policy). It names
+	// no task or wake, and no session: Event.Subject returns two empty ids and the header's
+	// SessionID is "".
+	SubjectKind Subject = 4
 )
 
 func (s Subject) String() string {
@@ -47,6 +55,8 @@ func (s Subject) String() string {
 		return "wake"
 	case SubjectSchedule:
 		return "schedule"
+	case SubjectKind:
+		return "kind"
 	}
 	return fmt.Sprintf("subject(%d)", uint8(s))
 }
@@ -77,6 +87,7 @@ var catalogue = [...]TypeInfo{
 	{TypeTaskExtended, "task_extended", SubjectTask, "the attempt holding the claim extended its lease (a heartbeat)"},
 	{TypeTaskReleased, "task_released", SubjectTask, "the attempt holding the claim gave the task back: pending again, or canceled if a cancel was requested"},
 	{TypeTaskRetried, "task_retried", SubjectTask, "a failed or canceled task was retried: pending again, its history and attempts kept"},
+	{TypeKindPolicySet, "kind_policy_set", SubjectKind, "a kind's flow-control policy was set (pause, max running, rate); a zero policy removes it"},
 	{TypeScheduleSet, "schedule_set", SubjectSchedule, "a periodic schedule of the session was set (or replaced): its rule, template and first tick"},
 	{TypeScheduleRemoved, "schedule_removed", SubjectSchedule, "a periodic schedule of the session was removed: no more ticks"},
 	{TypeTaskSubmitRejected, "task_submit_rejected", SubjectTask, "audit: a submission taken in from the inbox (postgres.SubmitTx) reused a key with another intent; no task, no state changes"},
@@ -142,7 +153,8 @@ type Header struct {
 type Event interface {
 	Type() Type
 	Head() *Header
-	// TaskID or WakeID of the subject; exactly one is non-empty.
+	// TaskID or WakeID of the subject; exactly one is non-empty, except for an event whose
+	// catalogue row names SubjectKind, where both are empty.
 	Subject() (taskID, wakeID string)
 }
 
@@ -456,6 +468,46 @@ func ScheduleName(e Event) string {
 	return ""
 }
 
+// KindPolicySet records a kind's whole flow-control policy (work.KindPolicy), replacing the
+// one before; a zero policy removes it. It belongs to no session (SessionID is "") and names
+// no task or wake. The fold starts the kind's token bucket full (Burst tokens) at the event's
+// time when Rate > 0.
+type KindPolicySet struct {
+	Header
+	Kind       string
+	Paused     bool
+	MaxRunning int64   // > 0: at most this many tasks of the kind under unexpired leases; 0: no limit
+	Rate       float64 // > 0: claims per second, finite; 0: no limit
+	Burst      int64   // >= 1 when Rate > 0; 0 otherwise
+}
+
+// Zero reports whether e removes the kind's policy: nothing paused, no limit.
+func (e *KindPolicySet) Zero() bool {
+	return !e.Paused && e.MaxRunning == 0 && e.Rate == 0 && e.Burst == 0
+}
+
+// CheckKindPolicy says what is wrong with a policy's fields ("" when nothing) and which field:
+// the API and the decoder both ask it.
+func CheckKindPolicy(kind string, maxRunning int64, rate float64, burst int64) (field, msg string) {
+	switch {
+	case kind == "":
+		return "kind", "must not be empty"
+	case maxRunning < 0:
+		return "max_running", fmt.Sprintf("%d is negative", maxRunning)
+	case math.IsNaN(rate) || math.IsInf(rate, 0):
+		return "rate", fmt.Sprintf("%v is not a finite number", rate)
+	case rate < 0:
+		return "rate", fmt.Sprintf("%v is negative", rate)
+	case burst < 0:
+		return "burst", fmt.Sprintf("%d is negative", burst)
+	case rate > 0 && burst < 1:
+		return "burst", fmt.Sprintf("%d is less than 1 with a rate", burst)
+	case rate == 0 && burst != 0:
+		return "burst", "must be 0 without a rate"
+	}
+	return "", ""
+}
+
 // MaxReleaseReason is the longest TaskReleased.Reason, in bytes (64 KiB): the limit the API
 // checks before a release is appended, which Decode checks again.
 const MaxReleaseReason = 64 << 10
@@ -475,6 +527,7 @@ func (e *TaskRetried) Type() Type         { return TypeTaskRetried }
 func (e *ScheduleSet) Type() Type         { return TypeScheduleSet }
 func (e *ScheduleRemoved) Type() Type     { return TypeScheduleRemoved }
 func (e *TaskSubmitRejected) Type() Type  { return TypeTaskSubmitRejected }
+func (e *KindPolicySet) Type() Type       { return TypeKindPolicySet }
 
 func (h *Header) Head() *Header { return h }
 
@@ -493,6 +546,7 @@ func (e *TaskRetried) Subject() (string, string)         { return e.TaskID, "" }
 func (e *ScheduleSet) Subject() (string, string)         { return "", "" }
 func (e *ScheduleRemoved) Subject() (string, string)     { return "", "" }
 func (e *TaskSubmitRejected) Subject() (string, string)  { return e.TaskID, "" }
+func (e *KindPolicySet) Subject() (string, string)       { return "", "" }
 
 // LeaseToken returns the token an event carries, or "".
 func LeaseToken(e Event) string {

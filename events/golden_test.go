@@ -186,6 +186,14 @@ var goldenFixtures = []goldenFixture{
 		Attempts: 3,
 		RunAt:    goldenAt + 260e9,
 	}},
+	{"kind_policy_set.v1", &KindPolicySet{
+		// At most five running, 2.5 claims a second with bursts of ten; no session.
+		Header:     Header{Seq: 302, At: goldenAt + 201e9},
+		Kind:       "email.send",
+		MaxRunning: 5,
+		Rate:       2.5,
+		Burst:      10,
+	}},
 	{"schedule_set.v1", &ScheduleSet{
 		// A cron rule in a time zone, catching up every tick, with a template that has
 		// headers and a completion wake; the next tick after From.
@@ -230,6 +238,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
 	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
+	TypeKindPolicySet:       {"kind", "paused", "max_running", "rate", "burst"},
 	TypeScheduleSet:         {"name", "cron", "time_zone", "catchup", "kind", "input", "priority", "headers", "wake_on_completion", "from", "next"},
 	TypeScheduleRemoved:     {"name"},
 	TypeTaskSubmitRejected:  {"task_id", "idempotency_key", "field", "kind"},
@@ -452,7 +461,7 @@ func TestWireNumbersStable(t *testing.T) {
 		"task_submitted": 1, "task_claimed": 2, "task_settled": 3, "task_cancel_requested": 4,
 		"wake_recorded": 5, "wake_claimed": 6, "wake_acked": 7, "task_settle_rejected": 8,
 		"wake_ack_rejected": 9, "task_extended": 10, "task_released": 11,
-		"task_retried": 12, "schedule_set": 14, "schedule_removed": 15,
+		"task_retried": 12, "kind_policy_set": 13, "schedule_set": 14, "schedule_removed": 15,
 		"task_submit_rejected": 16,
 	}
 	all := AllTypes()

@@ -153,6 +153,17 @@ func (r *refDecoder) headers(field string) map[string]string {
 	return h
 }
 
+func (r *refDecoder) f64(field string) float64 {
+	if !r.next(field) {
+		return 0
+	}
+	v, err := r.dec.DecodeFloat64()
+	if err != nil {
+		r.fail(field, err)
+	}
+	return v
+}
+
 func (r *refDecoder) bool(field string) bool {
 	if !r.next(field) {
 		return false
@@ -336,6 +347,15 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.TaskID = r.str("task_id")
 		e.Attempts = uint32(r.u64("attempts", 1<<32-1))
 		e.RunAt = r.i64("run_at")
+		ev = e
+	case TypeKindPolicySet: // added with the type, in the same style
+		e := &KindPolicySet{}
+		r.header(&e.Header)
+		e.Kind = r.str("kind")
+		e.Paused = r.bool("paused")
+		e.MaxRunning = r.i64("max_running")
+		e.Rate = r.f64("rate")
+		e.Burst = r.i64("burst")
 		ev = e
 	case TypeScheduleSet: // added with the type, in the same style
 		e := &ScheduleSet{}

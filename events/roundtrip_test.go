@@ -199,6 +199,18 @@ func (g *gen) event(t Type, seq uint64) Event {
 	case TypeTaskRetried:
 		// check: eligible again no earlier than the retry.
 		return &TaskRetried{Header: h, TaskID: g.str(true), Attempts: uint32(g.u64()), RunAt: g.after(h.At)}
+	case TypeKindPolicySet:
+		// check: no session; a valid policy (a zero one removes the kind's).
+		h.SessionID = ""
+		e := &KindPolicySet{Header: h, Kind: g.str(true), Paused: g.r.IntN(2) == 0}
+		if g.r.IntN(2) == 0 {
+			e.MaxRunning = int64(g.u64() >> 1)
+		}
+		if g.r.IntN(2) == 0 {
+			e.Rate = g.r.Float64() * 1e6
+			e.Burst = 1 + int64(g.u64()>>2)
+		}
+		return e
 	case TypeScheduleSet:
 		e := &ScheduleSet{Header: h, Name: "s" + strconv.Itoa(g.r.IntN(1000)), Cron: "@every " + strconv.Itoa(1+g.r.IntN(100)) + "s",
 			TimeZone: g.str(false), Catchup: uint8(g.r.IntN(2)), Kind: g.str(true), Input: g.bin(),

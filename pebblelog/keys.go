@@ -33,6 +33,9 @@ const (
 	// Format 5.
 	prefixSessionWake = 'W' // W<uvarint len><session><at 8B ordered><record seq 8B BE>: wake id: session_wakes.go
 
+	// Format 7 (state_kind_policies.go).
+	prefixKindPolicy = 'P' // P<kind>: the kind's policy and token bucket (encodePolicy)
+	prefixKindLease  = 'L' // L<uvarint len><kind><at 8B ordered><submit seq 8B BE>: task id: running tasks by lease expiry
 	// Format 8.
 	prefixSchedule    = 'h' // h<uvarint len><session><name>: projection.Schedule (JSON): state_schedules.go
 	prefixScheduleDue = 'H' // H<at 8B ordered><uvarint len><session><name>: empty: the schedule index
@@ -47,7 +50,7 @@ var (
 // them (the last sequence too).
 var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTaskKey, prefixWakeKey, prefixDue, prefixAvailable,
 	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob, prefixSessionWake,
-	prefixSchedule, prefixScheduleDue}
+	prefixKindPolicy, prefixKindLease, prefixSchedule, prefixScheduleDue}
 
 // format3Prefixes are the keyspaces format 3 added. A store of an older format opened
 // read-only has none of them (the upgrade builds them: upgrade.go).

@@ -32,8 +32,8 @@ import (
 // the per-session available-wake index (session_wakes.go), which the upgrade from any older
 // format builds from the wake records. Version 6 keys the due index and the per-kind due
 // index by priority first (keys.go) and appends Headers to task records; the upgrade from any
-// older format rebuilds both indexes from the task records (upgrade6.go). Version 7 is the
-// per-kind policies' (another branch). Version 8 adds the schedules and their index by next
+// older format rebuilds both indexes from the task records (upgrade6.go). Version 7 adds the
+// per-kind policies and the per-kind lease index (state_kind_policies.go). Version 8 adds the schedules and their index by next
 // tick (state_schedules.go); the upgrade from an older format only clears those keyspaces,
 // which such a store cannot hold (upgrade8.go).
 const FormatVersion = 8

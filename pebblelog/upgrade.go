@@ -93,6 +93,11 @@ func (s *Store) upgrade() error {
 			return fmt.Errorf("pebblelog: %s: upgrading to format 6 (the due indexes keyed by priority): %w", s.dir, err)
 		}
 	}
+	if key < 7 {
+		if err := s.buildFormat7(); err != nil {
+			return fmt.Errorf("pebblelog: %s: upgrading to format 7 (the kind policies and the per-kind lease index): %w", s.dir, err)
+		}
+	}
 	if key < 8 {
 		if err := s.buildFormat8(); err != nil {
 			return fmt.Errorf("pebblelog: %s: upgrading to format 8 (the schedules): %w", s.dir, err)

@@ -12,6 +12,6 @@ func (s *Store) DiskUsage(ctx context.Context) (uint64, error) {
 	err := queryRow(ctx, s.e, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname = ANY($2)`,
-		[]any{s.e.schema, append(tableNames[:len(tableNames):len(tableNames)], "session_wakes")}, &n)
+		[]any{s.e.schema, append(tableNames[:len(tableNames):len(tableNames)], "session_wakes", "kind_policies", "kind_leases")}, &n)
 	return uint64(n), backendError(err)
 }

@@ -77,6 +77,7 @@ type statements struct {
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
+	kp  kindPolicyStatements                   // the kind policies and lease index (kind_policies.go)
 }
 
 func newStatements(schema string) *statements {
@@ -150,6 +151,7 @@ func newStatements(schema string) *statements {
 		// The writers' commit marks (writer.go, commitMark).
 		idx: indexStatementsOf(q, true),
 		sc:  newScheduleStatements(q),
+		kp:  newKindPolicyStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
@@ -333,13 +335,14 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 	for _, n := range tableNames {
 		ours[n] = true
 	}
-	hasMarks, hasSessionWakes := false, false
+	hasMarks, hasSessionWakes, hasKindPolicies := false, false, false
 	for _, n := range names {
 		if ours[n] {
 			have = append(have, n)
 		}
 		hasMarks = hasMarks || n == "commit_marks"
 		hasSessionWakes = hasSessionWakes || n == "session_wakes"
+		hasKindPolicies = hasKindPolicies || n == "kind_leases"
 	}
 	if len(have) == 0 {
 		if defaulted {
@@ -363,6 +366,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return err
 		}
 		if err := ensureSessionWakes(ctx, tx, schema, false); err != nil {
+			return err
+		}
+		if err := ensureKindPolicies(ctx, tx, schema, false); err != nil {
 			return err
 		}
 		if err := ensurePriority(ctx, tx, schema); err != nil {
@@ -404,6 +410,9 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			return err
 		}
 		if err := ensureSessionWakes(ctx, tx, schema, hasSessionWakes); err != nil {
+			return err
+		}
+		if err := ensureKindPolicies(ctx, tx, schema, hasKindPolicies); err != nil {
 			return err
 		}
 		if err := ensurePriority(ctx, tx, schema); err != nil {

@@ -97,6 +97,9 @@ type txn struct {
 	newTaskKeys          []skey
 	newWakeKeys          []skey
 	idx                  [projection.NumIndexes]map[idxKey]idxOp // index.go
+	kindLeases           map[idxKey]idxOp                        // kind_policies.go
+	pols                 map[string]*projection.KindPolicy
+	polDirty             map[string]bool
 	sessions             []sessKey
 	sessionIDs           []string
 	counts               map[countKey]int64
@@ -204,6 +207,7 @@ func (t *txn) LastSeq() (uint64, error) { return t.seq, nil }
 func (t *txn) flushIndexes(b *pgx.Batch) {
 	t.flushPrune(b)
 	t.queueIndexes(b)
+	t.flushKindPolicies(b)
 	if len(t.sessions) > 0 {
 		ss, qs := make([][]byte, len(t.sessions)), make([]int64, len(t.sessions))
 		ids := make([][]byte, len(t.sessions))

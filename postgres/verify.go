@@ -125,6 +125,9 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if err != nil {
 		return nil, err
 	}
+	if err := loadKindPolicies(ctx, tx, st, stored); err != nil {
+		return nil, err
+	}
 	// Diff says "stored vs rebuilt".
 	return append(append(problems, undecoded...), diff...), nil
 }

@@ -87,6 +87,8 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		return applyScheduleSet(s, e, fail)
 	case *events.ScheduleRemoved:
 		return applyScheduleRemoved(s, e, fail)
+	case *events.KindPolicySet:
+		return applyKindPolicySet(s, e, fail)
 	case *events.TaskClaimed, *events.TaskSettled, *events.TaskCancelRequested, *events.TaskSettleRejected,
 		*events.TaskExtended, *events.TaskReleased:
 		t, err := s.EditTask(taskID)
@@ -102,6 +104,11 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		}
 		if err := moveTask(s, old, t); err != nil {
 			return err
+		}
+		if _, ok := ev.(*events.TaskClaimed); ok {
+			if err := takeToken(s, t.Kind, h.At); err != nil {
+				return err
+			}
 		}
 		if !old.state.Terminal() && t.State.Terminal() {
 			if err := indexPrunableTask(s, t, nil); err != nil {
@@ -513,14 +520,17 @@ func applyWakeRecorded(s State, e *events.WakeRecorded, fail failFunc) error {
 // whether it is in the due index at all (EligibleAt), and its state (Counts). Apply takes it
 // before a rule changes the task, and moveTask moves the task's entries from there.
 type taskPlace struct {
-	at    int64
-	due   bool
-	state events.TaskState
+	at     int64
+	due    bool
+	state  events.TaskState
+	lease  IndexEntry // its entry in its kind's lease index, when leased
+	leased bool
 }
 
 func placeOf(t *Task) taskPlace {
 	at, due := t.EligibleAt()
-	return taskPlace{at: at, due: due, state: t.State}
+	lease, leased := t.LeaseEntry()
+	return taskPlace{at: at, due: due, state: t.State, lease: lease, leased: leased}
 }
 
 // addTask enters a new task into the indexes and counts: its session's list, the due indexes
@@ -540,6 +550,9 @@ func addTask(s State, t *Task) error {
 // count from the old state to the new, and its entry in the due indexes (TaskIndexes) from
 // the old time to the new (out of them once it is terminal).
 func moveTask(s State, old taskPlace, t *Task) error {
+	if err := moveLease(s, old.lease, old.leased, t); err != nil {
+		return err
+	}
 	if old.state != t.State {
 		if err := s.AddCount(t.Kind, old.state, -1); err != nil {
 			return err

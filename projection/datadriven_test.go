@@ -164,6 +164,7 @@ func (s *script) apply(t *testing.T, d *datadriven.TestData, ev events.Event) st
 //	wake-claim    wake= attempt= token= expires=
 //	ack           wake= attempt= token=
 //	reject-ack    wake= attempt= reason=
+//	policy        kind= [paused] [max=] [rate=] [burst=]   session= defaults to none here
 func parseEvent(line string, next uint64) (events.Event, error) {
 	fields := strings.Fields(line)
 	verb, args := fields[0], map[string]string{}
@@ -225,6 +226,12 @@ func parseEvent(line string, next uint64) (events.Event, error) {
 			LeaseToken: p.str("token", ""), LeaseExpiresAt: p.int("expires", 0)}
 	case "ack":
 		ev = &events.WakeAcked{Header: h, WakeID: p.str("wake", ""), Attempt: p.attempt(), LeaseToken: p.str("token", "")}
+	case "policy":
+		if _, ok := args["session"]; !ok {
+			h.SessionID = ""
+		}
+		ev = &events.KindPolicySet{Header: h, Kind: p.str("kind", ""), Paused: p.flag("paused"),
+			MaxRunning: p.int("max", 0), Rate: p.float("rate"), Burst: p.int("burst", 0)}
 	case "reject-ack":
 		ev = &events.WakeAckRejected{Header: h, WakeID: p.str("wake", ""), Attempt: p.attempt(), Reason: p.reason()}
 	default:
@@ -289,6 +296,18 @@ func (p *argParser) int(k string, def int64) int64 {
 		p.fail(k, v, err)
 	}
 	return n
+}
+
+func (p *argParser) float(k string) float64 {
+	v, ok := p.get(k)
+	if !ok {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		p.fail(k, v, err)
+	}
+	return f
 }
 
 func (p *argParser) uint(k string, def uint64) uint64 {
@@ -399,8 +418,24 @@ func render(m *Mem) string {
 	renderIndex(&b, "due", scanner(m, IndexDue, ""))
 	renderPart2(&b, m)
 	renderIndex(&b, "available", scanner(m, IndexWakes, ""))
+	renderPolicies(&b, m)
 	fmt.Fprintf(&b, "last seq %d\n", m.lastSeq)
 	return b.String()
+}
+
+// renderPolicies prints the kind policies, their buckets and the per-kind lease index, when
+// there are any (so the scripts of other events are unchanged).
+func renderPolicies(b *strings.Builder, m *Mem) {
+	_ = m.KindPolicies(func(p *KindPolicy) bool {
+		fmt.Fprintf(b, "policy %s paused=%t max=%d rate=%g burst=%d tokens=%g@%d seq=%d\n",
+			p.Kind, p.Paused, p.MaxRunning, p.Rate, p.Burst, p.Tokens, p.TokensAt, p.SetSeq)
+		return true
+	})
+	for _, k := range slices.Sorted(maps.Keys(m.kindLeases)) {
+		renderIndex(b, "leases "+k, func(_ int64, fn func(IndexEntry) bool) error {
+			return m.ScanKindLeases(k, math.MinInt64, fn)
+		})
+	}
 }
 
 func opt(b *strings.Builder, k, v string) {

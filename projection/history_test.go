@@ -77,7 +77,7 @@ func (s *sim) completionWake(id string) {
 func (s *sim) step() {
 	s.now += int64(s.r.IntN(8))
 	r := s.r
-	switch k := r.IntN(124); {
+	switch k := r.IntN(128); {
 	case k < 25: // submit
 		sess := sessions[r.IntN(len(sessions))]
 		e := &events.TaskSubmitted{Header: s.h(sess), TaskID: s.id("t"), Kind: kinds[r.IntN(len(kinds))], Input: []byte(`{}`),
@@ -171,6 +171,16 @@ func (s *sim) step() {
 		s.apply(&events.TaskReleased{Header: s.h(x.SessionID), TaskID: x.ID, Attempt: x.Attempts,
 			RunAt: s.now + int64(r.IntN(3)*r.IntN(20)), Reason: "retry"})
 		s.completionWake(x.ID)
+	case k >= 124: // a kind's policy: set (its bucket starts full), changed or removed
+		e := &events.KindPolicySet{Header: s.h(""), Kind: kinds[r.IntN(len(kinds))]}
+		if r.IntN(4) != 0 {
+			e.Paused = r.IntN(4) == 0
+			e.MaxRunning = int64(r.IntN(4))
+			if r.IntN(2) == 0 {
+				e.Rate, e.Burst = float64(1+r.IntN(8))/4, int64(1+r.IntN(3))
+			}
+		}
+		s.apply(e)
 	case k >= 116: // a schedule: set, removed, or its due tick submitted
 		s.scheduleStep()
 	default: // an operator's retry of a failed or canceled task: pending again, attempts kept
@@ -391,6 +401,8 @@ func mutants(r *rand.Rand, ev events.Event) []events.Event {
 		clone(func(c events.Event) { c.(*events.ScheduleSet).Next = e.From })
 	case *events.ScheduleRemoved:
 		clone(func(c events.Event) { c.(*events.ScheduleRemoved).Name = "nope" })
+	case *events.KindPolicySet:
+		clone(func(c events.Event) { c.(*events.KindPolicySet).Kind = "" })
 	}
 	if e, ok := ev.(*events.TaskSubmitted); ok && e.Schedule != "" {
 		clone(func(c events.Event) { c.(*events.TaskSubmitted).Schedule = "nope" })
@@ -444,6 +456,9 @@ func cloneEvent(ev events.Event) events.Event {
 		c := *e
 		return &c
 	case *events.TaskSubmitRejected:
+		c := *e
+		return &c
+	case *events.KindPolicySet:
 		c := *e
 		return &c
 	}

@@ -41,6 +41,10 @@ type Mem struct {
 	// The schedules and their index by next tick (mem_schedules.go); made on first use.
 	schedules map[sessionKey]*Schedule
 	schedDue  *btree.BTreeG[ScheduleEntry]
+	// policies and kindLeases: the kind policies and the per-kind lease index
+	// (mem_kind_policies.go).
+	policies   map[string]*KindPolicy
+	kindLeases map[string]*btree.BTreeG[IndexEntry]
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -65,6 +69,9 @@ func NewMemSized(tasks, wakes int) *Mem {
 		prune:    newPruneIndex(),
 		kinds:    map[string]*kindIndex{},
 		sessions: map[string]*sessionList{},
+
+		policies:   map[string]*KindPolicy{},
+		kindLeases: map[string]*btree.BTreeG[IndexEntry]{},
 	}
 	for ix := range m.idx {
 		m.idx[ix] = newMemIndex()
@@ -119,6 +126,7 @@ func (m *Mem) BuildIndexes() {
 	m.deferred = false
 	m.buildIndexes()
 	m.buildKindsSessions()
+	m.buildKindLeases()
 	m.buildPrune()
 }
 
@@ -294,6 +302,7 @@ func (m *Mem) diffAfterRecords(o *Mem) []string {
 	out = append(out, m.diffIndexes(o)...)
 	out = append(out, m.diffKindsSessions(o)...)
 	out = append(out, m.diffSchedules(o)...)
+	out = append(out, m.diffKindPolicies(o)...)
 	if m.pruneKept && o.pruneKept {
 		out = append(out, diffPrune(m.prune, o.prune)...)
 	}

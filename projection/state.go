@@ -34,6 +34,11 @@ type Reader interface {
 
 	// The periodic schedules (schedules.go).
 	ScheduleReader
+
+	// KindPolicy, KindPolicies and ScanKindLeases: kind_policies.go.
+	KindPolicy(kind string) (*KindPolicy, error)
+	KindPolicies(fn func(*KindPolicy) bool) error
+	ScanKindLeases(kind string, after int64, fn func(IndexEntry) bool) error
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -86,4 +91,9 @@ type State interface {
 
 	// The periodic schedules (schedules.go).
 	ScheduleWriter
+	// The kind policies and the per-kind lease index (kind_policies.go).
+	PutKindPolicy(*KindPolicy) error
+	DeleteKindPolicy(kind string) error
+	PutKindLease(kind string, e IndexEntry) error
+	DeleteKindLease(kind string, e IndexEntry) error
 }

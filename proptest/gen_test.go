@@ -64,6 +64,7 @@ func genOp(r *rand.Rand, m *model) op {
 	if m.inbox {
 		choices = append(choices, choice{6, func() op { return genSubmitTx(r, m) }})
 	}
+	choices = append(choices, choice{2, func() op { return genSetPolicy(r, m) }})
 	// Retention: a prune, weighted up when it would remove something.
 	if m.prunableNow() > 0 {
 		choices = append(choices, choice{6, func() op { return genPrune(r, m) }})

@@ -400,6 +400,7 @@ var opTypes = map[string]reflect.Type{
 	"setSchedule":    reflect.TypeOf(SetScheduleOp{}),
 	"removeSchedule": reflect.TypeOf(RemoveScheduleOp{}),
 	"submitTx":       reflect.TypeOf(SubmitTxOp{}),
+	"setPolicy":      reflect.TypeOf(SetPolicyOp{}),
 }
 
 func opName(o op) string {

@@ -276,6 +276,7 @@ type model struct {
 	wakes       []mWake
 	schedules   []mSchedule // ops_schedules_test.go
 	exp         expect
+	pols        map[int]*mPolicy // kind policies (ops_kind_policies_test.go)
 }
 
 func newModel(nSess int, restartable bool) *model {
@@ -288,6 +289,13 @@ func (m *model) clone() *model {
 	c.wakes = append([]mWake(nil), m.wakes...)
 	c.schedules = append([]mSchedule(nil), m.schedules...)
 	c.exp = expect{task: -1, wake: -1}
+	if m.pols != nil {
+		c.pols = make(map[int]*mPolicy, len(m.pols))
+		for k, p := range m.pols {
+			cp := *p
+			c.pols[k] = &cp
+		}
+	}
 	return &c
 }
 
@@ -412,6 +420,7 @@ func (m *model) claim(lease int64, limit int) { m.claimList(m.eligibleTasks(), l
 
 // claimList claims the first limit of the eligible tasks el, in order.
 func (m *model) claimList(el []claimed, lease int64, limit int) {
+	el = m.limitClaims(el)
 	if len(el) > limit {
 		el = el[:limit]
 	}
@@ -421,6 +430,7 @@ func (m *model) claimList(el []claimed, lease int64, limit int) {
 		t.attempts++
 		t.leaseExp = m.now + lease
 		el[i].attempt = t.attempts
+		m.tookToken(t.kind)
 	}
 	m.exp.claims, m.exp.events = el, len(el)
 }

@@ -45,7 +45,7 @@ func postgresBackend(t *testing.T, srv *pgtest.Server) backendSpec {
 			if !first {
 				if err := srv.Exec("TRUNCATE " + strings.Join(prefixAll(schema+".", "events", "tasks", "wakes",
 					"task_keys", "wake_keys", "due", "kind_due", "wake_index", "session_tasks", "counts", "prunable", "pruned",
-					"session_wakes", "schedules", "submit_inbox", "submit_inbox_rejects"), ", ") +
+					"session_wakes", "schedules", "submit_inbox", "submit_inbox_rejects", "kind_policies", "kind_leases"), ", ") +
 					"; UPDATE " + schema + ".log_head SET seq = 0"); err != nil {
 					return nil, err
 				}

@@ -470,6 +470,7 @@ var caseAppending = map[events.Type]string{
 	events.TypeScheduleSet:         "set schedule new",
 	events.TypeScheduleRemoved:     "remove schedule",
 	events.TypeTaskSubmitRejected:  "submit tx rejected (other intent)",
+	events.TypeKindPolicySet:       "set kind policy",
 }
 
 var coverageCases = []string{
@@ -511,6 +512,7 @@ var coverageCases = []string{
 	// postgres.SubmitTx, taken in from the inbox (generated only on a backend with one)
 	"submit tx new", "submit tx repeat (same intent)", "submit tx rejected (other intent)", "submit tx rolled back",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
+	"set kind policy", "set kind policy zero",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -525,6 +527,8 @@ func classify(o op, m, n *model) []string {
 		classifyRetry(add, o, m, e)
 	case SubmitTxOp:
 		classifySubmitTx(add, o, m, e)
+	case SetPolicyOp:
+		classifySetPolicy(add, o)
 	case SubmitManyOp:
 		classifySubmitMany(add, o, e)
 	case SubmitOp:

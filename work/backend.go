@@ -99,6 +99,7 @@ type backendCaps struct {
 	checkpoint Checkpointer
 	clock      Clock
 	session    SessionBackend
+	kindPolicy KindPolicyBackend
 }
 
 func resolveBackendCaps(b Backend) backendCaps {
@@ -114,6 +115,7 @@ func resolveBackendCaps(b Backend) backendCaps {
 	c.checkpoint, _ = b.(Checkpointer)
 	c.clock, _ = b.(Clock)
 	c.session, _ = b.(SessionBackend)
+	c.kindPolicy, _ = b.(KindPolicyBackend)
 	return c
 }
 

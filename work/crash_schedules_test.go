@@ -101,7 +101,9 @@ var schedCrashEpoch = time.Date(2031, time.January, 1, 0, 0, 0, 0, time.UTC)
 // schedRoundStart is round r's first claim time: rounds are 1,000 s apart (a child makes far
 // fewer than 10,000 claims of 100 ms each before it is killed), so each round's first claim
 // catches up on the ticks of the gap (CatchupAll, at most MaxTicksPerClaim at once).
-func schedRoundStart(r int) time.Time { return schedCrashEpoch.Add(time.Duration(r+1) * 1000 * time.Second) }
+func schedRoundStart(r int) time.Time {
+	return schedCrashEpoch.Add(time.Duration(r+1) * 1000 * time.Second)
+}
 
 const schedChildEnv, schedRoundEnv = "WORKLOG_SCHED_CRASH_DIR", "WORKLOG_SCHED_CRASH_ROUND"
 

@@ -375,7 +375,7 @@ func completionWake(tx txn, id string, t *projection.Task, at int64) error {
 }
 
 func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
-	return claim(ctx, b, now, leaseFor, limit, indexScan(projection.IndexDue), "lease", b.claimTask)
+	return claim(ctx, b, now, leaseFor, limit, dueScan, "lease", b.claimTask)
 }
 
 // claimTask claims the task id, which a scan found eligible at at, as ClaimDue,

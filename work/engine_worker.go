@@ -139,15 +139,6 @@ func (b *logBackend) ClaimKinds(ctx context.Context, kinds []string, now time.Ti
 	return claim(ctx, b, now, leaseFor, limit, kindsScan(kinds), "lease", b.claimTask)
 }
 
-// kindsScan is the scan of a claim restricted to kinds (ClaimKinds, SettleAndClaim): the
-// merge of the kinds' own due indexes (scanKinds).
-func kindsScan(kinds []string) scanFunc {
-	kinds = distinct(kinds)
-	return func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error {
-		return scanKinds(tx, kinds, maxAt, fn)
-	}
-}
-
 // distinct returns kinds without repeats, in their first order: a kind named twice would
 // give its entries twice to the merge, and a claim would take a task twice.
 func distinct(kinds []string) []string {
@@ -178,10 +169,15 @@ func scanKinds(r projection.Reader, kinds []string, maxAt int64, fn func(project
 
 // mergeScans is scanKinds over the partitions names of any partitioned index of r (a kind's
 // due index, a session's available wakes).
-func mergeScans(r projection.Reader, ix projection.Index, names []string, maxAt int64, fn func(projection.IndexEntry) bool) (err error) {
-	scanOne := func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+func mergeScans(r projection.Reader, ix projection.Index, names []string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+	return mergeScansOf(names, func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error {
 		return r.ScanIndex(ix, name, maxAt, fn)
-	}
+	}, maxAt, fn)
+}
+
+// mergeScansOf is mergeScans over the partitions scanOne reads (gatedScan cuts each kind's
+// scan at its allowance).
+func mergeScansOf(names []string, scanOne func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error, maxAt int64, fn func(projection.IndexEntry) bool) (err error) {
 	kinds := names
 	if len(kinds) == 1 {
 		return scanOne(kinds[0], maxAt, fn)
@@ -326,6 +322,9 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 		// A reader may give a kind's states apart; merge them, in kind order.
 		slices.SortStableFunc(out.Kinds, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
 		out.Kinds = mergeKinds(out.Kinds)
+		if out.Policies, out.PausedKinds, err = policyStats(r, at); err != nil {
+			return err
+		}
 		// The scan is in claim order (priority first): the oldest is the least At of all.
 		return r.ScanIndex(projection.IndexDue, "", at, func(e projection.IndexEntry) bool {
 			if out.DueNow == 0 || e.At < out.OldestDueAt.UnixNano() {
@@ -456,7 +455,7 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 	for i := range settles {
 		plans[i] = b.planSettle(&settles[i], at, staged)
 	}
-	scan := indexScan(projection.IndexDue)
+	scan := scanFunc(dueScan)
 	if len(kinds) > 0 {
 		scan = kindsScan(kinds)
 	}

@@ -69,6 +69,10 @@ type QueueStats struct {
 	OldestDueAt time.Time
 	// OldestDueAge is At minus OldestDueAt; zero when nothing is due.
 	OldestDueAge time.Duration
+	// Policies are the kinds with a policy (Queue.SetKindPolicy), in kind order, with their
+	// slots in use and their rate's bucket at At; PausedKinds the paused ones among them.
+	Policies    []KindPolicyStats
+	PausedKinds []string
 }
 
 // Extend extends a claim's lease at the queue's clock's time (a heartbeat).

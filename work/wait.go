@@ -27,7 +27,8 @@ import (
 const (
 	sigTasks uint8 = 1 << iota
 	sigWakes
-	sigLog // any event committed: Queue.Follow's followers on an engine without engineapi.DurableHead (follow.go)
+	sigLog   // any event committed: Queue.Follow's followers on an engine without engineapi.DurableHead (follow.go)
+	sigSlots // a task left its lease (settled, released): a waiter held back by a kind's MaxRunning (kind_policies_wait.go)
 )
 
 // eventSignal is which waiters an event of type t may concern (ok false: a type this
@@ -40,14 +41,21 @@ const (
 // its own WakeRecorded.
 func eventSignal(t events.Type) (sig uint8, ok bool) {
 	switch t {
-	case events.TypeTaskSubmitted, events.TypeTaskReleased, events.TypeTaskExtended,
-		events.TypeTaskCancelRequested, events.TypeTaskRetried:
+	case events.TypeTaskSubmitted, events.TypeTaskExtended,
+		events.TypeTaskCancelRequested, events.TypeTaskRetried,
+		events.TypeKindPolicySet: // a pause lifted, a limit raised, a bucket refilled
 		return sigTasks, true
 	case events.TypeScheduleSet: // its next tick may be earlier than a waiter's timer
 		return sigTasks, true
+	case events.TypeTaskReleased:
+		return sigTasks | sigSlots, true
+	case events.TypeTaskSettled:
+		// It only removes entries, but frees a slot of its kind: only the waiters a
+		// MaxRunning holds back listen for that.
+		return sigSlots, true
 	case events.TypeWakeRecorded:
 		return sigWakes, true
-	case events.TypeTaskClaimed, events.TypeTaskSettled, events.TypeWakeClaimed, events.TypeWakeAcked,
+	case events.TypeTaskClaimed, events.TypeWakeClaimed, events.TypeWakeAcked,
 		events.TypeTaskSettleRejected, events.TypeWakeAckRejected, events.TypeScheduleRemoved,
 		events.TypeTaskSubmitRejected:
 		return 0, true
@@ -61,6 +69,7 @@ func eventSignal(t events.Type) (sig uint8, ok bool) {
 type waitHub struct {
 	tasks, wakes atomic.Pointer[chan struct{}]
 	log          atomic.Pointer[chan struct{}] // sigLog (follow.go)
+	slots        atomic.Pointer[chan struct{}] // sigSlots (kind_policies_wait.go)
 	done         chan struct{}                 // closed when the engine closes
 	closeOnce    sync.Once
 
@@ -82,6 +91,8 @@ func (h *waitHub) slot(which uint8) *atomic.Pointer[chan struct{}] {
 		return &h.wakes
 	case sigLog:
 		return &h.log
+	case sigSlots:
+		return &h.slots
 	}
 	return &h.tasks
 }
@@ -102,7 +113,7 @@ func (h *waitHub) channel(which uint8) <-chan struct{} {
 
 // signal wakes every waiter of the signals in mask.
 func (h *waitHub) signal(mask uint8) {
-	for _, which := range [...]uint8{sigTasks, sigWakes, sigLog} {
+	for _, which := range [...]uint8{sigTasks, sigWakes, sigLog, sigSlots} {
 		if mask&which == 0 {
 			continue
 		}
@@ -134,7 +145,7 @@ func (h *waitHub) watch() {
 					if !ok {
 						return
 					}
-					h.signal(sigTasks | sigWakes | sigLog)
+					h.signal(sigTasks | sigWakes | sigLog | sigSlots)
 				case <-h.done:
 					return
 				}
@@ -246,28 +257,11 @@ func (q *Queue) WaitWakes(ctx context.Context) error {
 	return wrap(q.caps.wait.WaitWakes(ctx))
 }
 
-// WaitTasks is Queue.WaitTasks on worklog's backend (kinds validated by the queue).
+// WaitTasks is Queue.WaitTasks on worklog's backend (kinds validated by the queue): the
+// earliest moment a task of kinds may be claimable, under the kind policies
+// (kind_policies_wait.go).
 func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
-	return b.wait(ctx, sigTasks, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
-		// The next tick of a schedule of these kinds: a claim then submits its task.
-		if err := nextTickOf(r, kinds, first); err != nil {
-			return err
-		}
-		if len(kinds) == 0 {
-			return earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
-				return r.ScanIndex(projection.IndexDue, "", maxAt, fn)
-			}, first)
-		}
-		for _, k := range kinds {
-			err := earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
-				return r.ScanIndex(projection.IndexKindDue, k, maxAt, fn)
-			}, first)
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return b.waitTasks(ctx, kinds)
 }
 
 // WaitWakes is Queue.WaitWakes on worklog's backend.
@@ -304,28 +298,44 @@ func earliestDue(scan func(maxAt int64, fn func(projection.IndexEntry) bool) err
 // wait is WaitTasks and WaitWakes: scan calls first with the first entry of each index the
 // waiter cares about (first returns false to stop each scan at its first entry).
 func (b *logBackend) wait(ctx context.Context, which uint8, scan func(projection.Reader, func(projection.IndexEntry) bool) error) error {
+	return b.waitAt(ctx, which, func(r projection.Reader, _ int64, first func(projection.IndexEntry) bool) (uint8, error) {
+		return 0, scan(r, first)
+	})
+}
+
+// waitAt is wait with the waiter's now (the queue's clock, read before the state) given to
+// scan, which may name more signals to wait for (also: sigSlots).
+func (b *logBackend) waitAt(ctx context.Context, which uint8, scan func(r projection.Reader, now int64, first func(projection.IndexEntry) bool) (also uint8, err error)) error {
 	h := b.hub
 	h.watch()
-	// The channel is taken before the state is read: a commit after the read closes it, so
-	// no signal falls between the read and the wait.
+	// The channels are taken before the state is read: a commit after the read closes them,
+	// so no signal falls between the read and the wait.
 	signaled := h.channel(which)
+	slots := h.channel(sigSlots)
 	var earliest int64
 	found := false
+	now := b.clock().UnixNano()
+	var also uint8
 	err := b.eng.View(ctx, func(r projection.Reader) error {
 		found = false
-		return scan(r, func(e projection.IndexEntry) bool {
+		var err error
+		also, err = scan(r, now, func(e projection.IndexEntry) bool {
 			if !found || e.At < earliest {
 				earliest, found = e.At, true
 			}
 			return false
 		})
+		return err
 	})
 	if err != nil {
 		return backendErr(err)
 	}
+	if also&sigSlots == 0 {
+		slots = nil // a nil channel never fires
+	}
 	var timer <-chan time.Time
 	if found {
-		now := b.clock().UnixNano()
+		now := b.clock().UnixNano() // the timer's: the state's read took its time
 		if earliest <= now {
 			return nil
 		}
@@ -339,6 +349,8 @@ func (b *logBackend) wait(ctx context.Context, which uint8, scan func(projection
 	}
 	select {
 	case <-signaled:
+		return nil
+	case <-slots:
 		return nil
 	case <-timer:
 		return nil

@@ -140,7 +140,7 @@ func checkEveryOutput(t *testing.T, info events.TypeInfo, ev events.Event) {
 	for _, x := range s.Schedules {
 		marks = append(marks, x.Marks...)
 	}
-	if len(marks) == 0 {
+	if len(marks) == 0 && info.Subject != events.SubjectKind { // a kind's event is no session's
 		t.Errorf("the timeline of %s has no mark for it", info.Name)
 	}
 	for _, m := range marks {

@@ -256,6 +256,22 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 		add("key=%s", word(e.IdempotencyKey))
 		add("differs=%s", word(e.Field))
 		add("kind=%s", word(e.Kind))
+	case *events.KindPolicySet:
+		add("kind=%s", word(e.Kind))
+		if e.Zero() {
+			add("policy=removed")
+			break
+		}
+		if e.Paused {
+			add("paused")
+		}
+		if e.MaxRunning > 0 {
+			add("max_running=%d", e.MaxRunning)
+		}
+		if e.Rate > 0 {
+			add("rate=%g/s", e.Rate)
+			add("burst=%d", e.Burst)
+		}
 	default:
 		return subjectDetails(ev), false
 	}
@@ -326,6 +342,11 @@ type eventJSON struct {
 	TimeZone     string `json:"time_zone,omitempty"`
 	Catchup      string `json:"catchup,omitempty"`
 	From         string `json:"from,omitempty"`
+	// kind_policy_set: the whole policy (all four fields, zero ones included).
+	Paused     *bool    `json:"paused,omitempty"`
+	MaxRunning *int64   `json:"max_running,omitempty"`
+	Rate       *float64 `json:"rate,omitempty"`
+	Burst      *int64   `json:"burst,omitempty"`
 }
 
 func (a *app) eventJSON(ev events.Event) *eventJSON {
@@ -398,6 +419,9 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 		j.Schedule = e.Name
 	case *events.TaskSubmitRejected:
 		j.TaskID, j.IdempotencyKey, j.Field, j.Kind = e.TaskID, e.IdempotencyKey, e.Field, e.Kind
+	case *events.KindPolicySet:
+		paused, maxRunning, rate, burst := e.Paused, e.MaxRunning, e.Rate, e.Burst
+		j.Kind, j.Paused, j.MaxRunning, j.Rate, j.Burst = e.Kind, &paused, &maxRunning, &rate, &burst
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false

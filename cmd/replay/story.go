@@ -306,6 +306,8 @@ func (s *sessionStory) add(ev events.Event) (known bool) {
 		}
 		t.Marks = append(t.Marks, ev1(markRetried, "retried after %d attempt(s) (was %s): pending again %s; the next claim is attempt %d",
 			e.Attempts, was, when, e.Attempts+1))
+	case *events.KindPolicySet:
+		// A kind's event: no session's task or wake, so no mark (replay log shows it).
 	case *events.WakeRecorded:
 		w := &wakeStory{ID: e.WakeID, Reason: e.Reason, TaskID: e.TaskID, Outcome: e.Outcome, Payload: e.Payload,
 			Key: e.IdempotencyKey, RecordSeq: h.Seq, CreatedAt: h.At}

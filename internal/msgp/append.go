@@ -14,6 +14,7 @@ package msgp
 
 import (
 	"encoding/binary"
+	"math"
 )
 
 // AppendArrayLen appends an array header of n elements in its smallest form
@@ -127,4 +128,9 @@ func AppendUint64(b []byte, v uint64) []byte {
 // AppendInt64 appends v as an int 64, whatever its value.
 func AppendInt64(b []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v))
+}
+
+// AppendFloat64 appends v as a float 64 (msgpack's EncodeFloat64).
+func AppendFloat64(b []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(v))
 }

@@ -182,6 +182,37 @@ func (r *Reader) number() (uint64, IntKind, error) {
 	return v, k, err
 }
 
+// Float reads a float 64 or a float 32 (widened) as msgpack's DecodeFloat64 does, and like
+// it an integer of any width (its 64 bits as an int64, converted) or nil (0).
+func (r *Reader) Float() (v float64, isNil bool, err error) {
+	c, ok := r.byte1()
+	switch {
+	case !ok:
+		return 0, false, ErrShort
+	case c == 0xcb:
+		u, ok := r.fixed(8)
+		if !ok {
+			return 0, false, ErrShort
+		}
+		return math.Float64frombits(u), false, nil
+	case c == 0xca:
+		u, ok := r.fixed(4)
+		if !ok {
+			return 0, false, ErrShort
+		}
+		return float64(math.Float32frombits(uint32(u))), false, nil
+	}
+	r.off--
+	n, k, err := r.Int()
+	if err != nil {
+		if ce, ok := err.(*CodeError); ok {
+			ce.Want = "float"
+		}
+		return 0, false, err
+	}
+	return float64(int64(n)), k == Nil, nil
+}
+
 // Bool reads true, false or nil (isNil, with v false).
 func (r *Reader) Bool() (v, isNil bool, err error) {
 	c, ok := r.byte1()

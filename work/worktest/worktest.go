@@ -79,6 +79,7 @@ func scenarios() []scenario {
 		sessionScenarios(),
 		scheduleScenarios(),
 		inboxScenarios(),
+		kindPolicyScenarios(),
 	} {
 		all = append(all, group...)
 	}

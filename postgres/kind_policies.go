@@ -1,0 +1,373 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/internal/recordcodec"
+	"github.com/worklog/worklog/projection"
+)
+
+// The kind policies and the per-kind lease index (projection/kind_policies.go).
+//
+// kind_policies holds each kind's policy and its token bucket, one row a kind; kind_leases
+// holds the running tasks by (kind, lease expiry, submit seq), so a claim counts a kind's
+// tasks under unexpired leases with one index range read of at most MaxRunning rows
+// (WHERE kind = $1 AND at > now, served by the primary key). Both are kept by the fold
+// through the group's txn, like the other indexes: the lease index's writes netted and sent
+// before the next scan or with the commit; the policies read once per group (one query,
+// every row: they are few) into the txn, which is then their truth for the group, and their
+// changed rows written with the commit. The decide code that reads them runs under the log
+// head's lock (writer.go), so a claim in any process sees every claim committed before it:
+// that is what makes MaxRunning and the rate exact across processes.
+//
+// Both tables came after format 1 without changing it, as session_wakes: a read-write Open
+// creates them when missing (kindPoliciesDDL, IF NOT EXISTS) and fills kind_leases from the
+// running tasks (the due index holds them at their lease expiry); no older queue has a policy.
+const kindPoliciesDDL = `
+CREATE TABLE IF NOT EXISTS {s}.kind_policies (kind bytea PRIMARY KEY, paused bool NOT NULL, max_running bigint NOT NULL,
+	rate float8 NOT NULL, burst bigint NOT NULL, tokens float8 NOT NULL, tokens_at bigint NOT NULL, set_seq bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS {s}.kind_leases (kind bytea, at bigint, seq bigint, task_id bytea NOT NULL, PRIMARY KEY (kind, at, seq));
+`
+
+type kindPolicyStatements struct {
+	policies, putPolicy, delPolicy string
+	leases, leasesFrom, ins, del   string
+	allLeases, policyTable         string
+}
+
+func newKindPolicyStatements(q func(string) string) kindPolicyStatements {
+	return kindPolicyStatements{
+		policies: q(`SELECT kind, paused, max_running, rate, burst, tokens, tokens_at, set_seq FROM {s}.kind_policies ORDER BY kind`),
+		putPolicy: q(`INSERT INTO {s}.kind_policies SELECT * FROM unnest($1::bytea[], $2::bool[], $3::bigint[], $4::float8[],
+			$5::bigint[], $6::float8[], $7::bigint[], $8::bigint[])
+			ON CONFLICT (kind) DO UPDATE SET paused = excluded.paused, max_running = excluded.max_running, rate = excluded.rate,
+			burst = excluded.burst, tokens = excluded.tokens, tokens_at = excluded.tokens_at, set_seq = excluded.set_seq`),
+		delPolicy:  q(`DELETE FROM {s}.kind_policies WHERE kind = ANY($1::bytea[])`),
+		leases:     q(`SELECT at, seq, task_id FROM {s}.kind_leases WHERE kind = $1 AND at > $2 ORDER BY at, seq LIMIT $3`),
+		leasesFrom: q(`SELECT at, seq, task_id FROM {s}.kind_leases WHERE kind = $1 AND (at, seq) > ($2, $4) ORDER BY at, seq LIMIT $3`),
+		ins: q(`INSERT INTO {s}.kind_leases SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[])
+			ON CONFLICT (kind, at, seq) DO UPDATE SET task_id = excluded.task_id`),
+		del:         q(`DELETE FROM {s}.kind_leases WHERE (kind, at, seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]))`),
+		allLeases:   q(`SELECT kind, at, seq, task_id FROM {s}.kind_leases ORDER BY kind, at, seq`),
+		policyTable: q(`{s}.kind_policies`),
+	}
+}
+
+// ensureKindPolicies creates the two tables when the schema lacks them and fills kind_leases.
+func ensureKindPolicies(ctx context.Context, tx pgx.Tx, schema string, exists bool) error {
+	if exists {
+		return nil
+	}
+	sid := pgx.Identifier{schema}.Sanitize()
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(kindPoliciesDDL, "{s}", sid)); err != nil {
+		return fmt.Errorf("creating tables kind_policies and kind_leases in schema %q: %w", schema, err)
+	}
+	rows, err := tx.Query(ctx, `SELECT d.task_id, t.rec FROM `+sid+`.due d JOIN `+sid+`.tasks t ON t.id = d.task_id`)
+	if err != nil {
+		return err
+	}
+	var ks, ids [][]byte
+	var ats, seqs []int64
+	for rows.Next() {
+		var id, rec []byte
+		if err := rows.Scan(&id, &rec); err != nil {
+			rows.Close()
+			return err
+		}
+		t, err := recordcodec.DecodeTask(id, rec)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("%w: task %s: %v", ErrCorruptRow, id, err)
+		}
+		if e, ok := t.LeaseEntry(); ok {
+			ks, ats, seqs, ids = append(ks, []byte(t.Kind)), append(ats, e.At), append(seqs, int64(e.Seq)), append(ids, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+sid+`.kind_leases SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[])`,
+		ks, ats, seqs, ids)
+	return err
+}
+
+func scanPolicy(rows pgx.Rows) (*projection.KindPolicy, error) {
+	var kind []byte
+	p := &projection.KindPolicy{}
+	var setSeq int64
+	err := rows.Scan(&kind, &p.Paused, &p.MaxRunning, &p.Rate, &p.Burst, &p.Tokens, &p.TokensAt, &setSeq)
+	p.Kind, p.SetSeq = string(kind), uint64(setSeq)
+	return p, err
+}
+
+func scanLease(rows pgx.Rows) (projection.IndexEntry, error) {
+	var e projection.IndexEntry
+	var seq int64
+	var id []byte
+	err := rows.Scan(&e.At, &seq, &id)
+	e.Seq, e.ID = uint64(seq), string(id)
+	return e, err
+}
+
+// readPolicies reads every policy (nil when the schema has no table: a queue no Open of this
+// build has seen, opened read-only, which has no policy).
+func readPolicies(ctx context.Context, q querier, st *statements) (map[string]*projection.KindPolicy, error) {
+	ps, err := queryPage(ctx, q, scanPolicy, st.kp.policies)
+	if isUndefinedTable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]*projection.KindPolicy, len(ps))
+	for _, p := range ps {
+		m[p.Kind] = p
+	}
+	return m, nil
+}
+
+func callPolicies(m map[string]*projection.KindPolicy, fn func(*projection.KindPolicy) bool) error {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		c := *m[k]
+		if !fn(&c) {
+			break
+		}
+	}
+	return nil
+}
+
+// scanLeases pages through a kind's leases after after.
+func scanLeases(page func(sql string, args ...any) ([]projection.IndexEntry, error), st *statements, kind string, after int64,
+	fn func(projection.IndexEntry) bool,
+) error {
+	if after == math.MaxInt64 {
+		return nil
+	}
+	k := []byte(kind)
+	n := 64
+	es, err := page(st.kp.leases, k, after, n)
+	for {
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if len(es) < n {
+			return nil
+		}
+		last := es[len(es)-1]
+		n = min(n*4, 4096)
+		es, err = page(st.kp.leasesFrom, k, last.At, n, int64(last.Seq))
+	}
+}
+
+// --- the group's txn ---
+
+// policies returns the group's policies, read on first use.
+func (t *txn) policies() (map[string]*projection.KindPolicy, error) {
+	if t.pols != nil {
+		return t.pols, nil
+	}
+	m, err := readPolicies(t.ctx, t.conn, t.st)
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = map[string]*projection.KindPolicy{}
+	}
+	t.pols = m
+	return m, nil
+}
+
+func (t *txn) KindPolicy(kind string) (*projection.KindPolicy, error) {
+	m, err := t.policies()
+	if err != nil || m[kind] == nil {
+		return nil, err
+	}
+	c := *m[kind]
+	return &c, nil
+}
+
+func (t *txn) KindPolicies(fn func(*projection.KindPolicy) bool) error {
+	m, err := t.policies()
+	if err != nil {
+		return err
+	}
+	return callPolicies(m, fn)
+}
+
+func (t *txn) PutKindPolicy(p *projection.KindPolicy) error {
+	m, err := t.policies()
+	if err != nil {
+		return err
+	}
+	c := *p
+	m[p.Kind] = &c
+	t.markPolicy(p.Kind)
+	return nil
+}
+
+func (t *txn) DeleteKindPolicy(kind string) error {
+	m, err := t.policies()
+	if err != nil {
+		return err
+	}
+	delete(m, kind)
+	t.markPolicy(kind)
+	return nil
+}
+
+func (t *txn) markPolicy(kind string) {
+	if t.polDirty == nil {
+		t.polDirty = map[string]bool{}
+	}
+	t.polDirty[kind] = true
+}
+
+func (t *txn) ScanKindLeases(kind string, after int64, fn func(projection.IndexEntry) bool) error {
+	return scanLeases(func(sql string, args ...any) ([]projection.IndexEntry, error) {
+		return txnPage(t, scanLease, sql, args...)
+	}, t.st, kind, after, fn)
+}
+
+func (t *txn) PutKindLease(kind string, e projection.IndexEntry) error {
+	if t.kindLeases == nil {
+		t.kindLeases = map[idxKey]idxOp{}
+	}
+	t.kindLeases[idxKey{kind, e.At, e.Seq}] = idxOp{put: true, id: e.ID} // after a delete: an upsert
+	return nil
+}
+
+func (t *txn) DeleteKindLease(kind string, e projection.IndexEntry) error {
+	if t.kindLeases == nil {
+		t.kindLeases = map[idxKey]idxOp{}
+	}
+	netDelete(t.kindLeases, idxKey{kind, e.At, e.Seq})
+	return nil
+}
+
+// flushKindPolicies queues the group's pending writes of the lease index and of the changed
+// policies into b (flushIndexes). The txn keeps its policies: they stay the group's truth.
+func (t *txn) flushKindPolicies(b *pgx.Batch) {
+	if len(t.kindLeases) > 0 {
+		var pk, dk, pid [][]byte
+		var pa, da, ps, ds []int64
+		for k, op := range t.kindLeases {
+			if op.put {
+				pk, pa, ps, pid = append(pk, []byte(k.part)), append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id))
+			} else {
+				dk, da, ds = append(dk, []byte(k.part)), append(da, k.at), append(ds, int64(k.seq))
+			}
+		}
+		if len(dk) > 0 {
+			b.Queue(t.st.kp.del, dk, da, ds)
+		}
+		if len(pk) > 0 {
+			b.Queue(t.st.kp.ins, pk, pa, ps, pid)
+		}
+		clear(t.kindLeases)
+	}
+	if len(t.polDirty) > 0 {
+		var del, ks [][]byte
+		var paused []bool
+		var maxr, burst, tat, seq []int64
+		var rate, tokens []float64
+		for k := range t.polDirty {
+			p := t.pols[k]
+			if p == nil {
+				del = append(del, []byte(k))
+				continue
+			}
+			ks, paused, maxr, rate = append(ks, []byte(k)), append(paused, p.Paused), append(maxr, p.MaxRunning), append(rate, p.Rate)
+			burst, tokens, tat, seq = append(burst, p.Burst), append(tokens, p.Tokens), append(tat, p.TokensAt), append(seq, int64(p.SetSeq))
+		}
+		if len(del) > 0 {
+			b.Queue(t.st.kp.delPolicy, del)
+		}
+		if len(ks) > 0 {
+			b.Queue(t.st.kp.putPolicy, ks, paused, maxr, rate, burst, tokens, tat, seq)
+		}
+		clear(t.polDirty)
+	}
+}
+
+// --- a View ---
+
+func (v viewReader) KindPolicy(kind string) (*projection.KindPolicy, error) {
+	m, err := readPolicies(v.ctx, v.tx, v.st)
+	if err != nil || m[kind] == nil {
+		return nil, err
+	}
+	return m[kind], nil
+}
+
+func (v viewReader) KindPolicies(fn func(*projection.KindPolicy) bool) error {
+	m, err := readPolicies(v.ctx, v.tx, v.st)
+	if err != nil {
+		return err
+	}
+	return callPolicies(m, fn)
+}
+
+// ScanKindLeases of a View. A schema without the table (read-only, never opened by this
+// build) has no policy, so nothing asks; it reads as empty.
+func (v viewReader) ScanKindLeases(kind string, after int64, fn func(projection.IndexEntry) bool) error {
+	err := scanLeases(func(sql string, args ...any) ([]projection.IndexEntry, error) {
+		return queryPage(v.ctx, v.tx, scanLease, sql, args...)
+	}, v.st, kind, after, fn)
+	if isUndefinedTable(err) {
+		return nil
+	}
+	return err
+}
+
+// loadKindPolicies reads both tables into m (Verify). A schema without them (read-only,
+// before this build) gets the lease entries its records imply and no policy.
+func loadKindPolicies(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.kp.policyTable).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		for _, t := range m.Tasks() {
+			if e, ok := t.LeaseEntry(); ok {
+				if err := m.PutKindLease(t.Kind, e); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	pols, err := readPolicies(ctx, q, st)
+	if err != nil {
+		return err
+	}
+	for _, p := range pols {
+		if err := m.PutKindPolicy(p); err != nil {
+			return err
+		}
+	}
+	return eachRow(ctx, q, st.kp.allLeases, func(r pgx.Rows) error {
+		var kind, id []byte
+		var at, seq int64
+		if err := r.Scan(&kind, &at, &seq, &id); err != nil {
+			return err
+		}
+		return m.PutKindLease(string(kind), projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
+	})
+}

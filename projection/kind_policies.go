@@ -1,0 +1,140 @@
+package projection
+
+import (
+	"math"
+
+	"github.com/worklog/worklog/events"
+)
+
+// KindPolicy is a kind's flow-control policy (events.KindPolicySet) and the state of its
+// token bucket. The decide code reads it at each claim's now; the fold keeps it: set by
+// kind_policy_set, its bucket taking one token at each task_claimed of the kind.
+type KindPolicy struct {
+	Kind       string
+	Paused     bool
+	MaxRunning int64
+	Rate       float64 // claims per second; 0: no rate limit
+	Burst      int64
+	// The bucket (Rate > 0): Tokens at TokensAt. Set full (Burst) at the policy's event;
+	// each claim of the kind refills it to its time and takes one token.
+	Tokens   float64
+	TokensAt int64
+	SetSeq   uint64 // the kind_policy_set event that set the policy
+}
+
+// PolicyOf is the policy a kind_policy_set event sets, its bucket full at the event's time.
+func PolicyOf(e *events.KindPolicySet) *KindPolicy {
+	p := &KindPolicy{Kind: e.Kind, Paused: e.Paused, MaxRunning: e.MaxRunning, Rate: e.Rate,
+		Burst: e.Burst, SetSeq: e.Seq}
+	if p.Rate > 0 {
+		p.Tokens, p.TokensAt = float64(p.Burst), e.At
+	}
+	return p
+}
+
+// TokensNow is the bucket's level at now: refilled at Rate per second since TokensAt, at most
+// Burst; a now before TokensAt refills nothing. Without a rate it is +Inf. Every backend and
+// every replay computes it with this code from the same integers and floats, so they agree
+// to the bit (the explicit float64 conversions forbid a fused multiply-add).
+func (p *KindPolicy) TokensNow(now int64) float64 {
+	if p.Rate <= 0 {
+		return math.Inf(1)
+	}
+	t := p.Tokens
+	if now > p.TokensAt {
+		t = float64(t + float64(p.Rate*float64(now-p.TokensAt)/1e9))
+	}
+	return min(t, float64(p.Burst))
+}
+
+// RateAllows is how many claims the bucket allows at now (at most limit).
+func (p *KindPolicy) RateAllows(now int64, limit int) int {
+	t := p.TokensNow(now)
+	if t >= float64(limit) {
+		return limit
+	}
+	if t < 1 {
+		return 0
+	}
+	return int(t)
+}
+
+// take is the fold's side of a claim at at: the bucket refilled to at, one token taken.
+func (p *KindPolicy) take(at int64) {
+	if p.Rate <= 0 {
+		return
+	}
+	p.Tokens = p.TokensNow(at) - 1
+	p.TokensAt = max(p.TokensAt, at)
+}
+
+// NextTokenAt is the first moment at or after now when the bucket holds a whole token: now
+// when it does already. Only for a policy with a rate.
+func (p *KindPolicy) NextTokenAt(now int64) int64 {
+	at := max(now, p.TokensAt)
+	lvl := p.TokensNow(at)
+	if lvl >= 1 {
+		return at
+	}
+	d := math.Ceil((1 - lvl) / p.Rate * 1e9)
+	if d > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	at += int64(d)
+	for p.TokensNow(at) < 1 { // float rounding: at most a few nanoseconds more
+		at++
+	}
+	return at
+}
+
+// LeaseEntry is t's entry in its kind's lease index: running tasks by lease expiry
+// (ScanKindLeases), which counts the tasks of a kind held under unexpired leases at a now.
+func (t *Task) LeaseEntry() (IndexEntry, bool) {
+	if t.State != events.StateRunning {
+		return IndexEntry{}, false
+	}
+	return IndexEntry{At: t.LeaseExpiresAt, Seq: t.SubmitSeq, ID: t.ID}, true
+}
+
+// applyKindPolicySet replaces the kind's policy (removes it when the event's is zero).
+func applyKindPolicySet(s State, e *events.KindPolicySet, fail failFunc) error {
+	if e.SessionID != "" {
+		return fail("a kind policy belongs to no session, event names %q", e.SessionID)
+	}
+	if e.Kind == "" {
+		return fail("a kind policy needs a kind")
+	}
+	if e.Zero() {
+		return s.DeleteKindPolicy(e.Kind)
+	}
+	return s.PutKindPolicy(PolicyOf(e))
+}
+
+// takeToken is the claim's side of a kind's rate: the kind's bucket, if it has a rate, takes
+// a token at at.
+func takeToken(s State, kind string, at int64) error {
+	p, err := s.KindPolicy(kind)
+	if err != nil || p == nil || p.Rate <= 0 {
+		return err
+	}
+	p.take(at)
+	return s.PutKindPolicy(p)
+}
+
+// moveLease moves t's entry in its kind's lease index from old (its entry before the change)
+// to its entry now.
+func moveLease(s State, old IndexEntry, oldIn bool, t *Task) error {
+	e, in := t.LeaseEntry()
+	if oldIn {
+		if in && old == e {
+			return nil
+		}
+		if err := s.DeleteKindLease(t.Kind, old); err != nil {
+			return err
+		}
+	}
+	if in {
+		return s.PutKindLease(t.Kind, e)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// waitResult runs WaitTasks(kinds) in the background and returns its answer channel.
+func waitResult(q *Queue, kinds []string, d time.Duration) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		ch <- q.WaitTasks(ctx, kinds)
+	}()
+	return ch
+}
+
+// blocked requires that the wait has not returned within d.
+func blocked(t *testing.T, ch <-chan error, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s: WaitTasks returned %v, want it to block", what, err)
+	case <-time.After(d):
+	}
+}
+
+// woken requires that the wait returns nil within d.
+func woken(t *testing.T, ch <-chan error, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatalf("%s: WaitTasks returned %v, want nil", what, err)
+		}
+	case <-time.After(d):
+		t.Fatalf("%s: WaitTasks did not return within %v", what, d)
+	}
+}
+
+// TestWaitTasksPolicies: WaitTasks does not wake for a kind that cannot be claimed (paused,
+// its slots held, its bucket empty) and wakes when the pause lifts, a slot frees (a settle)
+// or the rate allows the next claim.
+func TestWaitTasksPolicies(t *testing.T) {
+	ctx := context.Background()
+	waitBackends(t, func(t *testing.T, q *Queue) {
+		s := q.Session("s")
+		for _, k := range []string{"p", "p", "m", "m", "r", "r"} {
+			if _, err := s.Submit(ctx, TaskRequest{Kind: k}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Paused: no wake while the task is due; a zero policy lifts it.
+		if err := q.SetKindPolicy(ctx, "p", KindPolicy{Paused: true}); err != nil {
+			t.Fatal(err)
+		}
+		for _, kinds := range [][]string{{"p"}, nil} {
+			if kinds == nil { // every kind: only the paused one has work
+				if err := q.SetKindPolicy(ctx, "m", KindPolicy{Paused: true}); err != nil {
+					t.Fatal(err)
+				}
+				if err := q.SetKindPolicy(ctx, "r", KindPolicy{Paused: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ch := waitResult(q, kinds, time.Minute)
+			blocked(t, ch, 300*time.Millisecond, "a paused kind")
+			if kinds == nil {
+				for _, k := range []string{"m", "r"} {
+					if err := q.SetKindPolicy(ctx, k, KindPolicy{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else if err := q.SetKindPolicy(ctx, "p", KindPolicy{}); err != nil {
+				t.Fatal(err)
+			}
+			woken(t, ch, 10*time.Second, "the pause lifted")
+			if kinds != nil {
+				if err := q.SetKindPolicy(ctx, "p", KindPolicy{Paused: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+
+		// MaxRunning 1, held under a long lease: no wake until a settle frees the slot.
+		if err := q.SetKindPolicy(ctx, "m", KindPolicy{MaxRunning: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := q.ClaimKinds(ctx, []string{"m"}, time.Hour, 10)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("ClaimKinds(m) = %d, %v; want 1", len(ds), err)
+		}
+		ch := waitResult(q, []string{"m"}, time.Minute)
+		blocked(t, ch, 300*time.Millisecond, "a kind with its slot held")
+		if _, err := q.Finish(ctx, ds[0], Success(nil)); err != nil {
+			t.Fatal(err)
+		}
+		woken(t, ch, 10*time.Second, "a settle freed the slot")
+
+		// Rate 2/s, burst 1: after the one token is taken the waiter wakes half a second on.
+		if err := q.SetKindPolicy(ctx, "r", KindPolicy{Rate: 2, Burst: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if ds, err := q.ClaimKinds(ctx, []string{"r"}, time.Hour, 10); err != nil || len(ds) != 1 {
+			t.Fatalf("ClaimKinds(r) = %d, %v; want 1", len(ds), err)
+		}
+		start := time.Now()
+		ch = waitResult(q, []string{"r"}, time.Minute)
+		woken(t, ch, 10*time.Second, "the bucket refilled")
+		if d := time.Since(start); d < 300*time.Millisecond {
+			t.Errorf("WaitTasks on an empty bucket returned after %v, before the next token (~500ms)", d)
+		}
+		if ds, err := q.ClaimKinds(ctx, []string{"r"}, time.Hour, 10); err != nil || len(ds) != 1 {
+			t.Errorf("ClaimKinds(r) after the wait = %d, %v; want 1", len(ds), err)
+		}
+	})
+}
+
+// TestIdleWaiterOnPausedKindDoesNotSpin: a worker loop (wait, then claim) on a paused kind
+// with due work makes no claim while it stays paused: it blocks in WaitTasks.
+func TestIdleWaiterOnPausedKindDoesNotSpin(t *testing.T) {
+	ctx := context.Background()
+	waitBackends(t, func(t *testing.T, q *Queue) {
+		if _, err := q.Session("s").Submit(ctx, TaskRequest{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.SetKindPolicy(ctx, "k", KindPolicy{Paused: true}); err != nil {
+			t.Fatal(err)
+		}
+		loopCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		claims := 0
+		for loopCtx.Err() == nil {
+			if err := q.WaitTasks(loopCtx, []string{"k"}); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
+				t.Fatal(err)
+			}
+			claims++
+			if ds, err := q.ClaimKinds(ctx, []string{"k"}, time.Minute, 1); err != nil || len(ds) != 0 {
+				t.Fatalf("ClaimKinds of a paused kind = %d, %v", len(ds), err)
+			}
+		}
+		if claims > 0 {
+			t.Errorf("a waiter on a paused kind tried %d claims in 2s, want 0", claims)
+		}
+	})
+}
