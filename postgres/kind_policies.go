@@ -336,15 +336,17 @@ func (v viewReader) ScanKindLeases(kind string, after int64, fn func(projection.
 	return err
 }
 
-// loadKindPolicies reads both tables into m (Verify). A schema without them (read-only,
-// before this build) gets the lease entries its records imply and no policy.
-func loadKindPolicies(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+// loadKindPolicies reads both tables into m (Verify), before the diff. A schema without them
+// (read-only, before this build) gets no policy and the lease entries the task records imply,
+// read from records (Verify's fold: the stored records are compared as they are read, not
+// held in m).
+func loadKindPolicies(ctx context.Context, q querier, st *statements, m, records *projection.Mem) error {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.kp.policyTable).Scan(&exists); err != nil {
 		return err
 	}
 	if !exists {
-		for _, t := range m.Tasks() {
+		for _, t := range records.Tasks() {
 			if e, ok := t.LeaseEntry(); ok {
 				if err := m.PutKindLease(t.Kind, e); err != nil {
 					return err

@@ -113,6 +113,9 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if err := loadSchedules(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
+	if err := loadKindPolicies(ctx, tx, st, stored, fold); err != nil {
+		return nil, err
+	}
 	// The stored records are compared as they are read, page by page in id order, with the
 	// fold's: only the fold's are held. A row that does not decode is a problem, listed
 	// before the differences (as the fold's records then lack nothing for it).
@@ -123,9 +126,6 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 		return wakeTable.scanAll(ctx, onTx{tx}, st.scanWakeRecs, storedRecord(fn, &undecoded))
 	})
 	if err != nil {
-		return nil, err
-	}
-	if err := loadKindPolicies(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
 	// Diff says "stored vs rebuilt".

@@ -118,7 +118,7 @@ func TestDSNSecretsMasked(t *testing.T) {
 	} {
 		r := replayGuarded(t, args...)
 		if r.code != exitOK {
-			t.Fatalf("replay %v: exit %d\n%s", args, r.code, r.stderr)
+			t.Fatalf("replay %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
 		if strings.Contains(r.stdout+r.stderr, secret) {
 			t.Errorf("replay %v shows the secret:\n%s%s", args, r.stdout, r.stderr)
