@@ -24,6 +24,10 @@ import (
 // take the slot first: the waiter then finds nothing and waits again, on the new state.
 func (b *logBackend) waitTasks(ctx context.Context, kinds []string) error {
 	return b.waitAt(ctx, sigTasks, func(r projection.Reader, now int64, first func(projection.IndexEntry) bool) (uint8, error) {
+		// The next tick of a schedule of these kinds: a claim then submits its task (§4.6).
+		if err := nextTickOf(r, kinds, first); err != nil {
+			return 0, err
+		}
 		pols, err := policiesOf(r)
 		if err != nil {
 			return 0, err

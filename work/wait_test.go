@@ -320,3 +320,45 @@ func TestWaitTasksTimerAcrossPriorities(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitTasksTimerAtNextTick: a waiter for a schedule's kind, with no task due, wakes at the
+// schedule's next tick (design §4.6), under a kind policy too (the wait of a queue with
+// policies is its own path); a waiter for another kind does not.
+func TestWaitTasksTimerAtNextTick(t *testing.T) {
+	for _, withPolicy := range []bool{false, true} {
+		waitBackends(t, func(t *testing.T, q *Queue) {
+			ctx := context.Background()
+			if withPolicy {
+				if err := q.SetKindPolicy(ctx, "other", KindPolicy{MaxRunning: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			set := time.Now()
+			if err := q.Session("s").SetScheduleAt(ctx, Schedule{Name: "tick", Cron: "@every 1s", Task: TaskRequest{Kind: "k"}}, set); err != nil {
+				t.Fatal(err)
+			}
+			scs, err := q.Session("s").Schedules(ctx)
+			if err != nil || len(scs) != 1 || scs[0].Next.IsZero() {
+				t.Fatalf("Schedules: %v, %v", scs, err)
+			}
+			tick := scs[0].Next // @every rounds to the second (robfig/cron)
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if err := q.WaitTasks(short, []string{"unrelated"}); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a waiter for another kind: %v, want its context's deadline", err)
+			}
+			long, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := q.WaitTasks(long, []string{"k"}); err != nil {
+				t.Fatalf("a waiter for the schedule's kind: %v, want woken at the tick", err)
+			}
+			if now := time.Now(); now.Before(tick) {
+				t.Fatalf("woke %v before the tick", tick.Sub(now))
+			}
+			ds, err := q.ClaimDue(ctx, time.Minute, 1)
+			if err != nil || len(ds) != 1 || ds[0].Task.Kind != "k" {
+				t.Fatalf("claim after the wait: %v, %v; want the tick's task", ds, err)
+			}
+		})
+	}
+}
