@@ -527,7 +527,39 @@ func details(ev events.Event) string {
 		if e.HasRunAt {
 			s += ", run_at " + fmtTime(e.RunAt)
 		}
+		if e.Schedule != "" {
+			s += ", tick " + fmtTime(e.Tick) + " of schedule " + e.Schedule
+		}
 		return s + ", input " + clip(string(jsonValue(e.Input)), 200)
+	case *events.ScheduleSet:
+		s := "schedule " + e.Name + ", cron " + e.Cron
+		if e.TimeZone != "" {
+			s += " in " + e.TimeZone
+		}
+		s += ", kind " + e.Kind
+		if e.Next != 0 {
+			s += ", next tick " + fmtTime(e.Next)
+		} else {
+			s += ", no tick"
+		}
+		return s
+	case *events.ScheduleRemoved:
+		return "schedule " + e.Name + " removed"
+	case *events.KindPolicySet:
+		if e.Zero() {
+			return "kind " + e.Kind + ": policy removed"
+		}
+		s := "kind " + e.Kind + ":"
+		if e.Paused {
+			s += " paused"
+		}
+		if e.MaxRunning > 0 {
+			s += fmt.Sprintf(" max_running %d", e.MaxRunning)
+		}
+		if e.Rate > 0 {
+			s += fmt.Sprintf(" rate %g/s burst %d", e.Rate, e.Burst)
+		}
+		return s
 	case *events.TaskClaimed:
 		s := fmt.Sprintf("attempt %d, lease until %s", e.Attempt, fmtTime(e.LeaseExpiresAt))
 		if e.Worker != "" {
