@@ -33,10 +33,11 @@ var storageParams = map[string][]string{
 	"events": bulkParams, "task_keys": bulkParams, "wake_keys": bulkParams, "session_tasks": bulkParams,
 	"due": bulkParams, "kind_due": bulkParams, "wake_index": bulkParams, "session_wakes": bulkParams,
 	"prunable": bulkParams, "pruned": bulkParams, "schedules": bulkParams,
-	"submit_inbox": bulkParams, "submit_inbox_rejects": bulkParams,
-	"tasks":    append([]string{"fillfactor=90"}, bulkParams...),
-	"wakes":    append([]string{"fillfactor=90"}, bulkParams...),
-	"log_head": hotParams, "counts": hotParams, "commit_marks": hotParams,
+	"submit_inbox": bulkParams, "submit_inbox_rejects": bulkParams, "kind_leases": bulkParams,
+	"kind_policies": hotParams, // rewritten by every claim of a kind with a rate (its bucket)
+	"tasks":         append([]string{"fillfactor=90"}, bulkParams...),
+	"wakes":         append([]string{"fillfactor=90"}, bulkParams...),
+	"log_head":      hotParams, "counts": hotParams, "commit_marks": hotParams,
 }
 
 var (
