@@ -362,25 +362,7 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 		if _, err := tx.Exec(ctx, ddl); err != nil {
 			return fmt.Errorf("creating the worklog tables in schema %q: %w", schema, err)
 		}
-		if err := ensureMarks(ctx, tx, schema, false); err != nil {
-			return err
-		}
-		if err := ensureSessionWakes(ctx, tx, schema, false); err != nil {
-			return err
-		}
-		if err := ensureKindPolicies(ctx, tx, schema, false); err != nil {
-			return err
-		}
-		if err := ensurePriority(ctx, tx, schema); err != nil {
-			return err
-		}
-		if err := ensureSchedules(ctx, tx, schema); err != nil {
-			return err
-		}
-		if err := ensureInbox(ctx, tx, schema); err != nil {
-			return err
-		}
-		if err := ensureStorage(ctx, tx, schema); err != nil {
+		if err := ensureAdditions(ctx, tx, schema, false, false, false); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -406,29 +388,32 @@ func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string, defaul
 			ErrNotAQueue, schema, n, FormatVersion)
 	}
 	if !readOnly {
-		if err := ensureMarks(ctx, tx, schema, hasMarks); err != nil {
-			return err
-		}
-		if err := ensureSessionWakes(ctx, tx, schema, hasSessionWakes); err != nil {
-			return err
-		}
-		if err := ensureKindPolicies(ctx, tx, schema, hasKindPolicies); err != nil {
-			return err
-		}
-		if err := ensurePriority(ctx, tx, schema); err != nil {
-			return err
-		}
-		if err := ensureSchedules(ctx, tx, schema); err != nil {
-			return err
-		}
-		if err := ensureInbox(ctx, tx, schema); err != nil {
-			return err
-		}
-		if err := ensureStorage(ctx, tx, schema); err != nil {
+		if err := ensureAdditions(ctx, tx, schema, hasMarks, hasSessionWakes, hasKindPolicies); err != nil {
 			return err
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// ensureAdditions makes what came after format 1 without changing it, in order, on a new
+// schema (every has* false) as on an existing one: the commit marks, the per-session wake
+// index, the kind policies, the priority columns, the schedules, the SubmitTx inbox, and last
+// the storage parameters of every table (those just made included).
+func ensureAdditions(ctx context.Context, tx pgx.Tx, schema string, hasMarks, hasSessionWakes, hasKindPolicies bool) error {
+	for _, step := range []func() error{
+		func() error { return ensureMarks(ctx, tx, schema, hasMarks) },
+		func() error { return ensureSessionWakes(ctx, tx, schema, hasSessionWakes) },
+		func() error { return ensureKindPolicies(ctx, tx, schema, hasKindPolicies) },
+		func() error { return ensurePriority(ctx, tx, schema) },
+		func() error { return ensureSchedules(ctx, tx, schema) },
+		func() error { return ensureInbox(ctx, tx, schema) },
+		func() error { return ensureStorage(ctx, tx, schema) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // priorityDDL gives the due indexes the task's priority (TaskRequest.Priority), and the
