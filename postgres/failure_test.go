@@ -170,14 +170,18 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "first"}); err != nil {
 		t.Fatal(err)
 	}
-	// The lock only writes of the events table wait for: the group's begin reads other
-	// tables, its commit's INSERT of its events waits.
+	// A row only the group's INSERT of its events waits for: the blocker's uncommitted event
+	// at the next seq, whose unique check the INSERT waits on while it executes. (A table
+	// lock was used before, but the parse of an INSERT takes the table's lock too: a pool
+	// connection new to the statement then failed in pgx's prepare round trip, before COMMIT
+	// was sent, as the inbox's reads made such connections likelier.)
 	blocker, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocker.Close(ctx)
-	if _, err := blocker.Exec(ctx, "BEGIN; LOCK TABLE events IN EXCLUSIVE MODE"); err != nil {
+	if _, err := blocker.Exec(ctx, `BEGIN; INSERT INTO events (seq, session, type, body, subject)
+		SELECT coalesce(max(seq), 0) + 1, '\x', 1, '\x', '\x' FROM events`); err != nil {
 		t.Fatal(err)
 	}
 	e.hookAfterCommitSent = func(c *pgx.Conn) {
