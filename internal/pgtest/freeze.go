@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -57,8 +58,12 @@ func NewFreezer(t testing.TB, dsn string) *Freezer {
 	return f
 }
 
-// Freeze stops the postmaster, then every child it has now (a backend that exited
-// meanwhile needs no stopping).
+// Freeze stops the postmaster, then every child it has, and returns when each is stopped.
+// SIGSTOP takes effect when a process next leaves the kernel, and a fork in progress when it
+// arrives completes (a signal sent to one process does not restart a fork): so the children
+// are listed only once the postmaster is stopped, when every fork it made has its child in
+// /proc. Listing them at once let a backend forked meanwhile run on, and answer statements on
+// the "frozen" server (TestFreezeWhileConnecting).
 func (f *Freezer) Freeze() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -66,13 +71,41 @@ func (f *Freezer) Freeze() {
 	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
 		f.t.Errorf("SIGSTOP of the postmaster %d: %v", postmaster, err)
 	}
+	f.frozen = true
 	f.pids = f.pids[:1]
+	if !f.waitStopped(postmaster) {
+		return
+	}
 	for _, pid := range childrenOf(postmaster) {
 		if syscall.Kill(pid, syscall.SIGSTOP) == nil {
 			f.pids = append(f.pids, pid)
 		}
 	}
-	f.frozen = true
+	for _, pid := range f.pids[1:] {
+		f.waitStopped(pid)
+	}
+}
+
+// stopWait bounds how long Freeze waits for a process to stop (one in uninterruptible sleep,
+// an fsync say, stops when the call returns).
+const stopWait = 30 * time.Second
+
+// waitStopped waits until pid is stopped, or gone (a backend that exited needs no stopping);
+// false, and an error of the test, when it is still running after stopWait.
+func (f *Freezer) waitStopped(pid int) bool {
+	deadline := time.Now().Add(stopWait)
+	for {
+		switch s := stateOf(pid); s {
+		case 0, 'T', 'Z', 'X':
+			return true
+		default:
+			if time.Now().After(deadline) {
+				f.t.Errorf("pgtest: process %d of the server is still in state %c %v after SIGSTOP", pid, s, stopWait)
+				return false
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Thaw resumes what Freeze stopped, children first; it may be called any number of times.
@@ -113,4 +146,17 @@ func childrenOf(parent int) []int {
 		}
 	}
 	return out
+}
+
+// stateOf is pid's state letter from /proc (R, S, D, T, Z, ...; 0 when it is gone).
+func stateOf(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 1 || len(fields[0]) == 0 {
+		return 0
+	}
+	return fields[0][0]
 }
