@@ -154,7 +154,9 @@ func prefixEnd(p []byte) []byte {
 // Key encoding: strings length-prefixed (any byte may occur in them), integers big-endian,
 // signed ones with the sign bit flipped so that they sort as numbers.
 
-func appendStr(b []byte, s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
+func appendStr(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
 func appendU64(b []byte, u uint64) []byte { return binary.BigEndian.AppendUint64(b, u) }
 func appendI64(b []byte, i int64) []byte  { return appendU64(b, uint64(i)^(1<<63)) }
 
