@@ -19,9 +19,10 @@ import (
 // log head. It also checks that every event decodes and that the log has no gap but the
 // ranges a prune recorded (table pruned), which hold no event and end at the log head at the
 // latest: after a prune the state is the fold of the retained events, continued across each
-// pruned gap (a subject is pruned whole, so no retained event needs a pruned one). It holds
-// the fold and the stored index entries; the stored records are compared as they are read,
-// page by page (projection.Mem.DiffStored), never held.
+// pruned gap (a subject is pruned whole, so no retained event needs a pruned one). Neither
+// state is held in memory: the fold and the stored tables' entries go to a scratch Pebble
+// store in a temporary directory, compared in key order, and the stored records are
+// compared as they are read, page by page, with the fold's in id order (verify_spill.go).
 func (e *engine) Verify(ctx context.Context) ([]string, error) { return e.verify(ctx, nil) }
 
 // verify is Verify calling progress, when not nil, after each page of the log it folds.

@@ -45,7 +45,7 @@ const (
 
 	spillMemTable   = 16 << 20
 	spillCache      = 8 << 20
-	spillBatchBytes = 4 << 20
+	spillBatchBytes = 1 << 20
 )
 
 // spillDB is the scratch database and its current write batch (indexed: the fold reads its
