@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -89,17 +90,17 @@ func (s *spillDB) flush() error {
 	return nil
 }
 
-func (s *spillDB) set(k, v []byte) error {
-	if err := s.b.Set(k, v, nil); err != nil {
-		return err
-	}
-	if s.b.Len() >= spillBatchBytes {
-		return s.flush()
-	}
-	return nil
-}
+func (s *spillDB) set(k, v []byte) error { return s.full(s.b.Set(k, v, nil)) }
 
-func (s *spillDB) delete(k []byte) error { return s.b.Delete(k, nil) }
+func (s *spillDB) delete(k []byte) error { return s.full(s.b.Delete(k, nil)) }
+
+// full commits the batch once it holds spillBatchBytes, after a write that returned err.
+func (s *spillDB) full(err error) error {
+	if err == nil && s.b.Len() >= spillBatchBytes {
+		err = s.flush()
+	}
+	return err
+}
 
 // get returns a copy of k's value, or nil when there is none.
 func (s *spillDB) get(k []byte) ([]byte, error) {
@@ -379,7 +380,7 @@ func diffSpill(stored, fold *spillState, tasks func(fn func(*projection.Task) er
 	small := stored.Mem.Diff(fold.Mem) // no record, key or index entry: the rest
 	rest := small[:0:0]
 	for _, d := range small {
-		if bytes.HasPrefix([]byte(d), []byte("last_seq:")) {
+		if strings.HasPrefix(d, "last_seq:") {
 			out = append(out, d)
 		} else {
 			rest = append(rest, d)
