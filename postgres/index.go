@@ -226,7 +226,7 @@ func (t *txn) queueIndexes(b *pgx.Batch) {
 // session_wakes, opened read-only, has no table to compare: m then gets the entries its
 // wake index implies, so that Verify reports what the schema holds and nothing about an
 // index it does not have yet.
-func loadEntries(ctx context.Context, q querier, st *statements, m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
+func loadEntries(ctx context.Context, q querier, st *statements, m verifyState, wake func(id string) (*projection.Wake, error)) error {
 	for ix := range projection.NumIndexes {
 		if ix == projection.IndexSessionWakes {
 			var exists bool

@@ -340,20 +340,18 @@ func (v viewReader) ScanKindLeases(kind string, after int64, fn func(projection.
 // (read-only, before this build) gets no policy and the lease entries the task records imply,
 // read from records (Verify's fold: the stored records are compared as they are read, not
 // held in m).
-func loadKindPolicies(ctx context.Context, q querier, st *statements, m, records *projection.Mem) error {
+func loadKindPolicies(ctx context.Context, q querier, st *statements, m projection.State, records func(func(*projection.Task) error) error) error {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.kp.policyTable).Scan(&exists); err != nil {
 		return err
 	}
 	if !exists {
-		for _, t := range records.Tasks() {
+		return records(func(t *projection.Task) error {
 			if e, ok := t.LeaseEntry(); ok {
-				if err := m.PutKindLease(t.Kind, e); err != nil {
-					return err
-				}
+				return m.PutKindLease(t.Kind, e)
 			}
-		}
-		return nil
+			return nil
+		})
 	}
 	pols, err := readPolicies(ctx, q, st)
 	if err != nil {

@@ -190,6 +190,7 @@ type engine struct {
 	cache      *cache // the writer's
 
 	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
+	head headStats  // the log head's hold per committed group (headstats.go), read by benchmarks
 
 	changed     chan struct{}
 	watcherDone chan struct{}

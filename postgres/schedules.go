@@ -214,7 +214,7 @@ func (v viewReader) ScanScheduleDue(maxAt int64, fn func(projection.ScheduleEntr
 
 // loadSchedules reads the schedules into m (Verify): the records, and the index entries
 // their next column makes.
-func loadSchedules(ctx context.Context, q querier, st *statements, m *projection.Mem) error {
+func loadSchedules(ctx context.Context, q querier, st *statements, m projection.State) error {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.sc.table).Scan(&exists); err != nil || !exists {
 		return err

@@ -86,7 +86,7 @@ var errNoSessionWakes = errors.New("postgres: the schema predates the per-sessio
 // impliedSessionWakes puts into m the entries of the per-session wake index that its wake
 // index implies (loadEntries, for a schema without session_wakes), each wake's session from
 // wake (Verify's fold: the stored records are compared as they are read, not held in m).
-func impliedSessionWakes(m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
+func impliedSessionWakes(m projection.State, wake func(id string) (*projection.Wake, error)) error {
 	var werr error
 	err := m.ScanIndex(projection.IndexWakes, "", math.MaxInt64, func(e projection.IndexEntry) bool {
 		var w *projection.Wake

@@ -19,9 +19,10 @@ import (
 // log head. It also checks that every event decodes and that the log has no gap but the
 // ranges a prune recorded (table pruned), which hold no event and end at the log head at the
 // latest: after a prune the state is the fold of the retained events, continued across each
-// pruned gap (a subject is pruned whole, so no retained event needs a pruned one). It holds
-// the fold and the stored index entries; the stored records are compared as they are read,
-// page by page (projection.Mem.DiffStored), never held.
+// pruned gap (a subject is pruned whole, so no retained event needs a pruned one). Neither
+// state is held in memory: the fold and the stored tables' entries go to a scratch Pebble
+// store in a temporary directory, compared in key order, and the stored records are
+// compared as they are read, page by page, with the fold's in id order (verify_spill.go).
 func (e *engine) Verify(ctx context.Context) ([]string, error) { return e.verify(ctx, nil) }
 
 // verify is Verify calling progress, when not nil, after each page of the log it folds.
@@ -46,8 +47,12 @@ func (e *engine) verify(ctx context.Context, progress func(seq, last uint64)) ([
 
 func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, last uint64)) ([]string, error) {
 	var problems []string
-	fold := projection.NewMem()
-	fold.DeferIndexes() // Diff builds them from the records
+	db, err := openSpill()
+	if err != nil {
+		return nil, err
+	}
+	defer db.close()
+	fold, stored := newSpillState(db, sideFold), newSpillState(db, sideStored)
 	pruned, err := prunedRanges(ctx, tx, st)
 	if isCorrupt(err) {
 		return []string{err.Error()}, nil
@@ -96,7 +101,6 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 		last, _ := fold.LastSeq()
 		progress(last, uint64(head))
 	}
-	stored := projection.NewMem()
 	stored.SetLastSeq(uint64(head))
 	if n := len(pruned); n > 0 {
 		last, _ := fold.LastSeq()
@@ -113,14 +117,14 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if err := loadSchedules(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
-	if err := loadKindPolicies(ctx, tx, st, stored, fold); err != nil {
+	if err := loadKindPolicies(ctx, tx, st, stored, fold.eachTask); err != nil {
 		return nil, err
 	}
 	// The stored records are compared as they are read, page by page in id order, with the
-	// fold's: only the fold's are held. A row that does not decode is a problem, listed
-	// before the differences (as the fold's records then lack nothing for it).
+	// fold's, read in id order from the scratch store. A row that does not decode is a
+	// problem, listed before the differences (as the fold's records then lack nothing for it).
 	var undecoded []string
-	diff, err := fold.DiffStored(stored, func(fn func(*projection.Task) error) error {
+	diff, err := diffSpill(stored, fold, func(fn func(*projection.Task) error) error {
 		return taskTable.scanAll(ctx, onTx{tx}, st.scanTasks, storedRecord(fn, &undecoded))
 	}, func(fn func(*projection.Wake) error) error {
 		return wakeTable.scanAll(ctx, onTx{tx}, st.scanWakeRecs, storedRecord(fn, &undecoded))
@@ -158,7 +162,13 @@ func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error
 	return rows.Err()
 }
 
-func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
+// verifyState is what Verify loads a stored state into: a side of its scratch store.
+type verifyState interface {
+	projection.State
+	projection.PruneIndexer
+}
+
+func loadIndexes(ctx context.Context, q querier, st *statements, m verifyState, wake func(id string) (*projection.Wake, error)) error {
 	keys := func(sql string, put func(s, k, id string) error) error {
 		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
 			var s, k, id []byte

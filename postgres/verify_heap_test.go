@@ -27,7 +27,9 @@ func BenchmarkVerifyHeap(b *testing.B) {
 	n := envInt("WORKLOG_VERIFY_HEAP_TASKS", 100_000)
 	dsn := pgtest.Schema(b)
 	ctx := context.Background()
+	t0 := time.Now()
 	fillForVerify(b, dsn, n)
+	b.Logf("filled %d tasks in %v", n, time.Since(t0).Round(time.Second))
 	st, err := OpenReadOnly(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
@@ -44,6 +46,43 @@ func BenchmarkVerifyHeap(b *testing.B) {
 	}
 	b.Logf("Verify of %d tasks: peak heap %.1f MiB above the baseline", n, float64(worst)/(1<<20))
 	b.ReportMetric(float64(worst)/(1<<20), "MiB-peak-heap")
+}
+
+// TestVerifyHeap (issue 24 §5): Verify of 100,000 tasks (WORKLOG_VERIFY_HEAP_TASKS) peaks
+// at most 64 MiB of heap above the baseline — BenchmarkVerifyHeap's measure, as a check. A
+// heap is not a timing: the load does not change what Verify allocates, only when the
+// collector runs, which HeapInuse's garbage reflects (GOGC=100: at most the live heap
+// again); the spread over runs is in docs/performance.md. With the fold held in a
+// projection.Mem it was 236 MiB at 100,000 tasks and 73 MiB at 30,000; with the scratch
+// store (verify_spill.go) it does not grow with the queue (~25–28 MiB at either size).
+// Filling the queue takes minutes: skipped with -short; 30,000 tasks under the race
+// detector, which slows the fill several times (the old design fails there too).
+func TestVerifyHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills 100,000 tasks")
+	}
+	const bound = 64 << 20
+	n := 100_000
+	if raceEnabled {
+		n = 30_000
+	}
+	n = envInt("WORKLOG_VERIFY_HEAP_TASKS", n)
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	fillForVerify(t, dsn, n)
+	st, err := OpenReadOnly(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	peak, problems, err := verifyPeakHeap(func() ([]string, error) { return st.Verify(ctx, VerifyOptions{}) })
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("Verify: %v, %v", problems, err)
+	}
+	t.Logf("Verify of %d tasks: peak heap %.1f MiB above the baseline", n, float64(peak)/(1<<20))
+	if peak > bound {
+		t.Errorf("Verify of %d tasks peaked at %.1f MiB of heap, above %d MiB", n, float64(peak)/(1<<20), bound>>20)
+	}
 }
 
 // verifyPeakHeap runs verify and returns how far HeapInuse rose above its value after a GC.
@@ -99,12 +138,19 @@ func fillForVerify(t testing.TB, dsn string, n int) {
 		if err != nil || len(ds) == 0 {
 			t.Fatalf("claim: %d, %v", len(ds), err)
 		}
+		var wg sync.WaitGroup // the finishes of a claim at once: the writer groups them
 		for k, d := range ds {
 			if (claimed+k)%2 == 0 {
-				if _, err := q.FinishAt(ctx, d, work.Success([]byte(`"ok"`)), t0.Add(2*time.Minute)); err != nil {
-					t.Fatal(err)
-				}
+				wg.Go(func() {
+					if _, err := q.FinishAt(ctx, d, work.Success([]byte(`"ok"`)), t0.Add(2*time.Minute)); err != nil {
+						t.Error(err)
+					}
+				})
 			}
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
 		}
 		claimed += len(ds)
 	}

@@ -199,11 +199,13 @@ func (e *engine) runAlone(c *command) {
 func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, err error) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.opts.WriteTimeout) // deadlines on the connection's I/O
 	defer cancel()
+	start := time.Now() // the log head's hold (headstats.go): read-only instrumentation
 	conn, tx, err := e.acquireBegun(ctx)
 	if err != nil {
 		e.cache.valid = false
 		return notCommitted, group, backendError(err)
 	}
+	locked := time.Now()
 	defer conn.Release()
 	ran = make([]*command, 0, len(group))
 	for i, c := range group {
@@ -249,6 +251,7 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 	}
 	cerr := br.Close()
 	if cerr == nil {
+		e.head.record(start, locked, time.Now())
 		e.adopt(tx)
 		return committed, ran, nil
 	}

@@ -1,0 +1,208 @@
+package postgres
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/runner"
+	"github.com/worklog/worklog/work"
+)
+
+const procWorkerEnv = "WORKLOG_PG_PROC_WORKER" // the DSN: this process is a worker of BenchmarkProcesses
+
+// BenchmarkProcesses (issue 24 §2): W2 through the runner from 1, 2 and 4 processes on one
+// database. b.N tasks are submitted first; then each process — a real one, this test binary
+// run as TestProcessesWorker — starts a runner with 16 slots (Prefetch 16, as bench/'s W2)
+// on its own postgres.Open of the database, all at one signal; the clock stops when the
+// last task is recorded succeeded (polled with Stats every 10 ms). Reported:
+//
+//   - tasks/s: b.N over that time, all processes together (the target: 4 processes not below 1);
+//   - groups/s: the writers' committed groups per second, all processes together;
+//   - tasks/group: b.N over the groups (a task is claimed in one group and settled in another,
+//     the runner's SettleAndClaim carrying both for many tasks);
+//   - µs-held/group: the mean time a group holds the log head's row lock (headstats.go: from
+//     the answer of BEGIN and the lock to the answer of COMMIT), and µs-wait/group, the time
+//     before it (the pool, a round trip, the queue on the lock behind the other processes);
+//   - head-busy: the sum of the holds over the time, the fraction of it the head was held
+//     (1 is saturated: every writer of every process waits on the one row);
+//   - ceiling-tasks/s: tasks/group ÷ held/group, the throughput if groups ran back to back
+//     at this hold and this size: what the log head allows, however many processes.
+//
+// The server is pgtest's (fsync off: a commit costs no disk flush, so the hold is the round
+// trips and the work inside them); bench/ runs River against a server with fsync on.
+//
+//	go test ./postgres -run '^$' -bench Processes -benchtime 20000x -count 3 -timeout 30m
+func BenchmarkProcesses(b *testing.B) {
+	for _, procs := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchProcesses(b, procs) })
+	}
+}
+
+// workerHead is what a worker process reports when it stops: its writer's headStats.
+type workerHead struct {
+	Groups, HeldNanos, WaitNanos int64
+}
+
+func benchProcesses(b *testing.B, procs int) {
+	dsn := pgtest.Schema(b)
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("bench")
+	for i := 0; i < b.N; i += work.MaxSubmitMany {
+		rs := make([]work.TaskRequest, min(work.MaxSubmitMany, b.N-i))
+		for j := range rs {
+			rs[j] = work.TaskRequest{Kind: "w2", Input: json.RawMessage(`{"n":1}`)}
+		}
+		if _, err := s.SubmitMany(ctx, rs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type worker struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		out   *bufio.Scanner
+	}
+	ws := make([]worker, procs)
+	for i := range ws {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestProcessesWorker$")
+		cmd.Env = append(os.Environ(), procWorkerEnv+"="+dsn)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer cmd.Process.Kill() // on a failure: Wait below reaps it otherwise
+		ws[i] = worker{cmd, stdin, bufio.NewScanner(stdout)}
+	}
+	line := func(w worker, prefix string) string {
+		for w.out.Scan() {
+			if t, ok := strings.CutPrefix(w.out.Text(), prefix); ok {
+				return t
+			}
+		}
+		b.Fatalf("worker %d ended before %q: %v", w.cmd.Process.Pid, prefix, w.out.Err())
+		return ""
+	}
+	for _, w := range ws {
+		line(w, "ready")
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for _, w := range ws {
+		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deadline := start.Add(10 * time.Minute)
+	for {
+		st, err := q.Stats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Total.Succeeded == int64(b.N) {
+			break
+		}
+		if st.Total.Failed+st.Total.Canceled > 0 || time.Now().After(deadline) {
+			b.Fatalf("tasks: %+v", st.Total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var sum workerHead
+	for _, w := range ws {
+		w.stdin.Close() // the worker stops its runner and reports
+		var h workerHead
+		if err := json.Unmarshal([]byte(line(w, "head ")), &h); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.cmd.Wait(); err != nil {
+			b.Fatalf("worker: %v", err)
+		}
+		sum.Groups += h.Groups
+		sum.HeldNanos += h.HeldNanos
+		sum.WaitNanos += h.WaitNanos
+	}
+	if sum.Groups == 0 {
+		b.Fatal("no group committed by the workers")
+	}
+	secs := elapsed.Seconds()
+	held := float64(sum.HeldNanos) / float64(sum.Groups) / 1e3 // µs
+	perGroup := float64(b.N) / float64(sum.Groups)
+	b.ReportMetric(float64(b.N)/secs, "tasks/s")
+	b.ReportMetric(float64(sum.Groups)/secs, "groups/s")
+	b.ReportMetric(perGroup, "tasks/group")
+	b.ReportMetric(held, "µs-held/group")
+	b.ReportMetric(float64(sum.WaitNanos)/float64(sum.Groups)/1e3, "µs-wait/group")
+	b.ReportMetric(float64(sum.HeldNanos)/1e9/secs, "head-busy")
+	b.ReportMetric(perGroup/held*1e6, "ceiling-tasks/s")
+}
+
+// TestProcessesWorker is a worker process of BenchmarkProcesses: it opens the queue, says
+// "ready", starts a runner with 16 slots at the line "go" on its input, stops it when its
+// input ends, and prints its writer's headStats as "head {json}".
+func TestProcessesWorker(t *testing.T) {
+	dsn := os.Getenv(procWorkerEnv)
+	if dsn == "" {
+		t.Skip("a worker process of BenchmarkProcesses")
+	}
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	v, ok := queues.Load(q)
+	if !ok {
+		t.Fatal("no engine for the queue")
+	}
+	e := v.(*engine)
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	if !in.Scan() || in.Text() != "go" {
+		t.Fatalf("no go: %v", in.Err())
+	}
+	r, err := runner.New(q, runner.Config{
+		Handlers:    map[string]runner.Handler{"w2": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
+		Concurrency: 16,
+		Prefetch:    16,
+		LeaseFor:    10 * time.Minute,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for in.Scan() { // until the input ends
+	}
+	stop, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.Stop(stop); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := json.Marshal(workerHead{Groups: e.head.groups.Load(), HeldNanos: e.head.held.Load(), WaitNanos: e.head.wait.Load()})
+	fmt.Printf("head %s\n", h)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package postgres
+
+const raceEnabled = false
