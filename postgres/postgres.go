@@ -187,7 +187,8 @@ type engine struct {
 	cmds       chan *command
 	closing    chan struct{}
 	writerDone chan struct{}
-	cache      *cache // the writer's
+	cache      *cache   // the writer's
+	hints      keyHints // keys ViewDurable found absent, for the writer (readfirst.go)
 
 	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
 	head headStats  // the log head's hold per committed group (headstats.go), read by benchmarks
@@ -205,6 +206,7 @@ type engine struct {
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)
 	hookCommitBatch     func(*pgx.Batch) // may queue statements after COMMIT, in its round trip
+	hookRecordRead      func()           // a group reads a task or wake record from the server
 }
 
 var (

@@ -25,6 +25,7 @@ type cache struct {
 	seq      uint64
 	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
 	valid    bool
+	from     uint64 // exact since: every key committed after log sequence from is this writer's, and here
 	tasks    map[string]*projection.Task
 	wakes    map[string]*projection.Wake
 	taskKeys map[skey]string
@@ -81,16 +82,25 @@ type pendingEvent struct {
 // writes and the cache first; an index scan first sends the pending index writes, in the
 // same round trip as the scan.
 type txn struct {
-	ctx  context.Context
-	conn *pgx.Conn
-	st   *statements
-	c    *cache
+	ctx    context.Context
+	conn   *pgx.Conn
+	st     *statements
+	c      *cache
+	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
+	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
 
-	seq              uint64 // the last sequence, the group's appends included
-	startSeq         uint64 // the log head when the group began
-	prunes           uint64 // log_head.prunes, counted up by a prune of this group
-	pruned           bool   // a prune ran in this group: the commit writes prunes
-	maxTask, maxWake string // the greatest stored ids: a new id above them has no record
+	seq        uint64 // the last sequence, the group's appends included
+	startSeq   uint64 // the log head when the group began
+	prunes     uint64 // log_head.prunes, counted up by a prune of this group
+	pruned     bool   // a prune ran in this group: the commit writes prunes
+	sideWrites bool   // a statement of the group wrote rows no event accounts for (inbox, schedules)
+	// maxTask, maxWake: the greatest ids stored when the group began (read under the head
+	// lock, so no other writer adds one while the group runs). An id above them has no
+	// stored record, and one put by the group is in the cache: so such an id needs no read.
+	// They do not grow with the group's own puts, whose ids (UUIDv7, random within a
+	// millisecond) would then put the next new id of the same millisecond below them half
+	// the time and cost it a read under the head lock: one per task of a SubmitMany.
+	maxTask, maxWake string
 
 	newTasks, dirtyTasks map[string]bool
 	newWakes, dirtyWakes map[string]bool
@@ -167,6 +177,9 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 		if id > maxID {
 			return nil, nil
 		}
+		if t.onRead != nil {
+			t.onRead()
+		}
 		var err error
 		if r, err = tb.read(t.ctx, t.conn, sql, id); err != nil {
 			return nil, err
@@ -181,17 +194,23 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 }
 
 func (t *txn) TaskKey(sessionID, key string) (string, error) {
-	return t.cachedKey(t.c.taskKeys, t.st.taskKey, sessionID, key)
+	return t.cachedKey(false, t.c.taskKeys, t.st.taskKey, sessionID, key)
 }
 
 func (t *txn) WakeKey(sessionID, key string) (string, error) {
-	return t.cachedKey(t.c.wakeKeys, t.st.wakeKey, sessionID, key)
+	return t.cachedKey(true, t.c.wakeKeys, t.st.wakeKey, sessionID, key)
 }
 
-func (t *txn) cachedKey(m map[skey]string, sql, sessionID, key string) (string, error) {
+// cachedKey reads a key from the cache, else from a hint of read-first that is still true
+// (keyHints), else from the table.
+func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string) (string, error) {
 	k := skey{sessionID, key}
 	if id, ok := m[k]; ok {
 		return id, nil
+	}
+	if t.hints != nil && t.hints.absent(wake, k, t.c.from) {
+		m[k] = ""
+		return "", nil
 	}
 	id, err := readKey(t.ctx, t.conn, sql, sessionID, key)
 	if err == nil {
@@ -323,14 +342,12 @@ func (t *txn) NewWake() *projection.Wake { return new(projection.Wake) }
 func (t *txn) PutTask(r *projection.Task) error {
 	t.c.tasks[r.ID] = r
 	t.newTasks[r.ID] = true
-	t.maxTask = max(t.maxTask, r.ID)
 	return nil
 }
 
 func (t *txn) PutWake(r *projection.Wake) error {
 	t.c.wakes[r.ID] = r
 	t.newWakes[r.ID] = true
-	t.maxWake = max(t.maxWake, r.ID)
 	return nil
 }
 
