@@ -107,13 +107,13 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 			fold.SetLastSeq(r.To) // the log's pruned tail
 		}
 	}
-	if err := loadIndexes(ctx, tx, st, stored, fold.Wake); err != nil {
+	if err := loadIndexes(ctx, tx, st, stored, fold); err != nil {
 		return nil, err
 	}
 	if err := loadSchedules(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
-	if err := loadKindPolicies(ctx, tx, st, stored, fold); err != nil {
+	if err := loadKindPolicies(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
 	// The stored records are compared as they are read, page by page in id order, with the
@@ -158,7 +158,7 @@ func eachRow(ctx context.Context, q querier, sql string, fn func(pgx.Rows) error
 	return rows.Err()
 }
 
-func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.Mem, wake func(id string) (*projection.Wake, error)) error {
+func loadIndexes(ctx context.Context, q querier, st *statements, m, fold *projection.Mem) error {
 	keys := func(sql string, put func(s, k, id string) error) error {
 		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
 			var s, k, id []byte
@@ -205,7 +205,7 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m *projection.M
 	}); err != nil {
 		return err
 	}
-	return loadEntries(ctx, q, st, m, wake)
+	return loadEntries(ctx, q, st, m, fold)
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

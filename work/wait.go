@@ -267,7 +267,7 @@ func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
 // WaitWakes is Queue.WaitWakes on worklog's backend.
 func (b *logBackend) WaitWakes(ctx context.Context) error {
 	return b.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
-		return r.ScanIndex(projection.IndexWakes, "", math.MaxInt64, first)
+		return r.ScanIndex(projection.IndexWakes, "", math.MinInt64, math.MaxInt64, first)
 	})
 }
 
