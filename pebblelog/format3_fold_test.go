@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -21,7 +22,7 @@ func format3Views(t *testing.T, r projection.Reader, kinds, sessions []string, n
 	for _, kind := range kinds {
 		for _, maxAt := range []int64{now, 1<<63 - 1} {
 			var es []string
-			if err := r.ScanIndex(projection.IndexKindDue, kind, maxAt, func(e projection.IndexEntry) bool {
+			if err := r.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
 				es = append(es, fmt.Sprintf("%s@%d/%d", e.ID, e.At, e.Seq))
 				return true
 			}); err != nil {

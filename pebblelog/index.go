@@ -3,6 +3,7 @@ package pebblelog
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 
 	"github.com/worklog/worklog/projection"
 )
@@ -35,6 +36,9 @@ var pebbleIndexes = [projection.NumIndexes]pebbleIndex{
 	projection.IndexKindDue:      {prefix: prefixKindDue, format: 3, what: "per-kind due index", lows: true},
 	projection.IndexWakes:        {prefix: prefixAvailable, format: 1, what: "available-wake index", lows: true},
 	projection.IndexSessionWakes: {prefix: prefixSessionWake, format: 5, what: "per-session wake index"},
+	// Format 7 added the lease index, but a store of an older format holds no policy, so no
+	// claim or stats scans it: opened read-only, it reads as the empty keyspace it is.
+	projection.IndexKindLeases: {prefix: prefixKindLease, format: 1, what: "per-kind lease index"},
 }
 
 // indexHead is the start of partition part of index ix, with room for an entry's tail.
@@ -61,38 +65,47 @@ func appendEntryTail(ix projection.Index, head []byte, pri, at int64, seq uint64
 	return binary.BigEndian.AppendUint64(head, seq)
 }
 
-// ScanIndex walks the partition from its first key: an index with priorities in claim order
-// (scanDue), one without up to the first key past maxAt (scanRange's upper bound), so it
-// never reads a future entry.
-func (s reader) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+// ScanIndex walks the partition: an index with priorities in claim order (scanDue), one
+// without from the first key at or after from (the partition's first key when from is
+// math.MinInt64) up to the first key past to (scanRange's bounds), so it never reads an
+// entry outside the range.
+func (s reader) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
+	if from > to {
+		return nil
+	}
 	head := indexHead(ix, part)
 	if projection.Indexes[ix].Priority {
-		return s.scanDue(head, head, maxAt, nil, fn)
+		return s.scanDue(head, head, from, to, nil, fn)
 	}
-	return s.scanRange(head, entryUpper(ix, head, maxAt), len(head), func(_ []byte, e projection.IndexEntry) bool {
+	lower := head
+	if from != math.MinInt64 {
+		lower = appendEntryTail(ix, bytes.Clone(head), 0, from, 0)
+	}
+	return s.scanRange(lower, entryUpper(ix, head, to), len(head), func(_ []byte, e projection.IndexEntry) bool {
 		return fn(e)
 	})
 }
 
 // entryUpper is the exclusive upper bound of the entries under head (an index without
-// priorities) due at maxAt.
-func entryUpper(ix projection.Index, head []byte, maxAt int64) []byte {
-	return append(appendEntryTail(ix, bytes.Clone(head), 0, maxAt, 1<<64-1), 0)
+// priorities) at or before to.
+func entryUpper(ix projection.Index, head []byte, to int64) []byte {
+	return append(appendEntryTail(ix, bytes.Clone(head), 0, to, 1<<64-1), 0)
 }
 
 // ScanIndex of the writer reads through the batch from the partition's low-water mark and
-// moves the mark (scanDueFrom, scanFrom); an index without marks is read from its start.
-func (w *writer) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	if w.lows == nil || !pebbleIndexes[ix].lows {
-		return w.reader.ScanIndex(ix, part, maxAt, fn)
+// moves the mark (scanDueFrom, scanFrom); an index without marks, or a scan from a lower
+// bound (which proves nothing absent below it), is read as the reader reads it.
+func (w *writer) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
+	if w.lows == nil || !pebbleIndexes[ix].lows || from != math.MinInt64 {
+		return w.reader.ScanIndex(ix, part, from, to, fn)
 	}
 	low := w.indexLow(ix, part)
 	head := indexHead(ix, part)
 	var err error
 	if projection.Indexes[ix].Priority {
-		err = w.scanDueFrom(head, &low, maxAt, fn)
+		err = w.scanDueFrom(head, &low, to, fn)
 	} else {
-		err = w.scanFrom(head, entryUpper(ix, head, maxAt), len(head), &low, fn)
+		err = w.scanFrom(head, entryUpper(ix, head, to), len(head), &low, fn)
 	}
 	if err == nil {
 		w.setIndexLow(ix, part, low)
@@ -163,11 +176,11 @@ func mergePartLows(committed, batch map[partLow][]byte) {
 
 // ScanIndex of a store of a format before 3 opened read-only: what format 3 and 5 added is
 // not there to read.
-func (o olderReader) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+func (o olderReader) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
 	if pebbleIndexes[ix].format > o.s.format {
 		return o.needsUpgrade(pebbleIndexes[ix].what)
 	}
-	return o.reader.ScanIndex(ix, part, maxAt, fn)
+	return o.reader.ScanIndex(ix, part, from, to, fn)
 }
 
 // format4Reader reads a store of format 3 or 4 opened read-only: everything but what format
@@ -177,6 +190,6 @@ type format4Reader struct {
 	s *Store
 }
 
-func (o format4Reader) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return olderReader(o).ScanIndex(ix, part, maxAt, fn)
+func (o format4Reader) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
+	return olderReader(o).ScanIndex(ix, part, from, to, fn)
 }

@@ -101,17 +101,17 @@ func (s reader) WakeKey(session, key string) (string, error) {
 }
 
 // scanDue walks a due index in claim order (head: the due index's prefix, or one kind's part
-// of the per-kind index) from lower, calling fn with the entries due at maxAt until fn
-// returns false. Keys are priority first (format 6): the entries of one priority are a run in
-// time order, so the walk follows a run while its entries are due and, at the first that is
-// not, seeks to the start of the next lower priority; the seek lands on the next priority
-// present. Cost: one seek per priority present plus the entries fn sees, so a future
+// of the per-kind index) from lower, calling fn with the entries with At in [from, to] until
+// fn returns false. Keys are priority first (format 6): the entries of one priority are a run
+// in time order, so the walk follows a run while its entries are due and, at the first that
+// is not, seeks to the start of the next lower priority; the seek lands on the next priority
+// present (and an entry before from seeks to from in its own priority). Cost: one seek per priority present plus the entries fn sees, so a future
 // high-priority entry never hides a due lower one, and a claim reads no future entry of a
 // priority past its first. A store of an older format opened read-only has no priority in
 // its keys (parseDueTail's legacy layout, all priority 0): the walk ends at its first
 // future entry, as before format 6. first, when not nil, is set to a copy of the first key
 // the walk met, due or not (the writer's low-water mark), and left nil when it met none.
-func (s reader) scanDue(head, lower []byte, maxAt int64, first *[]byte, fn func(projection.IndexEntry) bool) (err error) {
+func (s reader) scanDue(head, lower []byte, from, to int64, first *[]byte, fn func(projection.IndexEntry) bool) (err error) {
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(head)})
 	if err != nil {
 		return err
@@ -126,7 +126,15 @@ func (s reader) scanDue(head, lower []byte, maxAt int64, first *[]byte, fn func(
 		if !good {
 			return fmt.Errorf("%w: due index key %q", ErrCorruptRecord, it.Key())
 		}
-		if at > maxAt {
+		if at < from {
+			if legacy {
+				ok = it.Next()
+			} else {
+				ok = it.SeekGE(appendDueTail(bytes.Clone(head), pri, from, 0))
+			}
+			continue
+		}
+		if at > to {
 			if legacy || pri == math.MinInt64 {
 				break
 			}
@@ -359,7 +367,7 @@ func (w *writer) scanDueFrom(head []byte, low *[]byte, maxAt int64, fn func(proj
 		return nil // no live entry
 	}
 	var first []byte
-	if err := w.reader.scanDue(head, lower, maxAt, &first, fn); err != nil {
+	if err := w.reader.scanDue(head, lower, math.MinInt64, maxAt, &first, fn); err != nil {
 		return err
 	}
 	if first != nil {

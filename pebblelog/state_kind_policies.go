@@ -14,9 +14,10 @@ import (
 // Format 7's keyspaces (keys.go): the kind policies (P<kind>: the policy and its token
 // bucket, policyRecord) and the per-kind lease index (L<uvarint len><kind><at 8B ordered>
 // <submit seq 8B BE>: task id), a kind's running tasks by lease expiry. The fold keeps both
-// (projection.State's PutKindPolicy, DeleteKindPolicy, PutKindLease, DeleteKindLease); the
-// decide code reads them at each claim (work's gatedScan): the policies, then for a kind with
-// MaxRunning its leases that expire after the claim's now, at most MaxRunning entries.
+// (projection.State's PutKindPolicy and DeleteKindPolicy; the lease index is a row of
+// pebbleIndexes, projection.IndexKindLeases: index.go); the decide code reads them at each
+// claim (work's gatedScan): the policies, then for a kind with MaxRunning its leases that
+// expire after the claim's now, at most MaxRunning entries.
 //
 // A store of an older format never held a kind_policy_set event (this build's format is the
 // first that knows it), so it has no policy, and an older read-only store reads both
@@ -50,21 +51,6 @@ func decodePolicy(kind string, v []byte) (*projection.KindPolicy, error) {
 		TokensAt: int64(u(4)), SetSeq: u(5)}, nil
 }
 
-// kindLeasePrefix is the start of one kind's part of the lease index (length-prefixed, so
-// that no kind's range holds another kind's keys).
-func kindLeasePrefix(kind string) []byte {
-	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(kind)+16)
-	k = append(k, prefixKindLease)
-	k = binary.AppendUvarint(k, uint64(len(kind)))
-	return append(k, kind...)
-}
-
-func kindLeaseKey(kind string, at int64, seq uint64) []byte {
-	k := kindLeasePrefix(kind)
-	k = binary.BigEndian.AppendUint64(k, orderedTime(at))
-	return binary.BigEndian.AppendUint64(k, seq)
-}
-
 func (s reader) KindPolicy(kind string) (*projection.KindPolicy, error) {
 	v, ok, err := s.get(idKey(prefixKindPolicy, kind))
 	if err != nil || !ok {
@@ -95,20 +81,8 @@ func (s reader) KindPolicies(fn func(*projection.KindPolicy) bool) (err error) {
 	return it.Error()
 }
 
-// ScanKindLeases walks kind's leases that expire after after, in expiry order.
-func (s reader) ScanKindLeases(kind string, after int64, fn func(projection.IndexEntry) bool) error {
-	if after == math.MaxInt64 {
-		return nil
-	}
-	start := kindLeasePrefix(kind)
-	end := append(kindLeasePrefix(kind), 0xff)
-	return s.scanRange(kindLeaseKey(kind, after+1, 0), end, len(start), func(_ []byte, e projection.IndexEntry) bool {
-		return fn(e)
-	})
-}
-
-// The writer reads policies and leases through the batch (its reader), so a command sees
-// its own changes: a claim's bucket after the claims before it in the same command.
+// The writer reads policies through the batch (its reader), so a command sees its own
+// changes: a claim's bucket after the claims before it in the same command.
 
 func (w *writer) PutKindPolicy(p *projection.KindPolicy) error {
 	return w.b.Set(idKey(prefixKindPolicy, p.Kind), encodePolicy(p), nil)
@@ -116,15 +90,6 @@ func (w *writer) PutKindPolicy(p *projection.KindPolicy) error {
 
 func (w *writer) DeleteKindPolicy(kind string) error {
 	return w.b.Delete(idKey(prefixKindPolicy, kind), nil)
-}
-
-func (w *writer) PutKindLease(kind string, e projection.IndexEntry) error {
-	return w.b.Set(kindLeaseKey(kind, e.At, e.Seq), []byte(e.ID), nil)
-}
-
-// DeleteKindLease is a sized delete, as DeleteWakeIndex.
-func (w *writer) DeleteKindLease(kind string, e projection.IndexEntry) error {
-	return w.b.DeleteSized(kindLeaseKey(kind, e.At, e.Seq), uint32(len(e.ID)), nil)
 }
 
 // The upgrade to format 7 (upgrade.go calls it for a store of format < 7 opened read-write).
@@ -147,6 +112,6 @@ func (s *Store) buildFormat7() error {
 		if !in {
 			return nil
 		}
-		return b.Set(kindLeaseKey(t.Kind, e.At, e.Seq), []byte(e.ID), nil)
+		return b.Set(indexEntryKey(projection.IndexKindLeases, t.Kind, e), []byte(e.ID), nil)
 	}, nil)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func inOneBatch(t *testing.T, s *Store, fns ...func(*Txn) error) []error {
 func scanKind(t *testing.T, r projection.Reader, kind string, maxAt int64) []string {
 	t.Helper()
 	var got []string
-	if err := r.ScanIndex(projection.IndexKindDue, kind, maxAt, func(e projection.IndexEntry) bool {
+	if err := r.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
 		got = append(got, fmt.Sprintf("%s@%d/%d", e.ID, e.At, e.Seq))
 		return true
 	}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -101,10 +102,10 @@ func TestFormat2StoreUpgrades(t *testing.T) {
 	mustVerify(t, ro)
 	err = ro.View(context.Background(), func(r projection.Reader) error {
 		for _, err := range []error{
-			r.ScanIndex(projection.IndexKindDue, "crawl", 0, func(projection.IndexEntry) bool { return true }),
+			r.ScanIndex(projection.IndexKindDue, "crawl", math.MinInt64, 0, func(projection.IndexEntry) bool { return true }),
 			r.ScanSessionTasks("s1", 0, func(uint64, string) bool { return true }),
 			r.Counts(func(string, events.TaskState, int64) bool { return true }),
-			r.ScanIndex(projection.IndexSessionWakes, "s1", 0, func(projection.IndexEntry) bool { return true }),
+			r.ScanIndex(projection.IndexSessionWakes, "s1", math.MinInt64, 0, func(projection.IndexEntry) bool { return true }),
 		} {
 			if !errors.Is(err, ErrNeedsUpgrade) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "format 2") {
 				t.Errorf("a format-3 read of a read-only format-2 store: %v, want ErrNeedsUpgrade naming the store and its format", err)
@@ -133,7 +134,7 @@ func TestFormat2StoreUpgrades(t *testing.T) {
 	// The reads through the new keyspaces.
 	err = s.View(context.Background(), func(r projection.Reader) error {
 		var crawl []string
-		if err := r.ScanIndex(projection.IndexKindDue, "crawl", 1<<62, func(e projection.IndexEntry) bool {
+		if err := r.ScanIndex(projection.IndexKindDue, "crawl", math.MinInt64, 1<<62, func(e projection.IndexEntry) bool {
 			crawl = append(crawl, e.ID)
 			return true
 		}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,14 +57,14 @@ func TestFormat4StoreUpgradesToFormat5(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ro.View(context.Background(), func(r projection.Reader) error {
-		return r.ScanIndex(projection.IndexSessionWakes, "alpha", 1<<62, func(projection.IndexEntry) bool { return true })
+		return r.ScanIndex(projection.IndexSessionWakes, "alpha", math.MinInt64, 1<<62, func(projection.IndexEntry) bool { return true })
 	})
 	if !errors.Is(err, pebblelog.ErrNeedsUpgrade) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "format 4") {
 		t.Errorf("a per-session wake read of a read-only format-4 store: %v, want ErrNeedsUpgrade naming the store and its format", err)
 	}
 	n := 0
 	if err := ro.View(context.Background(), func(r projection.Reader) error {
-		return r.ScanIndex(projection.IndexWakes, "", 1<<62, func(projection.IndexEntry) bool { n++; return true })
+		return r.ScanIndex(projection.IndexWakes, "", math.MinInt64, 1<<62, func(projection.IndexEntry) bool { n++; return true })
 	}); err != nil || n != 25-len(fx.Acked) {
 		t.Errorf("ScanWakes of the read-only format-4 store: %d entries, %v; want %d", n, err, 25-len(fx.Acked))
 	}

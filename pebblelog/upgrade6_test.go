@@ -54,7 +54,7 @@ func scanAll(t *testing.T, s *Store, maxAt int64) []string {
 	t.Helper()
 	var got []string
 	err := s.View(context.Background(), func(r projection.Reader) error {
-		return r.ScanIndex(projection.IndexDue, "", maxAt, func(e projection.IndexEntry) bool {
+		return r.ScanIndex(projection.IndexDue, "", math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
 			got = append(got, fmt.Sprintf("%s@%d", e.ID, e.At))
 			return true
 		})
@@ -167,10 +167,10 @@ func TestScanDuePriorities(t *testing.T) {
 	want := []string{"hi", "z1", "z2", "lo"}
 	for _, scan := range []func(projection.Reader, func(projection.IndexEntry) bool) error{
 		func(r projection.Reader, fn func(projection.IndexEntry) bool) error {
-			return r.ScanIndex(projection.IndexDue, "", 40, fn)
+			return r.ScanIndex(projection.IndexDue, "", math.MinInt64, 40, fn)
 		},
 		func(r projection.Reader, fn func(projection.IndexEntry) bool) error {
-			return r.ScanIndex(projection.IndexKindDue, "k", 40, fn)
+			return r.ScanIndex(projection.IndexKindDue, "k", math.MinInt64, 40, fn)
 		},
 	} {
 		for _, through := range []string{"view", "writer"} {

@@ -19,6 +19,9 @@ type pgIndex struct {
 	table string // the table in the queue's schema
 	part  string // the partition's column ("kind", "session"), or "" for an index of one
 	wakes bool   // the entries are wakes (wake_id, joined to wakes), not tasks (task_id)
+	// bare: a scan reads the entries alone, joining no record (the lease index: a claim
+	// counts its entries and reads none of their tasks).
+	bare bool
 }
 
 var pgIndexes = [projection.NumIndexes]pgIndex{
@@ -26,14 +29,15 @@ var pgIndexes = [projection.NumIndexes]pgIndex{
 	projection.IndexKindDue:      {table: "kind_due", part: "kind"},
 	projection.IndexWakes:        {table: "wake_index", wakes: true},
 	projection.IndexSessionWakes: {table: "session_wakes", part: "session", wakes: true},
+	projection.IndexKindLeases:   {table: "kind_leases", part: "kind", bare: true}, // kind_policies.go
 }
 
 // indexStatements are an index's statements, with the queue's schema in them.
 type indexStatements struct {
 	// scan and scanFrom read a page of one partition's entries due at $1 (at most $2): the
-	// partition ($3, if any), then the priority (if any), then after the first page the
-	// last entry's (at, seq); nextPri finds the greatest priority present below $1 (of the
-	// partition $2), for scanByPriority.
+	// partition ($3, if any), then the priority (if any), then after the first page (or for
+	// a scan from a lower bound: indexArgs) the last entry's (at, seq); nextPri finds the
+	// greatest priority present below $1 (of the partition $2), for scanByPriority.
 	scan, scanFrom, nextPri string
 	ins, del, all           string // the commit's writes (unnest arrays); Verify's read of every entry
 	table                   string // the table's qualified name, for to_regclass
@@ -44,9 +48,12 @@ type indexStatements struct {
 func newIndexStatements(q func(string) string, ix projection.Index, withPri bool) indexStatements {
 	d := pgIndexes[ix]
 	pri := projection.Indexes[ix].Priority
-	id, rec := "task_id", "t.rec, t.input FROM {s}.%s d LEFT JOIN {s}.tasks t ON t.id = d.task_id"
-	if d.wakes {
-		id, rec = "wake_id", "w.rec, w.payload, w.output FROM {s}.%s d LEFT JOIN {s}.wakes w ON w.id = d.wake_id"
+	id, rec := "task_id", "d.task_id, t.rec, t.input FROM {s}.%s d LEFT JOIN {s}.tasks t ON t.id = d.task_id"
+	switch {
+	case d.wakes:
+		id, rec = "wake_id", "d.wake_id, w.rec, w.payload, w.output FROM {s}.%s d LEFT JOIN {s}.wakes w ON w.id = d.wake_id"
+	case d.bare:
+		rec = "d.task_id FROM {s}.%s d"
 	}
 	// key: the primary key's columns; where: the scan's conditions on the partition and the
 	// priority; n: the next parameter.
@@ -73,7 +80,7 @@ func newIndexStatements(q func(string) string, ix projection.Index, withPri bool
 		cols, unnest = cols+", priority", append(unnest, "bigint")
 		set += ", priority = excluded.priority"
 	}
-	scan := "SELECT d.at, d.seq, d." + id + ", " + fmt.Sprintf(rec, d.table) + " WHERE " + where + "d.at <= $1"
+	scan := "SELECT d.at, d.seq, " + fmt.Sprintf(rec, d.table) + " WHERE " + where + "d.at <= $1"
 	st := indexStatements{
 		scan:     q(scan + " ORDER BY d.at, d.seq LIMIT $2"),
 		scanFrom: q(scan + fmt.Sprintf(" AND (d.at, d.seq) > ($%d, $%d) ORDER BY d.at, d.seq LIMIT $2", n, n+1)),
@@ -116,53 +123,92 @@ func indexStatementsOf(q func(string) string, withPri bool) (out [projection.Num
 	return out
 }
 
-// scanIndexOf is ScanIndex over any querier: scan reads one run (first, from: its page
-// statements; pre: the partition and priority) through the index's record table.
-func scanIndexOf(st *statements, ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool,
+// scanIndexOf is ScanIndex over any querier: scan reads one run (first, next: its page
+// statements; pre: the partition and priority) of index d, from its records' table or bare.
+func scanIndexOf(st *statements, ix projection.Index, part string, fn func(projection.IndexEntry) bool,
 	nextPri func(sql string, args ...any) ([]int64, error),
-	scan func(wakes bool, first, from string, pre []any, fn func(projection.IndexEntry) bool) error,
+	scan func(d pgIndex, first, next string, pre []any, fn func(projection.IndexEntry) bool) error,
 ) error {
-	s := &st.idx[ix]
+	s, d := &st.idx[ix], pgIndexes[ix]
 	var pre []any
-	if pgIndexes[ix].part != "" {
+	if d.part != "" {
 		pre = []any{[]byte(part)}
 	}
 	if !projection.Indexes[ix].Priority {
-		return scan(pgIndexes[ix].wakes, s.scan, s.scanFrom, pre, fn)
+		return scan(d, s.scan, s.scanFrom, pre, fn)
 	}
 	return scanByPriority(func(below int64) ([]int64, error) {
 		return nextPri(s.nextPri, append([]any{below}, pre...)...)
 	}, func(pri int64, fn func(projection.IndexEntry) bool) error {
-		return scan(pgIndexes[ix].wakes, s.scan, s.scanFrom, append(pre[:len(pre):len(pre)], pri), fn)
+		return scan(d, s.scan, s.scanFrom, append(pre[:len(pre):len(pre)], pri), fn)
 	}, fn)
 }
 
-func (t *txn) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	return scanIndexOf(t.st, ix, part, maxAt, fn, func(sql string, args ...any) ([]int64, error) {
+func (t *txn) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
+	if from > to {
+		return nil
+	}
+	return scanIndexOf(t.st, ix, part, fn, func(sql string, args ...any) ([]int64, error) {
 		return txnPage(t, scanInt, sql, args...)
-	}, func(wakes bool, first, from string, pre []any, fn func(projection.IndexEntry) bool) error {
-		if wakes {
-			return scanJoined(t, wakeTable, first, from, pre, maxAt, fn)
+	}, func(d pgIndex, first, next string, pre []any, fn func(projection.IndexEntry) bool) error {
+		switch {
+		case d.bare:
+			return scanBare(func(sql string, args ...any) ([]projection.IndexEntry, error) {
+				return txnPage(t, scanBareRow, sql, args...)
+			}, first, next, pre, from, to, fn)
+		case d.wakes:
+			return scanJoined(t, wakeTable, first, next, pre, from, to, fn)
 		}
-		return scanJoined(t, taskTable, first, from, pre, maxAt, fn)
+		return scanJoined(t, taskTable, first, next, pre, from, to, fn)
 	})
 }
 
 // ScanIndex of a View. A schema made by a build before session_wakes, opened read-only
-// (which creates nothing), has no such table: the scan says so.
-func (v viewReader) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	err := scanIndexOf(v.st, ix, part, maxAt, fn, func(sql string, args ...any) ([]int64, error) {
+// (which creates nothing), has no such table: the scan says so. One made before the kind
+// policies has no kind_leases and no policy, so nothing asks; it reads as empty.
+func (v viewReader) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
+	if from > to {
+		return nil
+	}
+	err := scanIndexOf(v.st, ix, part, fn, func(sql string, args ...any) ([]int64, error) {
 		return queryPage(v.ctx, v.tx, scanInt, sql, args...)
-	}, func(wakes bool, first, from string, pre []any, fn func(projection.IndexEntry) bool) error {
-		if wakes {
-			return scanIndex(v.ctx, v.tx, wakeTable, first, from, pre, maxAt, fn)
+	}, func(d pgIndex, first, next string, pre []any, fn func(projection.IndexEntry) bool) error {
+		switch {
+		case d.bare:
+			return scanBare(func(sql string, args ...any) ([]projection.IndexEntry, error) {
+				return queryPage(v.ctx, v.tx, scanBareRow, sql, args...)
+			}, first, next, pre, from, to, fn)
+		case d.wakes:
+			return scanIndex(v.ctx, v.tx, wakeTable, first, next, pre, from, to, fn)
 		}
-		return scanIndex(v.ctx, v.tx, taskTable, first, from, pre, maxAt, fn)
+		return scanIndex(v.ctx, v.tx, taskTable, first, next, pre, from, to, fn)
 	})
-	if ix == projection.IndexSessionWakes && isUndefinedTable(err) {
+	switch {
+	case ix == projection.IndexSessionWakes && isUndefinedTable(err):
 		return fmt.Errorf("%w: the queue has no per-session wake index (table session_wakes) yet: a read-write Open creates it", errNoSessionWakes)
+	case ix == projection.IndexKindLeases && isUndefinedTable(err):
+		return nil
 	}
 	return err
+}
+
+// scanBare pages through an index read bare (pgIndex.bare) with page.
+func scanBare(page func(sql string, args ...any) ([]projection.IndexEntry, error), first, next string, pre []any, from, to int64,
+	fn func(projection.IndexEntry) bool,
+) error {
+	return keyset(indexPages, func(last *projection.IndexEntry, n int) ([]projection.IndexEntry, error) {
+		sql, args := indexArgs(first, next, pre, from, to, last, n)
+		return page(sql, args...)
+	}, func(e projection.IndexEntry) (bool, error) { return fn(e), nil })
+}
+
+func scanBareRow(rows pgx.Rows) (projection.IndexEntry, error) {
+	var e projection.IndexEntry
+	var seq int64
+	var id []byte
+	err := rows.Scan(&e.At, &seq, &id)
+	e.Seq, e.ID = uint64(seq), string(id)
+	return e, err
 }
 
 // idxKey names one entry of an index: its partition and (at, seq).
@@ -222,19 +268,19 @@ func (t *txn) queueIndexes(b *pgx.Batch) {
 	}
 }
 
-// loadEntries reads every index into m (Verify), after its records. A schema made before
-// session_wakes, opened read-only, has no table to compare: m then gets the entries its
-// wake index implies, so that Verify reports what the schema holds and nothing about an
-// index it does not have yet.
-func loadEntries(ctx context.Context, q querier, st *statements, m verifyState, wake func(id string) (*projection.Wake, error)) error {
+// loadEntries reads every index into m (Verify), after its records. A schema opened
+// read-only that predates an index's table has nothing to compare: m then gets the entries
+// the fold implies (implied), so that Verify reports what the schema holds and nothing about
+// an index it does not have yet.
+func loadEntries(ctx context.Context, q querier, st *statements, m verifyState, fold verifyFold) error {
 	for ix := range projection.NumIndexes {
-		if ix == projection.IndexSessionWakes {
+		if implied := impliedEntries(ix); implied != nil {
 			var exists bool
 			if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.idx[ix].table).Scan(&exists); err != nil {
 				return err
 			}
 			if !exists {
-				if err := impliedSessionWakes(m, wake); err != nil {
+				if err := implied(m, fold); err != nil {
 					return err
 				}
 				continue
@@ -257,6 +303,27 @@ func loadEntries(ctx context.Context, q querier, st *statements, m verifyState, 
 			return m.PutIndex(ix, string(part), projection.IndexEntry{Pri: p, At: at, Seq: uint64(seq), ID: string(id)})
 		}); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// impliedEntries is how Verify fills an index that a schema may predate (loadEntries), or nil
+// for an index every schema has: the per-session wake index from the stored wake index (each
+// wake's session from the fold), the lease index from the fold's running tasks (a schema
+// without kind_leases has no policy).
+func impliedEntries(ix projection.Index) func(m verifyState, fold verifyFold) error {
+	switch ix {
+	case projection.IndexSessionWakes:
+		return func(m verifyState, fold verifyFold) error { return impliedSessionWakes(m, fold.Wake) }
+	case projection.IndexKindLeases:
+		return func(m verifyState, fold verifyFold) error {
+			return fold.eachTask(func(t *projection.Task) error {
+				if e, ok := t.LeaseEntry(); ok {
+					return m.PutIndex(ix, t.Kind, e)
+				}
+				return nil
+			})
 		}
 	}
 	return nil

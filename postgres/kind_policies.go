@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 
@@ -18,9 +17,10 @@ import (
 // kind_policies holds each kind's policy and its token bucket, one row a kind; kind_leases
 // holds the running tasks by (kind, lease expiry, submit seq), so a claim counts a kind's
 // tasks under unexpired leases with one index range read of at most MaxRunning rows
-// (WHERE kind = $1 AND at > now, served by the primary key). Both are kept by the fold
-// through the group's txn, like the other indexes: the lease index's writes netted and sent
-// before the next scan or with the commit; the policies read once per group (one query,
+// (WHERE kind = $1 AND (at, seq) > (now, max), served by the primary key). Both are kept by
+// the fold through the group's txn: the lease index is a row of pgIndexes
+// (projection.IndexKindLeases: index.go), its writes netted and sent before the next scan or
+// with the commit as every index's; the policies read once per group (one query,
 // every row: they are few) into the txn, which is then their truth for the group, and their
 // changed rows written with the commit. The decide code that reads them runs under the log
 // head's lock (writer.go), so a claim in any process sees every claim committed before it:
@@ -36,9 +36,7 @@ CREATE TABLE IF NOT EXISTS {s}.kind_leases (kind bytea, at bigint, seq bigint, t
 `
 
 type kindPolicyStatements struct {
-	policies, putPolicy, delPolicy string
-	leases, leasesFrom, ins, del   string
-	allLeases, policyTable         string
+	policies, putPolicy, delPolicy, policyTable string
 }
 
 func newKindPolicyStatements(q func(string) string) kindPolicyStatements {
@@ -48,13 +46,7 @@ func newKindPolicyStatements(q func(string) string) kindPolicyStatements {
 			$5::bigint[], $6::float8[], $7::bigint[], $8::bigint[])
 			ON CONFLICT (kind) DO UPDATE SET paused = excluded.paused, max_running = excluded.max_running, rate = excluded.rate,
 			burst = excluded.burst, tokens = excluded.tokens, tokens_at = excluded.tokens_at, set_seq = excluded.set_seq`),
-		delPolicy:  q(`DELETE FROM {s}.kind_policies WHERE kind = ANY($1::bytea[])`),
-		leases:     q(`SELECT at, seq, task_id FROM {s}.kind_leases WHERE kind = $1 AND at > $2 ORDER BY at, seq LIMIT $3`),
-		leasesFrom: q(`SELECT at, seq, task_id FROM {s}.kind_leases WHERE kind = $1 AND (at, seq) > ($2, $4) ORDER BY at, seq LIMIT $3`),
-		ins: q(`INSERT INTO {s}.kind_leases SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[])
-			ON CONFLICT (kind, at, seq) DO UPDATE SET task_id = excluded.task_id`),
-		del:         q(`DELETE FROM {s}.kind_leases WHERE (kind, at, seq) IN (SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]))`),
-		allLeases:   q(`SELECT kind, at, seq, task_id FROM {s}.kind_leases ORDER BY kind, at, seq`),
+		delPolicy:   q(`DELETE FROM {s}.kind_policies WHERE kind = ANY($1::bytea[])`),
 		policyTable: q(`{s}.kind_policies`),
 	}
 }
@@ -107,15 +99,6 @@ func scanPolicy(rows pgx.Rows) (*projection.KindPolicy, error) {
 	return p, err
 }
 
-func scanLease(rows pgx.Rows) (projection.IndexEntry, error) {
-	var e projection.IndexEntry
-	var seq int64
-	var id []byte
-	err := rows.Scan(&e.At, &seq, &id)
-	e.Seq, e.ID = uint64(seq), string(id)
-	return e, err
-}
-
 // readPolicies reads every policy (nil when the schema has no table: a queue no Open of this
 // build has seen, opened read-only, which has no policy).
 func readPolicies(ctx context.Context, q querier, st *statements) (map[string]*projection.KindPolicy, error) {
@@ -146,34 +129,6 @@ func callPolicies(m map[string]*projection.KindPolicy, fn func(*projection.KindP
 		}
 	}
 	return nil
-}
-
-// scanLeases pages through a kind's leases after after.
-func scanLeases(page func(sql string, args ...any) ([]projection.IndexEntry, error), st *statements, kind string, after int64,
-	fn func(projection.IndexEntry) bool,
-) error {
-	if after == math.MaxInt64 {
-		return nil
-	}
-	k := []byte(kind)
-	n := 64
-	es, err := page(st.kp.leases, k, after, n)
-	for {
-		if err != nil {
-			return err
-		}
-		for _, e := range es {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if len(es) < n {
-			return nil
-		}
-		last := es[len(es)-1]
-		n = min(n*4, 4096)
-		es, err = page(st.kp.leasesFrom, k, last.At, n, int64(last.Seq))
-	}
 }
 
 // --- the group's txn ---
@@ -239,49 +194,9 @@ func (t *txn) markPolicy(kind string) {
 	t.polDirty[kind] = true
 }
 
-func (t *txn) ScanKindLeases(kind string, after int64, fn func(projection.IndexEntry) bool) error {
-	return scanLeases(func(sql string, args ...any) ([]projection.IndexEntry, error) {
-		return txnPage(t, scanLease, sql, args...)
-	}, t.st, kind, after, fn)
-}
-
-func (t *txn) PutKindLease(kind string, e projection.IndexEntry) error {
-	if t.kindLeases == nil {
-		t.kindLeases = map[idxKey]idxOp{}
-	}
-	t.kindLeases[idxKey{kind, e.At, e.Seq}] = idxOp{put: true, id: e.ID} // after a delete: an upsert
-	return nil
-}
-
-func (t *txn) DeleteKindLease(kind string, e projection.IndexEntry) error {
-	if t.kindLeases == nil {
-		t.kindLeases = map[idxKey]idxOp{}
-	}
-	netDelete(t.kindLeases, idxKey{kind, e.At, e.Seq})
-	return nil
-}
-
-// flushKindPolicies queues the group's pending writes of the lease index and of the changed
-// policies into b (flushIndexes). The txn keeps its policies: they stay the group's truth.
+// flushKindPolicies queues the group's pending writes of the changed policies into b
+// (flushIndexes). The txn keeps its policies: they stay the group's truth.
 func (t *txn) flushKindPolicies(b *pgx.Batch) {
-	if len(t.kindLeases) > 0 {
-		var pk, dk, pid [][]byte
-		var pa, da, ps, ds []int64
-		for k, op := range t.kindLeases {
-			if op.put {
-				pk, pa, ps, pid = append(pk, []byte(k.part)), append(pa, k.at), append(ps, int64(k.seq)), append(pid, []byte(op.id))
-			} else {
-				dk, da, ds = append(dk, []byte(k.part)), append(da, k.at), append(ds, int64(k.seq))
-			}
-		}
-		if len(dk) > 0 {
-			b.Queue(t.st.kp.del, dk, da, ds)
-		}
-		if len(pk) > 0 {
-			b.Queue(t.st.kp.ins, pk, pa, ps, pid)
-		}
-		clear(t.kindLeases)
-	}
 	if len(t.polDirty) > 0 {
 		var del, ks [][]byte
 		var paused []bool
@@ -324,34 +239,13 @@ func (v viewReader) KindPolicies(fn func(*projection.KindPolicy) bool) error {
 	return callPolicies(m, fn)
 }
 
-// ScanKindLeases of a View. A schema without the table (read-only, never opened by this
-// build) has no policy, so nothing asks; it reads as empty.
-func (v viewReader) ScanKindLeases(kind string, after int64, fn func(projection.IndexEntry) bool) error {
-	err := scanLeases(func(sql string, args ...any) ([]projection.IndexEntry, error) {
-		return queryPage(v.ctx, v.tx, scanLease, sql, args...)
-	}, v.st, kind, after, fn)
-	if isUndefinedTable(err) {
-		return nil
-	}
-	return err
-}
-
-// loadKindPolicies reads both tables into m (Verify), before the diff. A schema without them
-// (read-only, before this build) gets no policy and the lease entries the task records imply,
-// read from records (Verify's fold: the stored records are compared as they are read, not
-// held in m).
-func loadKindPolicies(ctx context.Context, q querier, st *statements, m projection.State, records func(func(*projection.Task) error) error) error {
-	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.kp.policyTable).Scan(&exists); err != nil {
+// loadKindPolicies reads the policies into m (Verify), before the diff (the lease index is
+// read with the other indexes: loadEntries). A schema without the table (read-only, before
+// this build) has no policy.
+func loadKindPolicies(ctx context.Context, q querier, st *statements, m projection.State) error {
+	var exists bool // checked first: a failed statement would end Verify's transaction
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.kp.policyTable).Scan(&exists); err != nil || !exists {
 		return err
-	}
-	if !exists {
-		return records(func(t *projection.Task) error {
-			if e, ok := t.LeaseEntry(); ok {
-				return m.PutKindLease(t.Kind, e)
-			}
-			return nil
-		})
 	}
 	pols, err := readPolicies(ctx, q, st)
 	if err != nil {
@@ -362,12 +256,5 @@ func loadKindPolicies(ctx context.Context, q querier, st *statements, m projecti
 			return err
 		}
 	}
-	return eachRow(ctx, q, st.kp.allLeases, func(r pgx.Rows) error {
-		var kind, id []byte
-		var at, seq int64
-		if err := r.Scan(&kind, &at, &seq, &id); err != nil {
-			return err
-		}
-		return m.PutKindLease(string(kind), projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)})
-	})
+	return nil
 }

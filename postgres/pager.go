@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 
@@ -279,12 +280,18 @@ func scanIndexRow[R any](tb *recordTable[R], rows pgx.Rows) (indexRow, error) {
 	return indexRow{projection.IndexEntry{At: at, Seq: uint64(seq), ID: string(id)}, s}, err
 }
 
-// indexArgs are an index scan's arguments: $1 maxAt, $2 the page size, then pre (the kind
-// scan's $3), then the last entry's at and seq after the first page.
-func indexArgs(first, from string, pre []any, maxAt int64, last *projection.IndexEntry, n int) (string, []any) {
-	args := append([]any{maxAt, n}, pre...)
+// indexArgs are the statement and arguments of an index scan's page of entries with At in
+// [from, to]: $1 to, $2 the page size, then pre (the kind scan's $3), then the last entry's
+// at and seq after the first page (next). A scan from a lower bound starts as if after an
+// entry (from-1, the greatest seq): (at, seq) > (from-1, max) is at >= from, so the bound
+// needs no statement of its own.
+func indexArgs(first, next string, pre []any, from, to int64, last *projection.IndexEntry, n int) (string, []any) {
+	args := append([]any{to, n}, pre...)
+	if last == nil && from != math.MinInt64 {
+		last = &projection.IndexEntry{At: from - 1, Seq: math.MaxInt64}
+	}
 	if last == nil {
 		return first, args
 	}
-	return from, append(args, last.At, int64(last.Seq))
+	return next, append(args, last.At, int64(last.Seq))
 }

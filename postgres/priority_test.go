@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -39,10 +40,10 @@ func TestOpenAddsPriorityToAnOlderQueue(t *testing.T) {
 	err = ro.View(ctx, func(r projection.Reader) error {
 		for _, scan := range []func(func(projection.IndexEntry) bool) error{
 			func(fn func(projection.IndexEntry) bool) error {
-				return r.ScanIndex(projection.IndexDue, "", t0.Add(time.Minute).UnixNano(), fn)
+				return r.ScanIndex(projection.IndexDue, "", math.MinInt64, t0.Add(time.Minute).UnixNano(), fn)
 			},
 			func(fn func(projection.IndexEntry) bool) error {
-				return r.ScanIndex(projection.IndexKindDue, "k", t0.Add(time.Minute).UnixNano(), fn)
+				return r.ScanIndex(projection.IndexKindDue, "k", math.MinInt64, t0.Add(time.Minute).UnixNano(), fn)
 			},
 		} {
 			if err := scan(func(e projection.IndexEntry) bool { due = append(due, e); return true }); err != nil {

@@ -70,13 +70,13 @@ func readCounts(ctx context.Context, q querier, st *statements, fn func(string, 
 
 // scanIndex pages through an index joined with tb's records, for views: fn gets the entries
 // (the records are read by id when asked for).
-func scanIndex[R any](ctx context.Context, q querier, tb *recordTable[R], first, from string, pre []any, maxAt int64, fn func(projection.IndexEntry) bool) error {
+func scanIndex[R any](ctx context.Context, q querier, tb *recordTable[R], first, next string, pre []any, from, to int64, fn func(projection.IndexEntry) bool) error {
 	return keyset(indexPages, func(last *indexRow, n int) ([]indexRow, error) {
 		var lastEntry *projection.IndexEntry
 		if last != nil {
 			lastEntry = &last.IndexEntry
 		}
-		sql, args := indexArgs(first, from, pre, maxAt, lastEntry, n)
+		sql, args := indexArgs(first, next, pre, from, to, lastEntry, n)
 		return queryPage(ctx, q, func(rows pgx.Rows) (indexRow, error) { return scanIndexRow(tb, rows) }, sql, args...)
 	}, func(e indexRow) (bool, error) { return fn(e.IndexEntry), nil })
 }

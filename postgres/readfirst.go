@@ -50,7 +50,7 @@ var _ projection.Reader = (*durableReader)(nil)
 
 var errNotDurableRead = errors.New("postgres: not a read of ViewDurable")
 
-func (r *durableReader) ScanIndex(projection.Index, string, int64, func(projection.IndexEntry) bool) error {
+func (r *durableReader) ScanIndex(projection.Index, string, int64, int64, func(projection.IndexEntry) bool) error {
 	return errNotDurableRead
 }
 

@@ -88,7 +88,7 @@ var errNoSessionWakes = errors.New("postgres: the schema predates the per-sessio
 // wake (Verify's fold: the stored records are compared as they are read, not held in m).
 func impliedSessionWakes(m projection.State, wake func(id string) (*projection.Wake, error)) error {
 	var werr error
-	err := m.ScanIndex(projection.IndexWakes, "", math.MaxInt64, func(e projection.IndexEntry) bool {
+	err := m.ScanIndex(projection.IndexWakes, "", math.MinInt64, math.MaxInt64, func(e projection.IndexEntry) bool {
 		var w *projection.Wake
 		if w, werr = wake(e.ID); werr == nil && w != nil {
 			werr = m.PutIndex(projection.IndexSessionWakes, w.SessionID, e)

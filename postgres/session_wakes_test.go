@@ -67,7 +67,7 @@ func TestSessionWakesTableMigrates(t *testing.T) {
 		t.Errorf("read-only Verify of a queue without session_wakes: %v, %q", err, problems)
 	}
 	err = ro.View(ctx, func(r projection.Reader) error {
-		return r.ScanIndex(projection.IndexSessionWakes, "s1", math.MaxInt64, func(projection.IndexEntry) bool { return true })
+		return r.ScanIndex(projection.IndexSessionWakes, "s1", math.MinInt64, math.MaxInt64, func(projection.IndexEntry) bool { return true })
 	})
 	if !errors.Is(err, errNoSessionWakes) || !strings.Contains(err.Error(), "session_wakes") {
 		t.Errorf("a per-session scan without session_wakes: %v, want errNoSessionWakes naming the table", err)

@@ -107,7 +107,6 @@ type txn struct {
 	newTaskKeys          []skey
 	newWakeKeys          []skey
 	idx                  [projection.NumIndexes]map[idxKey]idxOp // index.go
-	kindLeases           map[idxKey]idxOp                        // kind_policies.go
 	pols                 map[string]*projection.KindPolicy
 	polDirty             map[string]bool
 	sessions             []sessKey
@@ -252,10 +251,10 @@ func txnPage[R any](t *txn, scan func(pgx.Rows) (R, error), sql string, args ...
 	return out, t.conn.SendBatch(t.ctx, b).Close()
 }
 
-// scanJoined runs a paged scan of an index whose rows join tb's records (first and from: the
+// scanJoined runs a paged scan of an index whose rows join tb's records (first and next: the
 // statements for the first page and the next ones; pre: the kind scan's kind), keeping the
 // records read in the cache, and calls fn with each entry.
-func scanJoined[R any](t *txn, tb *recordTable[R], first, from string, pre []any, maxAt int64, fn func(projection.IndexEntry) bool) error {
+func scanJoined[R any](t *txn, tb *recordTable[R], first, next string, pre []any, from, to int64, fn func(projection.IndexEntry) bool) error {
 	m := tb.cached(t.c)
 	scan := func(rows pgx.Rows) (projection.IndexEntry, error) {
 		x, err := scanIndexRow(tb, rows)
@@ -272,7 +271,7 @@ func scanJoined[R any](t *txn, tb *recordTable[R], first, from string, pre []any
 		return x.IndexEntry, nil
 	}
 	return keyset(indexPages, func(last *projection.IndexEntry, n int) ([]projection.IndexEntry, error) {
-		sql, args := indexArgs(first, from, pre, maxAt, last, n)
+		sql, args := indexArgs(first, next, pre, from, to, last, n)
 		return txnPage(t, scan, sql, args...)
 	}, func(e projection.IndexEntry) (bool, error) { return fn(e), nil })
 }

@@ -111,13 +111,13 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 			fold.SetLastSeq(r.To) // the log's pruned tail
 		}
 	}
-	if err := loadIndexes(ctx, tx, st, stored, fold.Wake); err != nil {
+	if err := loadIndexes(ctx, tx, st, stored, fold); err != nil {
 		return nil, err
 	}
 	if err := loadSchedules(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
-	if err := loadKindPolicies(ctx, tx, st, stored, fold.eachTask); err != nil {
+	if err := loadKindPolicies(ctx, tx, st, stored); err != nil {
 		return nil, err
 	}
 	// The stored records are compared as they are read, page by page in id order, with the
@@ -168,7 +168,14 @@ type verifyState interface {
 	projection.PruneIndexer
 }
 
-func loadIndexes(ctx context.Context, q querier, st *statements, m verifyState, wake func(id string) (*projection.Wake, error)) error {
+// verifyFold is what Verify reads of its fold while it loads the stored indexes: the entries
+// a schema that predates an index implies come from the fold's wakes and running tasks.
+type verifyFold interface {
+	Wake(id string) (*projection.Wake, error)
+	eachTask(fn func(*projection.Task) error) error
+}
+
+func loadIndexes(ctx context.Context, q querier, st *statements, m verifyState, fold verifyFold) error {
 	keys := func(sql string, put func(s, k, id string) error) error {
 		return eachRow(ctx, q, sql, func(r pgx.Rows) error {
 			var s, k, id []byte
@@ -215,7 +222,7 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m verifyState, 
 	}); err != nil {
 		return err
 	}
-	return loadEntries(ctx, q, st, m, wake)
+	return loadEntries(ctx, q, st, m, fold)
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorruptRow) }

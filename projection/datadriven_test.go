@@ -431,9 +431,10 @@ func renderPolicies(b *strings.Builder, m *Mem) {
 			p.Kind, p.Paused, p.MaxRunning, p.Rate, p.Burst, p.Tokens, p.TokensAt, p.SetSeq)
 		return true
 	})
-	for _, k := range slices.Sorted(maps.Keys(m.kindLeases)) {
+	m.BuildIndexes()
+	for _, k := range slices.Sorted(maps.Keys(m.idx[IndexKindLeases].parts)) {
 		renderIndex(b, "leases "+k, func(_ int64, fn func(IndexEntry) bool) error {
-			return m.ScanKindLeases(k, math.MinInt64, fn)
+			return ScanLeases(m, k, math.MinInt64, fn)
 		})
 	}
 }
@@ -496,7 +497,9 @@ func renderPart2(b *strings.Builder, m *Mem) {
 	})
 	if len(kinds) > 1 {
 		for _, k := range kinds {
-			renderIndex(b, "due "+k, func(at int64, fn func(IndexEntry) bool) error { return m.ScanIndex(IndexKindDue, k, at, fn) })
+			renderIndex(b, "due "+k, func(at int64, fn func(IndexEntry) bool) error {
+				return m.ScanIndex(IndexKindDue, k, math.MinInt64, at, fn)
+			})
 		}
 	}
 	var counts []string

@@ -167,7 +167,7 @@ func scan(t testing.TB, fn func(int64, func(IndexEntry) bool) error, maxAt int64
 
 // scanner is r's ScanIndex of one partition, as a function of maxAt.
 func scanner(r Reader, ix Index, part string) func(int64, func(IndexEntry) bool) error {
-	return func(at int64, fn func(IndexEntry) bool) error { return r.ScanIndex(ix, part, at, fn) }
+	return func(at int64, fn func(IndexEntry) bool) error { return r.ScanIndex(ix, part, math.MinInt64, at, fn) }
 }
 
 func dueOf(t testing.TB, m *Mem) []IndexEntry {
@@ -263,7 +263,9 @@ func checkPart2Invariants(t testing.TB, m *Mem, due []IndexEntry) {
 		}
 	}
 	for k, want := range kindDue {
-		got := scan(t, func(at int64, fn func(IndexEntry) bool) error { return m.ScanIndex(IndexKindDue, k, at, fn) }, math.MaxInt64)
+		got := scan(t, func(at int64, fn func(IndexEntry) bool) error {
+			return m.ScanIndex(IndexKindDue, k, math.MinInt64, at, fn)
+		}, math.MaxInt64)
 		if !slices.Equal(got, want) {
 			t.Errorf("due index of kind %q\n got  %v\n want %v", k, got, want)
 		}
@@ -367,7 +369,7 @@ func checkSessionWakes(t testing.TB, m *Mem, avail []IndexEntry) {
 	}
 	for s, es := range want {
 		var got []IndexEntry
-		if err := m.ScanIndex(IndexSessionWakes, s, math.MaxInt64, func(e IndexEntry) bool { got = append(got, e); return true }); err != nil {
+		if err := m.ScanIndex(IndexSessionWakes, s, math.MinInt64, math.MaxInt64, func(e IndexEntry) bool { got = append(got, e); return true }); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, es) {

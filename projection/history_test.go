@@ -97,7 +97,7 @@ func (s *sim) step() {
 		s.apply(e)
 	case k < 45: // claim due tasks
 		var ids []string
-		_ = s.m.ScanIndex(IndexDue, "", s.now, func(e IndexEntry) bool { ids = append(ids, e.ID); return len(ids) < 1+r.IntN(4) })
+		_ = s.m.ScanIndex(IndexDue, "", math.MinInt64, s.now, func(e IndexEntry) bool { ids = append(ids, e.ID); return len(ids) < 1+r.IntN(4) })
 		for _, id := range ids {
 			x := task(s.t, s.m, id)
 			s.apply(&events.TaskClaimed{Header: s.h(x.SessionID), TaskID: id, Attempt: x.Attempts + 1,
@@ -137,7 +137,7 @@ func (s *sim) step() {
 		s.apply(e)
 	case k < 88: // claim available wakes
 		var ids []string
-		_ = s.m.ScanIndex(IndexWakes, "", s.now, func(e IndexEntry) bool { ids = append(ids, e.ID); return len(ids) < 1+r.IntN(4) })
+		_ = s.m.ScanIndex(IndexWakes, "", math.MinInt64, s.now, func(e IndexEntry) bool { ids = append(ids, e.ID); return len(ids) < 1+r.IntN(4) })
 		for _, id := range ids {
 			w := wakeRec(s.t, s.m, id)
 			s.apply(&events.WakeClaimed{Header: s.h(w.SessionID), WakeID: id, Attempt: w.Attempts + 1,

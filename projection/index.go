@@ -9,7 +9,9 @@ import (
 // Index names one of the fold's eligibility indexes. Every State keeps each of them through
 // the same three methods (Reader.ScanIndex, State.PutIndex, State.DeleteIndex): an index is a
 // row of Indexes here and a row of each store's own table (Mem: memIndex; pebblelog: its key
-// prefix; postgres: its table), not a pair of methods on every State.
+// prefix; postgres: its table), not a pair of methods on every State. A scan reads the
+// entries with At in a range [from, to]: the eligibility indexes are read up to a now
+// (from: math.MinInt64), the lease index from just after one (ScanLeases).
 //
 // An index is split into partitions by a string (the kind of IndexKindDue, the session of
 // IndexSessionWakes; "" for an index of one partition): a scan reads one partition, so its
@@ -26,6 +28,10 @@ const (
 	IndexWakes
 	// IndexSessionWakes is IndexWakes again under each wake's session (ClaimSessionWakes).
 	IndexSessionWakes
+	// IndexKindLeases holds each kind's running tasks by lease expiry (Task.LeaseEntry),
+	// priority 0: the tasks a kind's MaxRunning counts are those whose lease expires after
+	// the claim's now (ScanLeases).
+	IndexKindLeases
 
 	// NumIndexes is the number of indexes.
 	NumIndexes
@@ -49,6 +55,7 @@ var Indexes = [NumIndexes]IndexSpec{
 	IndexKindDue:      {Name: "due index", Part: "kind", Priority: true},
 	IndexWakes:        {Name: "wake index"},
 	IndexSessionWakes: {Name: "wake index", Part: "session"},
+	IndexKindLeases:   {Name: "lease index", Part: "kind"},
 }
 
 // Describe names a partition of an index, as Diff does: "due index of kind \"k\"".
@@ -117,10 +124,10 @@ func (x *memIndex) tree(part string, create bool) *btree.BTreeG[IndexEntry] {
 
 // ScanIndex walks the partition's tree (scanDue: both orders are IndexEntry.Less, and a
 // partition of priority-0 entries is one run).
-func (m *Mem) ScanIndex(ix Index, part string, maxAt int64, fn func(IndexEntry) bool) error {
+func (m *Mem) ScanIndex(ix Index, part string, from, to int64, fn func(IndexEntry) bool) error {
 	m.BuildIndexes()
 	if t := m.idx[ix].tree(part, false); t != nil {
-		scanDue(t, maxAt, fn)
+		scanDue(t, from, to, fn)
 	}
 	return nil
 }
@@ -150,7 +157,7 @@ func (m *Mem) DeleteIndex(ix Index, part string, e IndexEntry) error {
 }
 
 // buildIndexes rebuilds every index from the records (BuildIndexes): each is a function of
-// them (TaskIndexes, WakeIndexes).
+// them (TaskIndexes, WakeIndexes, Task.LeaseEntry).
 func (m *Mem) buildIndexes() {
 	var by [NumIndexes]map[string][]IndexEntry
 	for ix := range by {
@@ -162,6 +169,9 @@ func (m *Mem) buildIndexes() {
 			for _, p := range TaskIndexes(t) {
 				by[p.Index][p.Part] = append(by[p.Index][p.Part], e)
 			}
+		}
+		if e, ok := t.LeaseEntry(); ok {
+			by[IndexKindLeases][t.Kind] = append(by[IndexKindLeases][t.Kind], e)
 		}
 	}
 	for _, w := range m.wakes {

@@ -87,8 +87,9 @@ func (p *KindPolicy) NextTokenAt(now int64) int64 {
 	return at
 }
 
-// LeaseEntry is t's entry in its kind's lease index: running tasks by lease expiry
-// (ScanKindLeases), which counts the tasks of a kind held under unexpired leases at a now.
+// LeaseEntry is t's entry in its kind's partition of the lease index (IndexKindLeases):
+// running tasks by lease expiry, which counts the tasks of a kind held under unexpired
+// leases at a now (ScanLeases).
 func (t *Task) LeaseEntry() (IndexEntry, bool) {
 	if t.State != events.StateRunning {
 		return IndexEntry{}, false
@@ -129,12 +130,21 @@ func moveLease(s State, old IndexEntry, oldIn bool, t *Task) error {
 		if in && old == e {
 			return nil
 		}
-		if err := s.DeleteKindLease(t.Kind, old); err != nil {
+		if err := s.DeleteIndex(IndexKindLeases, t.Kind, old); err != nil {
 			return err
 		}
 	}
 	if in {
-		return s.PutKindLease(t.Kind, e)
+		return s.PutIndex(IndexKindLeases, t.Kind, e)
 	}
 	return nil
+}
+
+// ScanLeases calls fn with kind's entries of the lease index whose lease expires after now,
+// in expiry order, until fn returns false.
+func ScanLeases(r Reader, kind string, now int64, fn func(IndexEntry) bool) error {
+	if now == math.MaxInt64 {
+		return nil
+	}
+	return r.ScanIndex(IndexKindLeases, kind, now+1, math.MaxInt64, fn)
 }

@@ -41,10 +41,8 @@ type Mem struct {
 	// The schedules and their index by next tick (mem_schedules.go); made on first use.
 	schedules map[sessionKey]*Schedule
 	schedDue  *btree.BTreeG[ScheduleEntry]
-	// policies and kindLeases: the kind policies and the per-kind lease index
-	// (mem_kind_policies.go).
-	policies   map[string]*KindPolicy
-	kindLeases map[string]*btree.BTreeG[IndexEntry]
+	// policies: the kind policies (mem_kind_policies.go).
+	policies map[string]*KindPolicy
 
 	// Unused records for the next submissions and wakes (see NewTask).
 	taskChunk []Task
@@ -70,8 +68,7 @@ func NewMemSized(tasks, wakes int) *Mem {
 		kinds:    map[string]*kindIndex{},
 		sessions: map[string]*sessionList{},
 
-		policies:   map[string]*KindPolicy{},
-		kindLeases: map[string]*btree.BTreeG[IndexEntry]{},
+		policies: map[string]*KindPolicy{},
 	}
 	for ix := range m.idx {
 		m.idx[ix] = newMemIndex()
@@ -126,7 +123,6 @@ func (m *Mem) BuildIndexes() {
 	m.deferred = false
 	m.buildIndexes()
 	m.buildKindsSessions()
-	m.buildKindLeases()
 	m.buildPrune()
 }
 
@@ -143,19 +139,23 @@ func sortedTree(es []IndexEntry, free *btree.FreeListG[IndexEntry]) *btree.BTree
 	return t
 }
 
-// scanDue calls fn with t's entries due at maxAt in claim order (priority descending, then
-// At, then Seq), until fn returns false. The tree is in that order, so the entries of one
-// priority are a run in At order: the scan walks a run while its entries are due and, at
-// the first that is not, jumps to the start of the next lower priority present (a seek).
-// Its cost is O(p · log n + entries seen), p the priorities present: a future entry of a
-// high priority does not hide the due ones of lower priorities.
-func scanDue(t *btree.BTreeG[IndexEntry], maxAt int64, fn func(IndexEntry) bool) {
-	pivot, first := IndexEntry{}, true
+// scanDue calls fn with t's entries with At in [from, to] in claim order (priority
+// descending, then At, then Seq), until fn returns false. The tree is in that order, so the
+// entries of one priority are a run in At order: the scan walks a run from its first entry at
+// or after from while its entries are at or before to and, at the first that is not, jumps
+// to the start of the next lower priority present (a seek). Its cost is O(p · log n +
+// entries seen), p the priorities present: a future entry of a high priority does not hide
+// the due ones of lower priorities.
+func scanDue(t *btree.BTreeG[IndexEntry], from, to int64, fn func(IndexEntry) bool) {
+	if from > to {
+		return
+	}
+	pivot, first := IndexEntry{Pri: math.MaxInt64, At: from}, from == math.MinInt64
 	for {
 		var next IndexEntry
 		jump, stop := false, false
 		visit := func(e IndexEntry) bool {
-			if e.At > maxAt {
+			if e.At < from || e.At > to {
 				next, jump = e, true
 				return false
 			}
@@ -168,10 +168,17 @@ func scanDue(t *btree.BTreeG[IndexEntry], maxAt int64, fn func(IndexEntry) bool)
 		} else {
 			t.AscendGreaterOrEqual(pivot, visit)
 		}
-		if stop || !jump || next.Pri == math.MinInt64 {
+		if stop || !jump {
 			return
 		}
-		pivot = IndexEntry{Pri: next.Pri - 1, At: math.MinInt64}
+		if next.At < from { // a run's entries before from: its first at or after from
+			pivot = IndexEntry{Pri: next.Pri, At: from}
+			continue
+		}
+		if next.Pri == math.MinInt64 {
+			return
+		}
+		pivot = IndexEntry{Pri: next.Pri - 1, At: from}
 	}
 }
 

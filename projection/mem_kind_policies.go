@@ -1,14 +1,9 @@
 package projection
 
-import (
-	"fmt"
-	"sort"
+import "sort"
 
-	"github.com/google/btree"
-)
-
-// Mem's kind policies (records: a policy is a fact of its own, not derived) and the per-kind
-// lease index (derived from the task records: BuildIndexes rebuilds it, Diff compares it).
+// Mem's kind policies: records, a policy is a fact of its own, not derived. (The per-kind
+// lease index is one of the indexes, IndexKindLeases: index.go.)
 
 func (m *Mem) KindPolicy(kind string) (*KindPolicy, error) {
 	p, ok := m.policies[kind]
@@ -45,57 +40,8 @@ func (m *Mem) DeleteKindPolicy(kind string) error {
 	return nil
 }
 
-func (m *Mem) ScanKindLeases(kind string, after int64, fn func(IndexEntry) bool) error {
-	m.BuildIndexes()
-	t := m.kindLeases[kind]
-	if t == nil || after == 1<<63-1 {
-		return nil
-	}
-	t.AscendGreaterOrEqual(IndexEntry{At: after + 1}, fn)
-	return nil
-}
-
-func (m *Mem) PutKindLease(kind string, e IndexEntry) error {
-	if m.deferred {
-		return nil
-	}
-	t := m.kindLeases[kind]
-	if t == nil {
-		t = newIndex()
-		m.kindLeases[kind] = t
-	}
-	t.ReplaceOrInsert(e)
-	return nil
-}
-
-func (m *Mem) DeleteKindLease(kind string, e IndexEntry) error {
-	if m.deferred {
-		return nil
-	}
-	if t := m.kindLeases[kind]; t != nil {
-		t.Delete(e)
-		if t.Len() == 0 {
-			delete(m.kindLeases, kind)
-		}
-	}
-	return nil
-}
-
-// buildKindLeases rebuilds the lease index from the task records (BuildIndexes).
-func (m *Mem) buildKindLeases() {
-	by := map[string][]IndexEntry{}
-	for _, t := range m.tasks {
-		if e, ok := t.LeaseEntry(); ok {
-			by[t.Kind] = append(by[t.Kind], e)
-		}
-	}
-	m.kindLeases = make(map[string]*btree.BTreeG[IndexEntry], len(by))
-	for k, es := range by {
-		m.kindLeases[k] = sortedTree(es, btree.NewFreeListG[IndexEntry](btree.DefaultFreeListSize))
-	}
-}
-
-// diffKindPolicies is Diff for the policies and the lease index.
+// diffKindPolicies is Diff for the policies (the lease index is one of the indexes:
+// diffIndexes).
 //
 // The buckets (Tokens, TokensAt) are not compared: a bucket is folded from the claims, and a
 // prune removes the claims of the tasks it removes, so the fold of a retained log (Verify,
@@ -103,19 +49,7 @@ func (m *Mem) buildKindLeases() {
 // its bucket across restarts. The datadriven cases print the buckets; the differential
 // proptests compare the claims the buckets allow.
 func (m *Mem) diffKindPolicies(o *Mem) []string {
-	out := diffMaps("kind policy", withoutBuckets(m.policies), withoutBuckets(o.policies))
-	empty := newIndex()
-	for _, k := range unionKeys(m.kindLeases, o.kindLeases) {
-		a, b := m.kindLeases[k], o.kindLeases[k]
-		if a == nil {
-			a = empty
-		}
-		if b == nil {
-			b = empty
-		}
-		out = append(out, diffIndex(fmt.Sprintf("lease index of kind %q", k), a, b)...)
-	}
-	return out
+	return diffMaps("kind policy", withoutBuckets(m.policies), withoutBuckets(o.policies))
 }
 
 func withoutBuckets(m map[string]*KindPolicy) map[string]*KindPolicy {

@@ -23,9 +23,9 @@ func TestDiffFields(t *testing.T) {
 		"due index (0, 1, t): missing on the left",
 		`due index of kind "k" (40, 1, t): missing on the right`,
 		`due index of kind "k" (0, 1, t): missing on the left`,
+		`lease index of kind "k" (40, 1, t): missing on the right`, // with the indexes: it is one
 		`count of kind "k" pending: 0 vs 1`,
 		`count of kind "k" running: 1 vs 0`,
-		`lease index of kind "k" (40, 1, t): missing on the right`,
 	}
 	if got := a.Diff(b); !slices.Equal(got, want) {
 		t.Errorf("Diff:\n got  %q\n want %q", got, want)

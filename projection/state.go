@@ -14,13 +14,13 @@ type Reader interface {
 	// WakeKey returns the id of the wake requested under (session, key), or "".
 	WakeKey(sessionID, key string) (string, error)
 	// ScanIndex calls fn with the entries of index ix's partition part ("" for an index of
-	// one partition: Indexes) with At <= maxAt, in claim order (Pri descending, then At,
-	// then Seq: IndexEntry.Less), until fn returns false. Its cost is O(p · log n) plus the
-	// entries fn sees, p the distinct priorities in the partition (1 in an index without
-	// priorities): each priority's entries are a run in At order, and the scan seeks from
-	// one run's first entry past maxAt to the next run. It does not depend on the entries of
-	// other partitions.
-	ScanIndex(ix Index, part string, maxAt int64, fn func(IndexEntry) bool) error
+	// one partition: Indexes) with from <= At <= to, in claim order (Pri descending, then
+	// At, then Seq: IndexEntry.Less), until fn returns false. Its cost is O(p · log n) plus
+	// the entries fn sees, p the distinct priorities in the partition (1 in an index without
+	// priorities): each priority's entries are a run in At order, and the scan seeks to a
+	// run's first entry at or after from and from its first entry past to to the next run.
+	// It does not depend on the entries of other partitions.
+	ScanIndex(ix Index, part string, from, to int64, fn func(IndexEntry) bool) error
 	// LastSeq is the sequence of the last applied event; 0 for an empty state.
 	LastSeq() (uint64, error)
 
@@ -35,10 +35,9 @@ type Reader interface {
 	// The periodic schedules (schedules.go).
 	ScheduleReader
 
-	// KindPolicy, KindPolicies and ScanKindLeases: kind_policies.go.
+	// KindPolicy and KindPolicies: kind_policies.go (the lease index: IndexKindLeases).
 	KindPolicy(kind string) (*KindPolicy, error)
 	KindPolicies(fn func(*KindPolicy) bool) error
-	ScanKindLeases(kind string, after int64, fn func(IndexEntry) bool) error
 }
 
 // State is projected state that Apply can change. A store makes the writes of one command
@@ -91,9 +90,7 @@ type State interface {
 
 	// The periodic schedules (schedules.go).
 	ScheduleWriter
-	// The kind policies and the per-kind lease index (kind_policies.go).
+	// The kind policies (kind_policies.go).
 	PutKindPolicy(*KindPolicy) error
 	DeleteKindPolicy(kind string) error
-	PutKindLease(kind string, e IndexEntry) error
-	DeleteKindLease(kind string, e IndexEntry) error
 }

@@ -11,8 +11,8 @@ import (
 
 // wakeLoop claims wakes (up to WakeConcurrency at a time; only WakeSessions' when set), runs
 // the wake handler on each and acknowledges those it handled; it waits with WaitWakes when
-// there are none (a wake of another session ends the wait too: the next claim finds nothing
-// and waits again).
+// there are none (WaitSessionWakes with WakeSessions: a wake of another session does not end
+// the wait).
 func (r *Runner) wakeLoop() {
 	for r.claimCtx.Err() == nil {
 		ctx, cancel := context.WithTimeout(r.claimCtx, r.callBound)
@@ -25,7 +25,11 @@ func (r *Runner) wakeLoop() {
 		}
 		cancel()
 		if err == nil && len(ws) == 0 {
-			err = r.q.WaitWakes(r.claimCtx)
+			if len(r.cfg.WakeSessions) > 0 {
+				err = r.q.WaitSessionWakes(r.claimCtx, r.cfg.WakeSessions)
+			} else {
+				err = r.q.WaitWakes(r.claimCtx)
+			}
 		}
 		if err != nil {
 			if r.claimCtx.Err() != nil {

@@ -23,11 +23,11 @@ import (
 //
 // A Backend may implement more: New resolves, once, which of the optional interfaces below b
 // implements (RunningBackend, WakeAckerAt, LogReader, Follower, Verifier, Pruner, Waiter,
-// Checkpointer, Clock, SessionBackend), and the queue's methods that need one call it. A method whose
+// Checkpointer, Clock, SessionBackend, KindPolicyBackend, ScheduleBackend,
+// SessionWakeClaimer, SessionWakeWaiter), and the queue's methods that need one call it. A method whose
 // capability the backend lacks returns an ErrBackend error naming the interface, never a
-// silent no-op. worklog's own backend (Queue.Backend of a queue from NewInMemory, Open or
-// postgres.Open) implements them all, so New(q.Backend()) is a full second queue over q's
-// state.
+// silent no-op. worklog's own backend (under a queue from NewInMemory, Open or
+// postgres.Open) implements them all.
 type Backend interface {
 	Submit(ctx context.Context, sessionID string, r TaskRequest, now time.Time) (Task, error)
 	Task(ctx context.Context, sessionID, taskID string) (Task, bool, error)
@@ -100,6 +100,8 @@ type backendCaps struct {
 	clock      Clock
 	session    SessionBackend
 	kindPolicy KindPolicyBackend
+	schedule   ScheduleBackend
+	sessWait   SessionWakeWaiter
 }
 
 func resolveBackendCaps(b Backend) backendCaps {
@@ -116,6 +118,8 @@ func resolveBackendCaps(b Backend) backendCaps {
 	c.clock, _ = b.(Clock)
 	c.session, _ = b.(SessionBackend)
 	c.kindPolicy, _ = b.(KindPolicyBackend)
+	c.schedule, _ = b.(ScheduleBackend)
+	c.sessWait, _ = b.(SessionWakeWaiter)
 	return c
 }
 

@@ -53,7 +53,7 @@ var _ interface {
 // TestNewGetsEveryCapabilityOfItsBackend (issue 20, spec part 3 "Part 1's seed seam stays"):
 // a queue built with New(b) uses every optional capability b implements: the log, Verify,
 // Prune, waiting, Checkpoint and b's clock. worklog's own backend implements them all, so
-// New(q.Backend()) is a full queue too.
+// New(work.BackendOf(q)) is a full queue too.
 func TestNewGetsEveryCapabilityOfItsBackend(t *testing.T) {
 	ctx := context.Background()
 	base, err := work.Open(t.TempDir(), nil)
@@ -66,8 +66,8 @@ func TestNewGetsEveryCapabilityOfItsBackend(t *testing.T) {
 		name string
 		q    *work.Queue
 	}{
-		{"custom", work.New(&forwarding{Backend: base.Backend(), inner: base.Backend(), clock: t0})},
-		{"own", work.New(base.Backend())},
+		{"custom", work.New(&forwarding{Backend: work.BackendOf(base), inner: work.BackendOf(base), clock: t0})},
+		{"own", work.New(work.BackendOf(base))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			q := c.q // not closed: it shares base's backend, which base closes
@@ -129,6 +129,22 @@ func TestNewNamesTheMissingCapability(t *testing.T) {
 		{"work.RunningBackend", func() error { _, err := q.Stats(ctx); return err }},
 		{"work.SessionBackend", func() error { _, err := q.Session("s").TaskByKey(ctx, "k"); return err }},
 		{"work.SessionBackend", func() error { _, err := q.Session("s").RetryAt(ctx, "t", now, now); return err }},
+		{"work.KindPolicyBackend", func() error { return q.SetKindPolicy(ctx, "k", work.KindPolicy{Paused: true}) }},
+		{"work.KindPolicyBackend", func() error { _, err := q.KindPolicies(ctx); return err }},
+		{"work.ScheduleBackend", func() error {
+			return q.Session("s").SetSchedule(ctx, work.Schedule{Name: "n", Cron: "@every 1m", Task: work.TaskRequest{Kind: "k"}})
+		}},
+		{"work.ScheduleBackend", func() error { return q.Session("s").RemoveSchedule(ctx, "n") }},
+		{"work.ScheduleBackend", func() error { _, err := q.Session("s").Schedules(ctx); return err }},
+		{"work.SessionWakeClaimer", func() error {
+			_, err := q.ClaimSessionWakes(work.WithWorker(ctx, "w"), []string{"s"}, time.Second, 1)
+			return err
+		}},
+		{"work.SessionWakeWaiter", func() error { return q.WaitSessionWakes(ctx, []string{"s"}) }},
+		{"work.RunningBackend", func() error {
+			_, err := q.ClaimKinds(work.WithWorker(ctx, "w"), []string{"k"}, time.Second, 1)
+			return err
+		}},
 	}
 	for _, c := range calls {
 		err := c.call()

@@ -15,7 +15,7 @@ import (
 func TestConformanceInMemory(t *testing.T) {
 	worktest.Run(t, worktest.Harness{
 		New:    func(t *testing.T) *work.Queue { return work.NewInMemory() },
-		Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+		Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(work.BackendOf(q)) },
 	})
 }
 
@@ -26,7 +26,7 @@ func TestConformanceInMemory(t *testing.T) {
 func TestConformanceRerun(t *testing.T) {
 	worktest.Run(t, worktest.Harness{
 		New:    func(t *testing.T) *work.Queue { return work.NewRerunQueue() },
-		Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+		Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(work.BackendOf(q)) },
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"time"
 
 	"github.com/worklog/worklog/events"
@@ -86,8 +87,8 @@ func ownValue(v []byte, staged bool) []byte {
 
 func noRelease() {}
 
-// worklog's backend implements every optional interface of Backend, so New(q.Backend()) is a
-// full queue.
+// worklog's backend implements every optional interface of Backend, so New over it is a full
+// queue (TestNewGetsEveryCapabilityOfItsBackend).
 var (
 	_ Backend        = (*logBackend)(nil)
 	_ RunningBackend = (*logBackend)(nil)
@@ -412,7 +413,7 @@ type scanFunc = func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) e
 // indexScan is the scan of index ix, of one partition.
 func indexScan(ix projection.Index) scanFunc {
 	return func(tx txn, maxAt int64, fn func(projection.IndexEntry) bool) error {
-		return tx.ScanIndex(ix, "", maxAt, fn)
+		return tx.ScanIndex(ix, "", math.MinInt64, maxAt, fn)
 	}
 }
 

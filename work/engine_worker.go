@@ -171,7 +171,7 @@ func scanKinds(r projection.Reader, kinds []string, maxAt int64, fn func(project
 // due index, a session's available wakes).
 func mergeScans(r projection.Reader, ix projection.Index, names []string, maxAt int64, fn func(projection.IndexEntry) bool) error {
 	return mergeScansOf(names, func(name string, maxAt int64, fn func(projection.IndexEntry) bool) error {
-		return r.ScanIndex(ix, name, maxAt, fn)
+		return r.ScanIndex(ix, name, math.MinInt64, maxAt, fn)
 	}, maxAt, fn)
 }
 
@@ -326,7 +326,7 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 			return err
 		}
 		// The scan is in claim order (priority first): the oldest is the least At of all.
-		return r.ScanIndex(projection.IndexDue, "", at, func(e projection.IndexEntry) bool {
+		return r.ScanIndex(projection.IndexDue, "", math.MinInt64, at, func(e projection.IndexEntry) bool {
 			if out.DueNow == 0 || e.At < out.OldestDueAt.UnixNano() {
 				out.OldestDueAt, out.OldestDueAge = fromNanos(e.At), age(at, e.At)
 			}

@@ -27,7 +27,7 @@ func TestConformanceAppendsEveryType(t *testing.T) {
 	t.Run("suite", func(t *testing.T) {
 		worktest.Run(t, worktest.Harness{
 			New:    func(t *testing.T) *work.Queue { return work.NewRecordingQueue(record) },
-			Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+			Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(work.BackendOf(q)) },
 			SubmitTx: func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) {
 				if err := work.SubmitTxRecording(q, session, r, commit); err != nil {
 					t.Fatal(err)

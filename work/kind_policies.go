@@ -147,7 +147,7 @@ func allowance(r projection.Reader, p *projection.KindPolicy, at int64) (int, er
 // leasesHeld counts kind's tasks under leases that expire after at, up to most.
 func leasesHeld(r projection.Reader, kind string, at, most int64) (int64, error) {
 	var held int64
-	err := r.ScanKindLeases(kind, at, func(projection.IndexEntry) bool {
+	err := projection.ScanLeases(r, kind, at, func(projection.IndexEntry) bool {
 		held++
 		return held < most
 	})
@@ -203,7 +203,7 @@ func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) 
 	}
 	if len(pols) == 0 {
 		if kinds == nil {
-			return tx.ScanIndex(projection.IndexDue, "", at, fn)
+			return tx.ScanIndex(projection.IndexDue, "", math.MinInt64, at, fn)
 		}
 		return scanKinds(tx, kinds, at, fn)
 	}
@@ -221,7 +221,7 @@ func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) 
 	}
 	if kinds == nil {
 		if !limited {
-			return tx.ScanIndex(projection.IndexDue, "", at, fn)
+			return tx.ScanIndex(projection.IndexDue, "", math.MinInt64, at, fn)
 		}
 		if kinds, err = kindsWithWork(tx); err != nil {
 			return err
@@ -236,10 +236,10 @@ func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) 
 	return mergeScansOf(open, func(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
 		n, ok := allow[kind]
 		if !ok {
-			return tx.ScanIndex(projection.IndexKindDue, kind, maxAt, fn)
+			return tx.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, fn)
 		}
 		taken := 0
-		return tx.ScanIndex(projection.IndexKindDue, kind, maxAt, func(e projection.IndexEntry) bool {
+		return tx.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
 			taken++
 			return fn(e) && taken < n
 		})

@@ -35,7 +35,7 @@ func (b *logBackend) waitTasks(ctx context.Context, kinds []string) error {
 		if len(pols) == 0 {
 			if len(kinds) == 0 {
 				return 0, earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
-					return r.ScanIndex(projection.IndexDue, "", maxAt, fn)
+					return r.ScanIndex(projection.IndexDue, "", math.MinInt64, maxAt, fn)
 				}, first)
 			}
 			for _, k := range kinds {
@@ -83,7 +83,7 @@ func (b *logBackend) waitTasks(ctx context.Context, kinds []string) error {
 
 func earliestKind(r projection.Reader, kind string, first func(projection.IndexEntry) bool) error {
 	return earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
-		return r.ScanIndex(projection.IndexKindDue, kind, maxAt, fn)
+		return r.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, fn)
 	}, first)
 }
 
@@ -98,7 +98,7 @@ func claimableFrom(r projection.Reader, p *projection.KindPolicy, now int64) (fr
 	if p.MaxRunning > 0 {
 		var held int64
 		expiry := int64(math.MaxInt64)
-		err := r.ScanKindLeases(p.Kind, now, func(e projection.IndexEntry) bool {
+		err := projection.ScanLeases(r, p.Kind, now, func(e projection.IndexEntry) bool {
 			if held == 0 {
 				expiry = e.At // the earliest: the index is in expiry order
 			}

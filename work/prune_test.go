@@ -83,7 +83,7 @@ func TestPruneOptionsValidation(t *testing.T) {
 
 // A queue made by New over worklog's own backend (the in-memory harness's Reopen) prunes.
 func TestPruneThroughNew(t *testing.T) {
-	q := work.New(work.NewInMemory().Backend())
+	q := work.New(work.BackendOf(work.NewInMemory()))
 	if _, err := q.Prune(context.Background(), time.Now()); err != nil {
 		t.Fatalf("Prune over worklog's own backend through New: %v", err)
 	}

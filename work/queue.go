@@ -365,12 +365,6 @@ func (s *Session) WakeAt(ctx context.Context, r WakeRequest, now time.Time) (Wak
 	return w, wrap(err)
 }
 
-// Backend returns the backend under q. work.New(q.Backend()) is a second queue over the same
-// state, as the seed's WorkQueue::with_backend over a retained backend, with every capability
-// of q (worklog's backend implements each optional interface of Backend). Closing either
-// queue closes the backend.
-func (q *Queue) Backend() Backend { return q.b }
-
 // wallClock is the clock of a queue built without one (NewInMemory, Open, New over a backend
 // that is no Clock): the host's. A variable only for the crash tests' children, which set it
 // before they open their queue (SetClock).
@@ -381,5 +375,6 @@ var wallClock = time.Now
 // built: the host's wall clock, or its backend's (postgres.Open: the database server's).
 func (q *Queue) now() time.Time { return q.clock() }
 
-// Now is the queue's clock on worklog's backend (Clock), so that New(q.Backend()) keeps it.
+// Now is the queue's clock on worklog's backend (Clock), so that a queue New builds over it
+// keeps it.
 func (b *logBackend) Now() time.Time { return b.clock() }

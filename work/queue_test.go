@@ -190,7 +190,7 @@ func TestQueueCloseOverACustomBackend(t *testing.T) {
 	if got := strings.Join(b.calls, " "); got != "Close" {
 		t.Errorf("backend calls %s, want one Close", got)
 	}
-	if q.Backend() != work.Backend(b) {
+	if work.BackendOf(q) != work.Backend(b) {
 		t.Error("Backend() is not the backend the queue was made with")
 	}
 }

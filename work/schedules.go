@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,12 +69,13 @@ type ScheduleBackend interface {
 
 var _ ScheduleBackend = (*logBackend)(nil)
 
+// scheduleOps is the backend's ScheduleBackend (resolved by New), or the ErrBackend error
+// naming it.
 func (q *Queue) scheduleOps() (ScheduleBackend, error) {
-	sb, ok := q.b.(ScheduleBackend)
-	if !ok {
+	if q.caps.schedule == nil {
 		return nil, unsupported("this method", "ScheduleBackend")
 	}
-	return sb, nil
+	return q.caps.schedule, nil
 }
 
 // SetSchedule sets a schedule at the queue's clock's time.
@@ -462,7 +464,7 @@ func nextTickOf(r projection.Reader, kinds []string, first func(projection.Index
 				ferr = err
 				return err == nil
 			}
-			if !containsString(kinds, sc.Kind) {
+			if !slices.Contains(kinds, sc.Kind) {
 				return true
 			}
 		}
@@ -470,13 +472,4 @@ func nextTickOf(r projection.Reader, kinds []string, first func(projection.Index
 		return false
 	})
 	return errors.Join(err, ferr)
-}
-
-func containsString(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -34,13 +34,8 @@ func (q *Queue) ClaimSessionWakesAt(ctx context.Context, sessions []string, now 
 	if err := q.begin(ctx); err != nil {
 		return nil, err
 	}
-	if len(sessions) == 0 {
-		return nil, invalid("sessions", "must name at least one session")
-	}
-	for _, s := range sessions {
-		if err := validateNonBlank("session_id", s); err != nil {
-			return nil, err
-		}
+	if err := validateSessions(sessions); err != nil {
+		return nil, err
 	}
 	if err := validateClaim(leaseFor, limit); err != nil {
 		return nil, err
@@ -53,6 +48,19 @@ func (q *Queue) ClaimSessionWakesAt(ctx context.Context, sessions []string, now 
 	}
 	d, err := q.caps.sessWakes.ClaimSessionWakes(ctx, sessions, now, leaseFor, limit)
 	return d, wrap(err)
+}
+
+// validateSessions checks the sessions of ClaimSessionWakes and WaitSessionWakes.
+func validateSessions(sessions []string) error {
+	if len(sessions) == 0 {
+		return invalid("sessions", "must name at least one session")
+	}
+	for _, s := range sessions {
+		if err := validateNonBlank("session_id", s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ClaimSessionWakes is ClaimWakes' claim over the merge of the sessions' own available-wake

@@ -65,7 +65,7 @@ type plainBackend struct{ Backend }
 // A custom Backend without SessionWakeClaimer: ErrBackend naming the interface, after
 // validation.
 func TestClaimSessionWakesNeedsCapability(t *testing.T) {
-	q := New(plainBackend{NewInMemory().Backend()})
+	q := New(plainBackend{NewInMemory().b})
 	_, err := q.ClaimSessionWakesAt(context.Background(), []string{"s"}, at(0), time.Minute, 1)
 	if !errors.Is(err, ErrBackend) || !errors.Is(err, errUnsupported) {
 		t.Errorf("ClaimSessionWakes over a backend without it: %v, want ErrBackend (unsupported)", err)

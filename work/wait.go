@@ -257,6 +257,57 @@ func (q *Queue) WaitWakes(ctx context.Context) error {
 	return wrap(q.caps.wait.WaitWakes(ctx))
 }
 
+// SessionWakeWaiter is implemented by a backend that can wait for the wakes of chosen
+// sessions (Queue.WaitSessionWakes, which validates the sessions and then calls it).
+type SessionWakeWaiter interface {
+	WaitSessionWakes(ctx context.Context, sessions []string) error
+}
+
+// WaitSessionWakes is WaitWakes for the wakes of sessions, ClaimSessionWakes' waiter: it
+// returns when a wake of one of them may be claimable, not for a wake of another session.
+// sessions is checked as ClaimSessionWakes checks it.
+func (q *Queue) WaitSessionWakes(ctx context.Context, sessions []string) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	if err := validateSessions(sessions); err != nil {
+		return err
+	}
+	if q.caps.sessWait == nil {
+		return unsupported("Queue.WaitSessionWakes", "SessionWakeWaiter")
+	}
+	return wrap(q.caps.sessWait.WaitSessionWakes(ctx, sessions))
+}
+
+// WaitSessionWakes waits on the wake signal like WaitWakes, on the first entries of the
+// sessions' own available-wake indexes, and after each return looks again: it returns only
+// when one of those is available at the queue's clock's now. A signal of another session's
+// wake costs the waiter one read of its sessions' index heads, not a return.
+func (b *logBackend) WaitSessionWakes(ctx context.Context, sessions []string) error {
+	scan := func(r projection.Reader, first func(projection.IndexEntry) bool) error {
+		for _, s := range sessions {
+			if err := r.ScanIndex(projection.IndexSessionWakes, s, math.MinInt64, math.MaxInt64, first); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		if err := b.wait(ctx, sigWakes, scan); err != nil {
+			return err
+		}
+		now, due := b.clock().UnixNano(), false
+		if err := b.eng.View(ctx, func(r projection.Reader) error {
+			return scan(r, func(e projection.IndexEntry) bool { due = due || e.At <= now; return false })
+		}); err != nil {
+			return backendErr(err)
+		}
+		if due {
+			return nil
+		}
+	}
+}
+
 // WaitTasks is Queue.WaitTasks on worklog's backend (kinds validated by the queue): the
 // earliest moment a task of kinds may be claimable, under the kind policies
 // (kind_policies_wait.go).
@@ -267,7 +318,7 @@ func (b *logBackend) WaitTasks(ctx context.Context, kinds []string) error {
 // WaitWakes is Queue.WaitWakes on worklog's backend.
 func (b *logBackend) WaitWakes(ctx context.Context) error {
 	return b.wait(ctx, sigWakes, func(r projection.Reader, first func(projection.IndexEntry) bool) error {
-		return r.ScanIndex(projection.IndexWakes, "", math.MaxInt64, first)
+		return r.ScanIndex(projection.IndexWakes, "", math.MinInt64, math.MaxInt64, first)
 	})
 }
 
@@ -302,6 +353,10 @@ func (b *logBackend) wait(ctx context.Context, which uint8, scan func(projection
 		return 0, scan(r, first)
 	})
 }
+
+// waitBlocks, when set (tests), is called by each waiter as it blocks: after it took the
+// signal channels and read the state.
+var waitBlocks func()
 
 // waitAt is wait with the waiter's now (the queue's clock, read before the state) given to
 // scan, which may name more signals to wait for (also: sigSlots).
@@ -346,6 +401,9 @@ func (b *logBackend) waitAt(ctx context.Context, which uint8, scan func(r projec
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timer = t.C
+	}
+	if waitBlocks != nil {
+		waitBlocks()
 	}
 	select {
 	case <-signaled:

@@ -39,10 +39,10 @@ func (e *countingEngine) Update(ctx context.Context, fn func(tx txn) error) erro
 
 // ScanIndex counts the entries each scan visits, under the kind of a kind's due index, ""
 // for the due index, "wakes" for the wake index, "session <s>" for a session's wakes.
-func (c countingTxn) ScanIndex(ix projection.Index, part string, maxAt int64, fn func(projection.IndexEntry) bool) error {
+func (c countingTxn) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
 	name := map[projection.Index]string{projection.IndexDue: "", projection.IndexKindDue: part,
-		projection.IndexWakes: "wakes", projection.IndexSessionWakes: "session " + part}[ix]
-	return c.txn.ScanIndex(ix, part, maxAt, func(x projection.IndexEntry) bool { c.e.visited[name]++; return fn(x) })
+		projection.IndexWakes: "wakes", projection.IndexSessionWakes: "session " + part, projection.IndexKindLeases: "leases " + part}[ix]
+	return c.txn.ScanIndex(ix, part, from, to, func(x projection.IndexEntry) bool { c.e.visited[name]++; return fn(x) })
 }
 
 func queueOver(e engine) *Queue {

@@ -1,11 +1,21 @@
 // Package worktest is the conformance suite every worklog backend must pass.
 //
-// A backend's own test calls Run with a Harness that makes fresh queues and reopens them:
+// A backend's own test calls Run with a Harness that makes fresh queues and reopens them
+// (here a durable Backend, mystore, over a directory):
 //
 //	func TestConformance(t *testing.T) {
+//		dirs := map[*work.Queue]string{}
 //		worktest.Run(t, worktest.Harness{
-//			New:    func(t *testing.T) *work.Queue { return work.NewInMemory() },
-//			Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(q.Backend()) },
+//			New: func(t *testing.T) *work.Queue {
+//				dir := t.TempDir()
+//				q := work.New(mystore.Open(dir))
+//				dirs[q] = dir
+//				return q
+//			},
+//			Reopen: func(t *testing.T, q *work.Queue) *work.Queue {
+//				q.Close()
+//				return work.New(mystore.Open(dirs[q]))
+//			},
 //		})
 //	}
 //
@@ -42,7 +52,7 @@ type Harness struct {
 	// New returns a fresh, empty queue; the suite closes it.
 	New func(t *testing.T) *work.Queue
 	// Reopen returns a new queue over the same stored state as q. A durable backend closes q
-	// and reopens its directory; the in-memory one wraps q.Backend() with work.New. The suite
+	// and reopens its directory; the in-memory one wraps q's backend with work.New. The suite
 	// uses only the returned queue afterwards, and closes both.
 	Reopen func(t *testing.T, q *work.Queue) *work.Queue
 	// MaxValueBytes is the largest JSON value New's queues accept; 0 means
