@@ -60,7 +60,13 @@ func kindLeasePrefix(kind string) []byte {
 }
 
 func kindLeaseKey(kind string, at int64, seq uint64) []byte {
-	k := kindLeasePrefix(kind)
+	return appendKindLeaseKey(make([]byte, 0, 1+binary.MaxVarintLen64+len(kind)+16), kind, at, seq)
+}
+
+func appendKindLeaseKey(k []byte, kind string, at int64, seq uint64) []byte {
+	k = append(k, prefixKindLease)
+	k = binary.AppendUvarint(k, uint64(len(kind)))
+	k = append(k, kind...)
 	k = binary.BigEndian.AppendUint64(k, orderedTime(at))
 	return binary.BigEndian.AppendUint64(k, seq)
 }
@@ -107,24 +113,26 @@ func (s reader) ScanKindLeases(kind string, after int64, fn func(projection.Inde
 	})
 }
 
-// The writer reads policies and leases through the batch (its reader), so a command sees
-// its own changes: a claim's bucket after the claims before it in the same command.
+// The writer reads leases through the batch (its reader), and policies from memory with the
+// batch's changes (decide_cache.go), so a command sees its own changes: a claim's bucket
+// after the claims before it in the same command.
 
-func (w *writer) PutKindPolicy(p *projection.KindPolicy) error {
-	return w.b.Set(idKey(prefixKindPolicy, p.Kind), encodePolicy(p), nil)
-}
+// The writer keeps the committed policies in memory (decide_cache.go): its PutKindPolicy,
+// DeleteKindPolicy, KindPolicy and KindPolicies are there.
 
-func (w *writer) DeleteKindPolicy(kind string) error {
-	return w.b.Delete(idKey(prefixKindPolicy, kind), nil)
-}
-
+// PutKindLease and DeleteKindLease build the key in the writer's scratch (every claim and
+// settlement moves one entry; the batch copies what it is given).
 func (w *writer) PutKindLease(kind string, e projection.IndexEntry) error {
-	return w.b.Set(kindLeaseKey(kind, e.At, e.Seq), []byte(e.ID), nil)
+	w.leaseBuf = appendKindLeaseKey(w.leaseBuf[:0], kind, e.At, e.Seq)
+	n := len(w.leaseBuf)
+	w.leaseBuf = append(w.leaseBuf, e.ID...)
+	return w.b.Set(w.leaseBuf[:n], w.leaseBuf[n:], nil)
 }
 
 // DeleteKindLease is a sized delete, as DeleteWakeIndex.
 func (w *writer) DeleteKindLease(kind string, e projection.IndexEntry) error {
-	return w.b.DeleteSized(kindLeaseKey(kind, e.At, e.Seq), uint32(len(e.ID)), nil)
+	w.leaseBuf = appendKindLeaseKey(w.leaseBuf[:0], kind, e.At, e.Seq)
+	return w.b.DeleteSized(w.leaseBuf, uint32(len(e.ID)), nil)
 }
 
 // The upgrade to format 7 (upgrade.go calls it for a store of format < 7 opened read-write).
