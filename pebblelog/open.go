@@ -598,6 +598,9 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 		if s.counts, err = (reader{r: db}).loadCounts(); err != nil {
 			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the counts", Err: err})
 		}
+		if s.policies, err = (reader{r: db}).loadPolicies(); err != nil {
+			return fail(&OpenError{Dir: dir, Kind: ErrCorruptStore, Offset: -1, Detail: "reading the kind policies", Err: err})
+		}
 		// Watch the directory and the lock file Open took (dirwatch.go), from here on.
 		dw, err := newDirWatch(fs, dir)
 		if err != nil {

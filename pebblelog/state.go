@@ -255,6 +255,13 @@ type writer struct {
 
 	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
 
+	// The committed kind policies and schedule index's earliest tick (decide_cache.go), and
+	// this batch's changes; policies nil: read the stored ones, sched nil: scan the batch.
+	policies     map[string]*projection.KindPolicy
+	policyDelta  map[string]*projection.KindPolicy
+	sched        *schedFirst
+	schedTouched bool
+
 	blobs       map[stageKey]batchBlob // blobs this batch's events refer to (blob.go)
 	prunedBlobs []string               // blob files of the subjects this batch pruned
 }

@@ -81,16 +81,8 @@ func (s reader) KindPolicies(fn func(*projection.KindPolicy) bool) (err error) {
 	return it.Error()
 }
 
-// The writer reads policies through the batch (its reader), so a command sees its own
-// changes: a claim's bucket after the claims before it in the same command.
-
-func (w *writer) PutKindPolicy(p *projection.KindPolicy) error {
-	return w.b.Set(idKey(prefixKindPolicy, p.Kind), encodePolicy(p), nil)
-}
-
-func (w *writer) DeleteKindPolicy(kind string) error {
-	return w.b.Delete(idKey(prefixKindPolicy, kind), nil)
-}
+// The writer keeps the committed policies in memory (decide_cache.go): its PutKindPolicy,
+// DeleteKindPolicy, KindPolicy and KindPolicies are there.
 
 // The upgrade to format 7 (upgrade.go calls it for a store of format < 7 opened read-write).
 //

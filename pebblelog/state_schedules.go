@@ -19,7 +19,8 @@ import (
 //	H<at 8B ordered><uvarint len><session><name>: empty (the schedule's next tick)
 //
 // Schedules are few and change rarely (a set, a remove, one tick), so the record is JSON and
-// every read goes through the batch: nothing is cached.
+// every record read goes through the batch; the writer keeps only the index's earliest tick
+// (decide_cache.go), so a claim with no tick due reads nothing.
 
 func scheduleKey(session, name string) []byte { return scopedKey(prefixSchedule, session, name) }
 
@@ -115,10 +116,5 @@ func (w *writer) PutSchedule(sc *projection.Schedule) error {
 	return w.b.Set(scheduleKey(sc.SessionID, sc.Name), v, nil)
 }
 
-func (w *writer) PutScheduleDue(e projection.ScheduleEntry) error {
-	return w.b.Set(scheduleDueKey(e), nil, nil)
-}
-
-func (w *writer) DeleteScheduleDue(e projection.ScheduleEntry) error {
-	return w.b.Delete(scheduleDueKey(e), nil)
-}
+// The writer's PutScheduleDue, DeleteScheduleDue and ScanScheduleDue are in decide_cache.go
+// (it keeps the committed index's earliest tick).

@@ -34,10 +34,11 @@ type Store struct {
 	blobs *blobStore   // the blob files of large values (format 4: blob.go)
 	wit   *syncWitness // the sync witness (witness.go); nil read-only and with NoSync
 
-	lastSeq uint64            // owned by the writer goroutine after Open
-	maxIDs  *maxIDs           // read at Open, then owned by the writer goroutine
-	counts  map[countID]int64 // read at Open, then owned by the writer goroutine
-	format  int               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
+	lastSeq  uint64                            // owned by the writer goroutine after Open
+	maxIDs   *maxIDs                           // read at Open, then owned by the writer goroutine
+	counts   map[countID]int64                 // read at Open, then owned by the writer goroutine
+	policies map[string]*projection.KindPolicy // read at Open, then owned by the writer goroutine
+	format   int                               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
 }
 
 // Dir returns the store's directory.

@@ -220,7 +220,7 @@ func (s *Store) writeLoop() {
 		}
 	}()
 	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs,
-		counts: s.counts, partLows: map[partLow][]byte{}}
+		counts: s.counts, partLows: map[partLow][]byte{}, policies: s.policies, sched: &schedFirst{}}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -251,8 +251,10 @@ type writerState struct {
 	maxIDs *maxIDs      // the ids known to have no record (see maxIDs)
 	syncq  chan<- pending
 
-	counts   map[countID]int64  // the committed counts (state_kinds_sessions.go)
-	partLows map[partLow][]byte // the committed lows of the partitioned indexes (index.go)
+	counts   map[countID]int64                 // the committed counts (state_kinds_sessions.go)
+	policies map[string]*projection.KindPolicy // the committed kind policies (decide_cache.go)
+	sched    *schedFirst                       // the committed schedule index's earliest tick
+	partLows map[partLow][]byte                // the committed lows of the partitioned indexes (index.go)
 
 	// The record maps and order of the last published writer, emptied, for the next one:
 	// growing fresh maps for every batch was two allocations per submit (see recycle).
@@ -336,7 +338,7 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
 	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
-		counts: ws.counts, partLows: ws.partLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
+		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
 	ws.spareTasks, ws.spareWakes, ws.spareOrder = nil, nil, nil // one writer at a time owns them
 	return w
 }
@@ -451,6 +453,10 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	*ws.lows = *w.lows // only a committed batch's view may raise the committed lows
 	mergePartLows(ws.partLows, w.newPartLows)
 	mergeCounts(ws.counts, w.countDelta)
+	mergePolicies(ws.policies, w.policyDelta)
+	if w.schedTouched {
+		ws.sched.known = false // read again at the next claim that needs it
+	}
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)
 	blobs := w.prunedBlobs

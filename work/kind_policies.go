@@ -16,7 +16,7 @@ type KindPolicy struct {
 	Paused     bool    // claims skip this kind; running tasks are not touched
 	MaxRunning int     // > 0: at most this many tasks of the kind held under unexpired leases at once, across every process; 0: no limit
 	Rate       float64 // > 0: at most Rate claims per second of this kind, with bursts up to Burst; 0: no limit
-	Burst      int     // >= 1 when Rate > 0 (ignored, and kept as 0, without a rate)
+	Burst      int     // >= 1 when Rate > 0; 0 without a rate
 }
 
 // KindPolicyBackend is implemented by a backend that keeps kind policies (Queue.SetKindPolicy,
@@ -38,8 +38,9 @@ func (q *Queue) SetKindPolicy(ctx context.Context, kind string, p KindPolicy) er
 // not touched: a lower MaxRunning only stops new claims until enough leases end.
 //
 // A blank kind is ErrInvalidRequest naming "kind"; a negative MaxRunning names
-// "max_running"; a negative, NaN or infinite Rate names "rate"; a Burst below 1 with a rate
-// (or a negative one) names "burst".
+// "max_running"; a negative, NaN or infinite Rate names "rate"; a Burst below 1 with a rate,
+// a negative one, or one without a rate names "burst" (a burst is the size of the rate's
+// bucket: without a rate it would be recorded nowhere, and the event's decoder refuses it).
 func (q *Queue) SetKindPolicyAt(ctx context.Context, kind string, p KindPolicy, now time.Time) error {
 	if err := q.begin(ctx); err != nil {
 		return err
@@ -50,7 +51,7 @@ func (q *Queue) SetKindPolicyAt(ctx context.Context, kind string, p KindPolicy, 
 	if _, err := nanos("now", now); err != nil {
 		return err
 	}
-	if err := validateKindPolicy(kind, &p); err != nil {
+	if err := validateKindPolicy(kind, p); err != nil {
 		return err
 	}
 	if q.caps.kindPolicy == nil {
@@ -71,11 +72,9 @@ func (q *Queue) KindPolicies(ctx context.Context) (map[string]KindPolicy, error)
 	return m, wrap(err)
 }
 
-// validateKindPolicy checks p and normalises it: a Burst without a rate is dropped.
-func validateKindPolicy(kind string, p *KindPolicy) *Error {
-	if p.Rate == 0 && p.Burst > 0 {
-		p.Burst = 0
-	}
+// validateKindPolicy checks p by the event's own rule (events.CheckKindPolicy), so nothing
+// the API accepts is refused by the decoder.
+func validateKindPolicy(kind string, p KindPolicy) *Error {
 	if math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) {
 		return invalid("rate", "must be a finite number")
 	}
@@ -95,7 +94,7 @@ func (b *logBackend) SetKindPolicy(ctx context.Context, kind string, p KindPolic
 	if verr != nil {
 		return verr
 	}
-	if err := validateKindPolicy(kind, &p); err != nil {
+	if err := validateKindPolicy(kind, p); err != nil {
 		return err
 	}
 	err := b.update(ctx, func(tx txn) error {

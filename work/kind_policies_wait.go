@@ -25,7 +25,7 @@ import (
 func (b *logBackend) waitTasks(ctx context.Context, kinds []string) error {
 	return b.waitAt(ctx, sigTasks, func(r projection.Reader, now int64, first func(projection.IndexEntry) bool) (uint8, error) {
 		// The next tick of a schedule of these kinds: a claim then submits its task (§4.6).
-		if err := nextTickOf(r, kinds, first); err != nil {
+		if err := nextTickOf(r, kinds, now, first); err != nil {
 			return 0, err
 		}
 		pols, err := policiesOf(r)

@@ -150,3 +150,57 @@ func TestIdleWaiterOnPausedKindDoesNotSpin(t *testing.T) {
 		}
 	})
 }
+
+// TestWaiterOnScheduleWithMissingZoneDoesNotSpin: a schedule whose tick is due but whose time
+// zone this machine's database lacks is skipped by every claim; a waiter for its kind must
+// not wake for it again and again (it did: WaitTasks returned at once, every time). Once the
+// zone is back, the next claim submits the tick.
+func TestWaiterOnScheduleWithMissingZoneDoesNotSpin(t *testing.T) {
+	ctx := context.Background()
+	const zone = "America/New_York"
+	if _, err := time.LoadLocation(zone); err != nil {
+		t.Skipf("this machine has no %s: %v", zone, err)
+	}
+	waitBackends(t, func(t *testing.T, q *Queue) {
+		s := q.Session("s")
+		sc := Schedule{Name: "report", Cron: "0 * * * *", TimeZone: zone, Task: TaskRequest{Kind: "k"}}
+		if err := s.SetScheduleAt(ctx, sc, time.Now().Add(-3*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		loadLocation = func(name string) (*time.Location, error) {
+			if name == zone {
+				return nil, errors.New("unknown time zone " + name)
+			}
+			return time.LoadLocation(name)
+		}
+		defer func() { loadLocation = time.LoadLocation }()
+
+		loopCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		claims := 0
+		for loopCtx.Err() == nil {
+			if err := q.WaitTasks(loopCtx, []string{"k"}); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
+				t.Fatal(err)
+			}
+			claims++
+			if ds, err := q.ClaimKinds(ctx, []string{"k"}, time.Minute, 1); err != nil || len(ds) != 0 {
+				t.Fatalf("ClaimKinds with the zone missing = %d, %v", len(ds), err)
+			}
+		}
+		if claims > 0 {
+			t.Errorf("a waiter on a schedule whose zone is missing tried %d claims in 2s, want 0", claims)
+		}
+
+		loadLocation = time.LoadLocation // the zone is back: the next claim submits the latest tick
+		ds, err := q.ClaimKinds(ctx, []string{"k"}, time.Minute, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("ClaimKinds with the zone back = %d, %v; want the tick's task", len(ds), err)
+		}
+		if ds[0].Task.IdempotencyKey == "" || ds[0].Task.Kind != "k" {
+			t.Errorf("claimed %+v, want the schedule's tick", ds[0].Task)
+		}
+	})
+}

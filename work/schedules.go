@@ -196,6 +196,10 @@ type rule struct {
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // parseRule parses a schedule's rule and zone, with the error naming the field.
+// loadLocation is time.LoadLocation; a test of this package makes a zone missing with it,
+// as a machine whose zone database lacks the zone would.
+var loadLocation = time.LoadLocation
+
 func parseRule(spec, zone string) (rule, *Error) {
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
 		return rule{}, invalid("cron", "names no time zone: use Schedule.TimeZone")
@@ -216,7 +220,7 @@ func parseRule(spec, zone string) (rule, *Error) {
 	if zone == "Local" {
 		return rule{}, invalid("time_zone", `"Local" depends on the machine: name the zone`)
 	}
-	loc, err := time.LoadLocation(zone)
+	loc, err := loadLocation(zone)
 	if err != nil {
 		return rule{}, invalid("time_zone", err.Error())
 	}
@@ -383,7 +387,7 @@ func scheduleOf(sc *projection.Schedule) Schedule {
 // MaxTicksPerClaim in all. A claim with nothing due reads one index entry.
 func (b *logBackend) submitTicks(tx txn, at int64) error {
 	budget := MaxTicksPerClaim
-	skip := map[projection.ScheduleEntry]bool{} // schedules that cannot tick now (see below)
+	var skip map[projection.ScheduleEntry]bool // schedules that cannot tick now (see below); made when one is
 	for budget > 0 {
 		var e projection.ScheduleEntry
 		found := false
@@ -402,6 +406,9 @@ func (b *logBackend) submitTicks(tx txn, at int64) error {
 			return err
 		}
 		if n == 0 {
+			if skip == nil {
+				skip = map[projection.ScheduleEntry]bool{}
+			}
 			skip[e] = true
 		}
 		budget -= n
@@ -454,18 +461,27 @@ func (b *logBackend) tickSchedule(tx txn, e projection.ScheduleEntry, at int64, 
 }
 
 // nextTickOf calls first with the next tick of the first schedule (in tick order) whose
-// task is of one of kinds (any kind when kinds is empty): WaitTasks' timer.
-func nextTickOf(r projection.Reader, kinds []string, first func(projection.IndexEntry) bool) error {
+// task is of one of kinds (any kind when kinds is empty) and that a claim at now could
+// submit: WaitTasks' timer. A schedule whose tick is already due at now but whose rule does
+// not parse here (its time zone missing from this machine's database) is passed over: a claim
+// skips it (tickSchedule), so waking for it would only wake again at once, a spin. It ticks
+// again at the first claim after its zone is back.
+func nextTickOf(r projection.Reader, kinds []string, now int64, first func(projection.IndexEntry) bool) error {
 	var ferr error
 	err := r.ScanScheduleDue(math.MaxInt64, func(e projection.ScheduleEntry) bool {
-		if len(kinds) > 0 {
+		if len(kinds) > 0 || e.At <= now {
 			sc, err := r.Schedule(e.SessionID, e.Name)
 			if err != nil || sc == nil {
 				ferr = err
 				return err == nil
 			}
-			if !slices.Contains(kinds, sc.Kind) {
+			if len(kinds) > 0 && !slices.Contains(kinds, sc.Kind) {
 				return true
+			}
+			if e.At <= now {
+				if _, verr := parseRule(sc.Cron, sc.TimeZone); verr != nil {
+					return true
+				}
 			}
 		}
 		first(projection.IndexEntry{At: e.At})

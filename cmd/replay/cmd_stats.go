@@ -3,7 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,10 +101,70 @@ type statsJSON struct {
 		ByState  map[string]int `json:"by_state"`
 		ByReason map[string]int `json:"by_reason"`
 	} `json:"wakes"`
-	OldestTask *taskJSON `json:"oldest_unfinished_task,omitempty"`
-	OldestWake *wakeJSON `json:"oldest_unacked_wake,omitempty"`
+	OldestTask *taskJSON      `json:"oldest_unfinished_task,omitempty"`
+	OldestWake *wakeJSON      `json:"oldest_unacked_wake,omitempty"`
+	Policies   []policyJSON   `json:"kind_policies"`
+	Schedules  []scheduleJSON `json:"schedules"`
 
 	lastAt int64
+}
+
+// policyJSON is a kind's policy (Queue.SetKindPolicy) as stats lists it.
+type policyJSON struct {
+	Kind       string  `json:"kind"`
+	Paused     bool    `json:"paused"`
+	MaxRunning int64   `json:"max_running"` // 0: no limit
+	Rate       float64 `json:"rate"`        // claims per second; 0: no rate
+	Burst      int64   `json:"burst"`
+}
+
+// scheduleJSON is a live schedule (one with a next tick) as stats lists it.
+type scheduleJSON struct {
+	Session  string `json:"session"`
+	Name     string `json:"name"`
+	Cron     string `json:"cron"`
+	TimeZone string `json:"time_zone,omitempty"` // "": UTC
+	Kind     string `json:"kind"`
+	Catchup  string `json:"catchup"` // latest or all
+	Next     string `json:"next"`
+	Ticks    uint64 `json:"ticks"` // ticks submitted since it was set
+}
+
+// flowStats reads the kind policies and the live schedules (the schedule index: those with a
+// next tick; removed ones and ones whose rule names no later time are not listed).
+func flowStats(ctx context.Context, st store, s *statsJSON) error {
+	return st.View(ctx, func(r projection.Reader) error {
+		s.Policies, s.Schedules = []policyJSON{}, []scheduleJSON{}
+		err := r.KindPolicies(func(p *projection.KindPolicy) bool {
+			s.Policies = append(s.Policies, policyJSON{Kind: p.Kind, Paused: p.Paused, MaxRunning: p.MaxRunning, Rate: p.Rate, Burst: p.Burst})
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		var ferr error
+		err = r.ScanScheduleDue(math.MaxInt64, func(e projection.ScheduleEntry) bool {
+			sc, err := r.Schedule(e.SessionID, e.Name)
+			if err != nil || sc == nil {
+				ferr = err
+				return err == nil
+			}
+			catchup := "latest"
+			if sc.Catchup == 1 {
+				catchup = "all"
+			}
+			s.Schedules = append(s.Schedules, scheduleJSON{Session: sc.SessionID, Name: sc.Name, Cron: sc.Cron, TimeZone: sc.TimeZone,
+				Kind: sc.Kind, Catchup: catchup, Next: jsonTime(sc.Next), Ticks: sc.Ticks})
+			return true
+		})
+		if err = errors.Join(err, ferr); err != nil {
+			return err
+		}
+		slices.SortFunc(s.Schedules, func(a, b scheduleJSON) int {
+			return cmp.Or(strings.Compare(a.Session, b.Session), strings.Compare(a.Name, b.Name))
+		})
+		return nil
+	})
 }
 
 func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, error) {
@@ -233,6 +296,9 @@ func (a *app) stats(ctx context.Context, st store, dir string) (*statsJSON, erro
 	if len(s.Busiest) > 5 {
 		s.Busiest = s.Busiest[:5]
 	}
+	if err := flowStats(ctx, st, s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -329,6 +395,8 @@ func (a *app) writeStatsText(s *statsJSON) {
 	fmt.Fprintf(w, "  by state   %s\n", states(s.Wakes.ByState, []string{"available", "claimed", "acked"}))
 	fmt.Fprintf(w, "  by reason  %s\n", states(s.Wakes.ByReason, []string{"requested", "task_finished"}))
 
+	writeFlowText(w, s)
+
 	fmt.Fprintln(w, "\nOldest unfinished work")
 	if s.OldestTask == nil && s.OldestWake == nil {
 		fmt.Fprintln(w, "  none: every task is terminal and every wake acknowledged")
@@ -366,4 +434,35 @@ func (a *app) writeStatsText(s *statsJSON) {
 	} else {
 		fmt.Fprintln(w, "  wake  none: every wake is acknowledged")
 	}
+}
+
+// writeFlowText lists the kind policies and the live schedules.
+func writeFlowText(w io.Writer, s *statsJSON) {
+	fmt.Fprintf(w, "\nKind policies: %d\n", len(s.Policies))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range s.Policies {
+		var parts []string
+		if p.Paused {
+			parts = append(parts, "paused")
+		}
+		if p.MaxRunning > 0 {
+			parts = append(parts, fmt.Sprintf("max running %d", p.MaxRunning))
+		}
+		if p.Rate > 0 {
+			parts = append(parts, fmt.Sprintf("rate %g/s, burst %d", p.Rate, p.Burst))
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", word(p.Kind), strings.Join(parts, ", "))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nSchedules: %d\n", len(s.Schedules))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, x := range s.Schedules {
+		zone := x.TimeZone
+		if zone == "" {
+			zone = "UTC"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%q in %s\tkind %s, catchup %s, %s\tnext %s\n", word(x.Session), word(x.Name), x.Cron, zone,
+			word(x.Kind), x.Catchup, plural(int(x.Ticks), "tick", "ticks"), x.Next)
+	}
+	tw.Flush()
 }

@@ -62,3 +62,86 @@ func TestScheduleHistory(t *testing.T) {
 		t.Errorf("replay task of a tick's task does not say so:\n%s", task)
 	}
 }
+
+// TestStatsListsPoliciesAndSchedules: replay stats lists the kind policies (kind, paused,
+// MaxRunning, rate and burst) and the live schedules (session, name, rule, zone, next tick),
+// in text and in --json, through the real binary.
+func TestStatsListsPoliciesAndSchedules(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	q, err := work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	for kind, p := range map[string]work.KindPolicy{
+		"export":       {MaxRunning: 5},
+		"sms.send":     {Rate: 10, Burst: 20},
+		"billing.sync": {Paused: true},
+	} {
+		if err := q.SetKindPolicyAt(ctx, kind, p, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := q.Session("sess_sched")
+	for _, sc := range []work.Schedule{
+		{Name: "nightly", Cron: "0 9 * * *", TimeZone: "America/New_York", Task: work.TaskRequest{Kind: "report"}},
+		{Name: "often", Cron: "@every 1h", Catchup: work.CatchupAll, Task: work.TaskRequest{Kind: "ping"}},
+		{Name: "gone", Cron: "@every 1h", Task: work.TaskRequest{Kind: "ping"}},
+	} {
+		if err := s.SetScheduleAt(ctx, sc, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.RemoveScheduleAt(ctx, "gone", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var st struct {
+		Policies []struct {
+			Kind       string  `json:"kind"`
+			Paused     bool    `json:"paused"`
+			MaxRunning int64   `json:"max_running"`
+			Rate       float64 `json:"rate"`
+			Burst      int64   `json:"burst"`
+		} `json:"kind_policies"`
+		Schedules []struct {
+			Session, Name, Cron, Kind, Catchup, Next string
+			TimeZone                                 string `json:"time_zone"`
+		} `json:"schedules"`
+	}
+	if err := json.Unmarshal([]byte(mustReplay(t, "stats", dir, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Policies) != 3 || st.Policies[0].Kind != "billing.sync" || !st.Policies[0].Paused ||
+		st.Policies[1].Kind != "export" || st.Policies[1].MaxRunning != 5 ||
+		st.Policies[2].Kind != "sms.send" || st.Policies[2].Rate != 10 || st.Policies[2].Burst != 20 {
+		t.Errorf("stats --json kind_policies = %+v", st.Policies)
+	}
+	if len(st.Schedules) != 2 {
+		t.Fatalf("stats --json schedules = %+v, want nightly and often (gone was removed)", st.Schedules)
+	}
+	n, o := st.Schedules[0], st.Schedules[1]
+	if n.Session != "sess_sched" || n.Name != "nightly" || n.Cron != "0 9 * * *" || n.TimeZone != "America/New_York" ||
+		n.Kind != "report" || n.Catchup != "latest" || n.Next != "2026-06-01T13:00:00Z" {
+		t.Errorf("stats --json nightly = %+v", n)
+	}
+	if o.Name != "often" || o.Catchup != "all" || o.TimeZone != "" || o.Next != "2026-06-01T01:00:00Z" {
+		t.Errorf("stats --json often = %+v", o)
+	}
+
+	text := mustReplay(t, "stats", dir)
+	for _, want := range []string{"Kind policies: 3", "billing.sync  paused", "export        max running 5",
+		"sms.send      rate 10/s, burst 20", "Schedules: 2", `"0 9 * * *" in America/New_York`, "next 2026-06-01T13:00:00Z",
+		`"@every 1h" in UTC`, "catchup all"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("replay stats lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "gone") {
+		t.Errorf("replay stats lists the removed schedule:\n%s", text)
+	}
+}

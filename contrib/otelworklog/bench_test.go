@@ -37,9 +37,22 @@ import (
 // headers (a plain Submit): the difference from otel=on is the cost of storing a header with
 // every task, the rest of otel=on's is the spans' and metrics'.
 func BenchmarkRunnerW2(b *testing.B) {
-	b.Run("otel=off", func(b *testing.B) { benchW2(b, false, false) })
-	b.Run("otel=on", func(b *testing.B) { benchW2(b, true, true) })
-	b.Run("otel=hooks", func(b *testing.B) { benchW2(b, true, false) })
+	b.Run("otel=off", func(b *testing.B) { benchW2(b, false, false, false) })
+	b.Run("otel=on", func(b *testing.B) { benchW2(b, true, true, false) })
+	b.Run("otel=hooks", func(b *testing.B) { benchW2(b, true, false, false) })
+}
+
+// BenchmarkRunnerW2Flow is W2 without instrumentation on a queue with no kind policy and no
+// schedule (flow=off) and on one with both present but neither binding (flow=on): a policy
+// on the workload's kind whose MaxRunning (1,000) the runner's 16 slots never reach, and a
+// schedule of another kind whose next tick is a day away. The difference is what a queue pays
+// per claim and settlement for having them (design §4.6, §4.7: the policy's lease index entry
+// moved by every claim and settlement, the policy read by each claim's decide code and fold).
+// Interleave the two as BenchmarkRunnerW2's comment says, with -test.bench RunnerW2Flow and
+// benchstat -col /flow.
+func BenchmarkRunnerW2Flow(b *testing.B) {
+	b.Run("flow=off", func(b *testing.B) { benchW2(b, false, false, false) })
+	b.Run("flow=on", func(b *testing.B) { benchW2(b, false, false, true) })
 }
 
 // dropProcessor keeps no span: the cost measured is making them, not storing them.
@@ -50,13 +63,23 @@ func (dropProcessor) OnEnd(sdktrace.ReadOnlySpan)                     {}
 func (dropProcessor) Shutdown(context.Context) error                  { return nil }
 func (dropProcessor) ForceFlush(context.Context) error                { return nil }
 
-func benchW2(b *testing.B, on, inject bool) {
+func benchW2(b *testing.B, on, inject, flow bool) {
 	fs := &syncCountFS{FS: vfs.Default}
 	q, err := work.Open(b.TempDir(), &work.Options{FS: fs})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer q.Close()
+	if flow {
+		if err := q.SetKindPolicy(context.Background(), "w2", work.KindPolicy{MaxRunning: 1000}); err != nil {
+			b.Fatal(err)
+		}
+		err := q.Session("cron").SetSchedule(context.Background(), work.Schedule{
+			Name: "nightly", Cron: "@every 24h", Task: work.TaskRequest{Kind: "w2.nightly"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 	var inst *otelworklog.Instrumentation
 	if on {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropProcessor{}))

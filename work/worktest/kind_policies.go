@@ -185,14 +185,14 @@ func kindPolicyInvalid(e *env) {
 		{"k", work.KindPolicy{Rate: math.Inf(1), Burst: 1}, "rate"},
 		{"k", work.KindPolicy{Rate: 1}, "burst"},
 		{"k", work.KindPolicy{Rate: 1, Burst: -1}, "burst"},
+		{"k", work.KindPolicy{MaxRunning: 1, Burst: 5}, "burst"}, // a burst needs a rate
+		{"k", work.KindPolicy{Burst: 1}, "burst"},
 	} {
 		e.wantInvalid("SetKindPolicyAt", e.q.SetKindPolicyAt(e.ctx, c.kind, c.p, at(1)), c.field)
 	}
 	e.nothingAppended("invalid policies", n)
-	// A Burst without a rate is dropped, not an error.
-	e.setPolicy("k", work.KindPolicy{MaxRunning: 1, Burst: 5}, at(2))
-	if got := e.policies()["k"]; got != (work.KindPolicy{MaxRunning: 1}) {
-		e.t.Errorf("KindPolicies[k] = %+v, want MaxRunning 1 and no burst", got)
+	if got, ok := e.policies()["k"]; ok {
+		e.t.Errorf("KindPolicies[k] = %+v after only invalid sets, want none", got)
 	}
 }
 
