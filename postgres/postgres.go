@@ -187,7 +187,8 @@ type engine struct {
 	cmds       chan *command
 	closing    chan struct{}
 	writerDone chan struct{}
-	cache      *cache // the writer's
+	cache      *cache   // the writer's
+	hints      keyHints // keys ViewDurable found absent, for the writer (readfirst.go)
 
 	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
 

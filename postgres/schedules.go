@@ -174,6 +174,7 @@ func (t *txn) PutSchedule(sc *projection.Schedule) error {
 	if e, ok := sc.Entry(); ok {
 		next = &e.At
 	}
+	t.sideWrites = true
 	_, err = t.conn.Exec(t.ctx, t.st.sc.put, []byte(sc.SessionID), []byte(sc.Name), rec, next)
 	return err
 }

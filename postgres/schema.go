@@ -74,6 +74,7 @@ type statements struct {
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 	setMark, getMark, delMark, waitHead                                     string
+	taskKeyRec, wakeKeyRec                                                  string // ViewDurable's (readfirst.go)
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
@@ -86,7 +87,7 @@ func newStatements(schema string) *statements {
 	// The scans read pages: (at, seq) > the last entry of the page before, in the primary
 	// key's order; a task scan joins the record, so a claim reads its tasks in the same
 	// round trip (LEFT: a task put in the same group is not written before the commit).
-	return &statements{
+	st := &statements{
 		lockHead: q(`SELECT seq, prunes FROM {s}.log_head WHERE id = 1 FOR UPDATE`),
 		maxTask:  q(`SELECT coalesce((SELECT id FROM {s}.tasks ORDER BY id DESC LIMIT 1), ''::bytea)`),
 		maxWake:  q(`SELECT coalesce((SELECT id FROM {s}.wakes ORDER BY id DESC LIMIT 1), ''::bytea)`),
@@ -158,6 +159,8 @@ func newStatements(schema string) *statements {
 		delMark:  q(`DELETE FROM {s}.commit_marks WHERE writer = $1`),
 		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
+	st.taskKeyRec, st.wakeKeyRec = keyRecStatements(q)
+	return st
 }
 
 // channelName is the LISTEN/NOTIFY channel of the queue in schema: a hash, since a channel

@@ -141,6 +141,7 @@ func (e *engine) TakeInbox(etx engineapi.Txn, n int) ([]engineapi.InboxEntry, er
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	t.sideWrites = t.sideWrites || len(got) > 0 // the rows are deleted: the group must commit
 	out := make([]engineapi.InboxEntry, 0, len(got))
 	for _, r := range got {
 		ev, derr := events.Decode(r.req, 0)
@@ -179,6 +180,7 @@ func (e *engine) RejectInbox(etx engineapi.Txn, en engineapi.InboxEntry, reason 
 	if _, err := t.conn.Exec(t.ctx, e.inbox.rejRule, en.Row, en.Submitted.SessionID, body, rerr.Error()); err != nil {
 		return err
 	}
+	t.sideWrites = true
 	e.logger().Error("worklog: a submit_inbox row breaks a rule; moved to submit_inbox_rejects", "err", rerr)
 	return nil
 }

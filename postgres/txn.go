@@ -25,6 +25,7 @@ type cache struct {
 	seq      uint64
 	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
 	valid    bool
+	from     uint64 // exact since: every key committed after log sequence from is this writer's, and here
 	tasks    map[string]*projection.Task
 	wakes    map[string]*projection.Wake
 	taskKeys map[skey]string
@@ -81,15 +82,17 @@ type pendingEvent struct {
 // writes and the cache first; an index scan first sends the pending index writes, in the
 // same round trip as the scan.
 type txn struct {
-	ctx  context.Context
-	conn *pgx.Conn
-	st   *statements
-	c    *cache
+	ctx   context.Context
+	conn  *pgx.Conn
+	st    *statements
+	c     *cache
+	hints *keyHints // the keys read-first found absent (readfirst.go); nil: none
 
 	seq              uint64 // the last sequence, the group's appends included
 	startSeq         uint64 // the log head when the group began
 	prunes           uint64 // log_head.prunes, counted up by a prune of this group
 	pruned           bool   // a prune ran in this group: the commit writes prunes
+	sideWrites       bool   // a statement of the group wrote rows no event accounts for (inbox, schedules)
 	maxTask, maxWake string // the greatest stored ids: a new id above them has no record
 
 	newTasks, dirtyTasks map[string]bool
@@ -181,17 +184,23 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 }
 
 func (t *txn) TaskKey(sessionID, key string) (string, error) {
-	return t.cachedKey(t.c.taskKeys, t.st.taskKey, sessionID, key)
+	return t.cachedKey(false, t.c.taskKeys, t.st.taskKey, sessionID, key)
 }
 
 func (t *txn) WakeKey(sessionID, key string) (string, error) {
-	return t.cachedKey(t.c.wakeKeys, t.st.wakeKey, sessionID, key)
+	return t.cachedKey(true, t.c.wakeKeys, t.st.wakeKey, sessionID, key)
 }
 
-func (t *txn) cachedKey(m map[skey]string, sql, sessionID, key string) (string, error) {
+// cachedKey reads a key from the cache, else from a hint of read-first that is still true
+// (keyHints), else from the table.
+func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string) (string, error) {
 	k := skey{sessionID, key}
 	if id, ok := m[k]; ok {
 		return id, nil
+	}
+	if t.hints != nil && t.hints.absent(wake, k, t.c.from) {
+		m[k] = ""
+		return "", nil
 	}
 	id, err := readKey(t.ctx, t.conn, sql, sessionID, key)
 	if err == nil {

@@ -228,14 +228,23 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 			return fnFailed, ran, ferr
 		}
 	}
-	// A group that changed nothing needs no proof of its commit: it has no effect either way.
-	wrote := tx.seq != tx.startSeq || tx.pruned || len(tx.evs) > 0
+	wrote := tx.seq != tx.startSeq || tx.pruned || tx.sideWrites || len(tx.evs) > 0
+	if !wrote {
+		// The group wrote nothing (duplicates, claims that found nothing): every answer
+		// came from committed rows, read under the head lock, or from the cache of committed
+		// groups, so there is nothing to commit. ROLLBACK frees the head lock without a
+		// COMMIT's WAL flush (locking the head gave the transaction an id, so a COMMIT would
+		// wait for one); its failure changes no answer (rollback drops the connection).
+		// Every write of a group sets one of wrote's terms: an event, a prune (which may
+		// take every event it appends), or a statement of its own (sideWrites).
+		rollback(conn)
+		e.adopt(tx)
+		return committed, ran, nil
+	}
 	b := &pgx.Batch{}
 	tx.queueCommit(b, e.channel)
-	if wrote {
-		e.mark.n++
-		b.Queue(e.st.setMark, e.mark.id, e.mark.n)
-	}
+	e.mark.n++
+	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
 	b.Queue("COMMIT")
 	if e.hookCommitBatch != nil {
 		e.hookCommitBatch(b)
@@ -266,11 +275,6 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 	conn.Conn().Close(context.Background())
 	if pgconn.SafeToRetry(cerr) {
 		// Nothing of the batch was sent: the transaction dies with its connection.
-		return notCommitted, ran, backendError(cerr)
-	}
-	if !wrote {
-		// Committed or not, the group changed nothing; there is no mark to read. The
-		// callers get the error (a retry is harmless) rather than an unproven success.
 		return notCommitted, ran, backendError(cerr)
 	}
 	// The connection failed (an I/O error, or a FATAL or PANIC, which the server may send
@@ -320,9 +324,11 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	if !e.cache.valid || e.cache.seq != uint64(seq) || e.cache.prunes != uint64(prunes) || e.cache.size() > cacheMax {
 		e.cache = newCache()
+		e.cache.from = uint64(seq) // empty, and exact: nothing committed since seq
 	}
 	e.cache.valid = false // until this group commits
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
+	tx.hints = &e.hints
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes = tx.seq, uint64(prunes)
 	return tx, nil

@@ -235,6 +235,13 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	if perr != nil {
 		return Task{}, perr
 	}
+	var out Task
+	var derr error
+	differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, &r, p.runAt), t.ID }
+	viewed := func(t *projection.Task) Task { return b.taskSnapshotOf(t, true) }
+	if readRepeat(ctx, b.caps.viewer, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, differs, viewed, &out, &derr) {
+		return out, derr
+	}
 	// The input is copied (and a large one staged) once, before the command is queued: the
 	// command appends this very slice however often it runs.
 	release, staged, serr := b.stage(r.Input)
@@ -243,8 +250,6 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	}
 	defer release()
 	p.input = ownValue(r.Input, staged)
-	var out Task
-	var derr error
 	err := b.update(ctx, func(tx txn) error {
 		var err error
 		out, derr, err = b.submitIn(tx, sessionID, &p, at) // fn may run twice: all three set afresh
@@ -290,7 +295,7 @@ func (b *logBackend) submitIn(tx txn, sessionID string, p *preparedSubmit, at in
 	var derr error
 	r := p.r
 	differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, r, p.runAt), t.ID }
-	if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.TaskKey, mustTask, differs, b.taskSnapshot, &out, &derr); found || err != nil {
+	if found, err := repeat(tx, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, differs, b.taskSnapshot, &out, &derr); found || err != nil {
 		return out, derr, err
 	}
 	ev := &events.TaskSubmitted{
@@ -580,6 +585,15 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	}
 	var out Wake
 	var derr error
+	differs := func(w *projection.Wake) (string, string) {
+		if sameJSON(w.Payload, r.Payload) {
+			return "", w.ID
+		}
+		return "payload", w.ID
+	}
+	if readRepeat(ctx, b.caps.viewer, sessionID, r.IdempotencyKey, projection.Reader.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr) {
+		return out, derr
+	}
 	newID, idErr := b.ids.id("wake", at) // drawn off the writer; unused by a repeat
 	if idErr != nil {
 		return Wake{}, backendErr(idErr)
@@ -592,13 +606,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 	payload := ownValue(r.Payload, staged)
 	err := b.update(ctx, func(tx txn) error {
 		out, derr = Wake{}, nil // fn may run twice (engine.update)
-		differs := func(w *projection.Wake) (string, string) {
-			if sameJSON(w.Payload, payload) {
-				return "", w.ID
-			}
-			return "payload", w.ID
-		}
-		if found, err := repeat(tx, sessionID, r.IdempotencyKey, txn.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr); found || err != nil {
+		if found, err := repeat(tx, sessionID, r.IdempotencyKey, projection.Reader.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr); found || err != nil {
 			return err
 		}
 		id := newID
@@ -718,10 +726,10 @@ func mustWake(r projection.Reader, id string) (*projection.Wake, error) {
 // snapshot of the record the key names (read by read) when differs finds no differing field,
 // and otherwise with a conflict naming that field and the record's id, storing nothing
 // either way. It reports whether the key
-// named a record; an empty key names none. lookup is the key index (txn.TaskKey,
-// txn.WakeKey). Submit and RequestWake share it.
-func repeat[R, S any](tx txn, sessionID, key string,
-	lookup func(txn, string, string) (string, error), read func(projection.Reader, string) (*R, error),
+// named a record; an empty key names none. lookup is the key index (Reader.TaskKey,
+// Reader.WakeKey; a transaction or a durable read). Submit and RequestWake share it.
+func repeat[R, S any](tx projection.Reader, sessionID, key string,
+	lookup func(projection.Reader, string, string) (string, error), read func(projection.Reader, string) (*R, error),
 	differs func(*R) (field, id string), snapshot func(*R) S, out *S, derr *error,
 ) (bool, error) {
 	if key == "" {
@@ -741,6 +749,35 @@ func repeat[R, S any](tx txn, sessionID, key string,
 		*derr = conflict(key, field, id)
 	}
 	return true, nil
+}
+
+// readRepeat answers an idempotent repeat (the key names a record: an equal request or a
+// conflict) from a read of durable committed state, without a write or a trip through the
+// engine's single writer (issue 24, W3: a duplicate is a read). It reports whether it
+// answered (out and derr set). Anything else goes through the command, which decides again
+// under the writer: a new key, an engine without a durable viewer (v nil), a read that
+// failed or saw state not known to be durable.
+func readRepeat[R, S any](ctx context.Context, v engineapi.DurableViewer, sessionID, key string,
+	lookup func(projection.Reader, string, string) (string, error), read func(projection.Reader, string) (*R, error),
+	differs func(*R) (field, id string), snapshot func(*R) S, out *S, derr *error,
+) bool {
+	if key == "" || v == nil {
+		return false
+	}
+	var found bool
+	durable, err := v.ViewDurable(ctx, func(r projection.Reader) error {
+		var zero S
+		*out, *derr = zero, nil
+		var err error
+		found, err = repeat(r, sessionID, key, lookup, read, differs, snapshot, out, derr)
+		return err
+	})
+	if err != nil || !found || !durable {
+		var zero S
+		*out, *derr = zero, nil
+		return false
+	}
+	return true
 }
 
 func result[T any](out T, derr, err error) (T, error) {

@@ -8,13 +8,14 @@ import (
 // (resolveCaps): nothing asserts on an engine after that, so a capability cannot be lost
 // behind a wrapper, and every use reads as a nil check on a field.
 type engineCaps struct {
-	pruner     engineapi.Pruner      // Queue.Prune; nil: ErrPruneNotSupported
-	watcher    engineapi.Watcher     // other processes' commits wake this queue's waiters
-	stager     valueStager           // large values written before the command is queued (engine.go)
-	after      afterPruner           // space reclaimed in the background after a prune (prune_pace.go)
-	checkpoint Checkpointer          // Queue.Checkpoint; nil on engines without one (Pebble's has it)
-	durable    engineapi.DurableHead // Queue.Follow reads up to its head; nil: to the log's end (follow.go)
-	inbox      engineapi.Inbox       // submissions committed by other transactions (inbox.go)
+	pruner     engineapi.Pruner        // Queue.Prune; nil: ErrPruneNotSupported
+	watcher    engineapi.Watcher       // other processes' commits wake this queue's waiters
+	stager     valueStager             // large values written before the command is queued (engine.go)
+	after      afterPruner             // space reclaimed in the background after a prune (prune_pace.go)
+	checkpoint Checkpointer            // Queue.Checkpoint; nil on engines without one (Pebble's has it)
+	durable    engineapi.DurableHead   // Queue.Follow reads up to its head; nil: to the log's end (follow.go)
+	inbox      engineapi.Inbox         // submissions committed by other transactions (inbox.go)
+	viewer     engineapi.DurableViewer // an idempotent repeat answered by a read, outside the writer (engine.go, readRepeat)
 }
 
 func resolveCaps(e engine) engineCaps {
@@ -26,6 +27,7 @@ func resolveCaps(e engine) engineCaps {
 	c.checkpoint, _ = e.(Checkpointer)
 	c.durable, _ = e.(engineapi.DurableHead)
 	c.inbox, _ = e.(engineapi.Inbox)
+	c.viewer, _ = e.(engineapi.DurableViewer)
 	return c
 }
 

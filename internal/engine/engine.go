@@ -163,3 +163,20 @@ type InboxEntry struct {
 	Row       int64
 	Submitted *events.TaskSubmitted
 }
+
+// DurableViewer is implemented by an engine that can answer a read of committed, durable
+// state outside its single writer (PostgreSQL: with synchronous_commit on, a transaction is
+// visible to others only after its commit record is flushed, and the writer's groups commit
+// before they answer). work answers an idempotent repeat of Submit or RequestWake with it,
+// without a write or a trip through the writer (issue 24, W3).
+//
+// ViewDurable runs fn against committed state; durable reports that everything fn could have
+// read is durable (a crash loses none of it), so an answer built from it may be given without
+// a write. Unlike View, the reads of one call need not be one snapshot (the PostgreSQL engine
+// runs each as its own statement): each sees committed state at least as new as the read
+// before it. That is enough for what it is used for: an idempotency key, which once written
+// names its record for as long as the key exists, and that record. Only TaskKey, WakeKey,
+// Task and Wake need be supported; the other reads may fail.
+type DurableViewer interface {
+	ViewDurable(ctx context.Context, fn func(projection.Reader) error) (durable bool, err error)
+}
