@@ -88,11 +88,11 @@ type txn struct {
 	c     *cache
 	hints *keyHints // the keys read-first found absent (readfirst.go); nil: none
 
-	seq              uint64 // the last sequence, the group's appends included
-	startSeq         uint64 // the log head when the group began
-	prunes           uint64 // log_head.prunes, counted up by a prune of this group
-	pruned           bool   // a prune ran in this group: the commit writes prunes
-	sideWrites       bool   // a statement of the group wrote rows no event accounts for (inbox, schedules)
+	seq        uint64 // the last sequence, the group's appends included
+	startSeq   uint64 // the log head when the group began
+	prunes     uint64 // log_head.prunes, counted up by a prune of this group
+	pruned     bool   // a prune ran in this group: the commit writes prunes
+	sideWrites bool   // a statement of the group wrote rows no event accounts for (inbox, schedules)
 	// maxTask, maxWake: the greatest ids stored when the group began (read under the head
 	// lock, so no other writer adds one while the group runs). An id above them has no
 	// stored record, and one put by the group is in the cache: so such an id needs no read.
