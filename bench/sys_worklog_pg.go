@@ -50,8 +50,8 @@ func openWorklogPG(ctx context.Context, _ string, cfg childConfig) (queue, error
 	qs.Set("search_path", "worklog")
 	u.RawQuery = qs.Encode()
 	dsn := u.String()
-	// Reads (W3's duplicates are decided in the writer's transaction, but Session.Task and
-	// the check read through the pool) get room for the workers besides the writer.
+	// Reads (W3's duplicates are each one read on the pool, outside the writer; Session.Task
+	// and the check read there too) get room for the workers besides the writer.
 	opts := &postgres.Options{MaxConns: int32(cfg.Workers + 2)}
 	q, err := postgres.Open(ctx, dsn, opts)
 	if err != nil {

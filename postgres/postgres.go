@@ -205,6 +205,7 @@ type engine struct {
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)
 	hookCommitBatch     func(*pgx.Batch) // may queue statements after COMMIT, in its round trip
+	hookRecordRead      func()           // a group reads a task or wake record from the server
 }
 
 var (

@@ -82,11 +82,12 @@ type pendingEvent struct {
 // writes and the cache first; an index scan first sends the pending index writes, in the
 // same round trip as the scan.
 type txn struct {
-	ctx   context.Context
-	conn  *pgx.Conn
-	st    *statements
-	c     *cache
-	hints *keyHints // the keys read-first found absent (readfirst.go); nil: none
+	ctx    context.Context
+	conn   *pgx.Conn
+	st     *statements
+	c      *cache
+	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
+	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
 
 	seq        uint64 // the last sequence, the group's appends included
 	startSeq   uint64 // the log head when the group began
@@ -175,6 +176,9 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 	if !ok {
 		if id > maxID {
 			return nil, nil
+		}
+		if t.onRead != nil {
+			t.onRead()
 		}
 		var err error
 		if r, err = tb.read(t.ctx, t.conn, sql, id); err != nil {

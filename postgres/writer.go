@@ -328,7 +328,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	e.cache.valid = false // until this group commits
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
-	tx.hints = &e.hints
+	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes = tx.seq, uint64(prunes)
 	return tx, nil
