@@ -169,3 +169,53 @@ func TestKeyHintFromBeforeAnotherProcessWrote(t *testing.T) {
 	}
 	mustVerify(t, qa)
 }
+
+// TestInboxRepeatCommitsItsTake: a SubmitTx row that repeats a task already taken in appends
+// nothing, but its take deletes the row: the group wrote (txn.sideWrites) and must commit,
+// not roll back as a group that wrote nothing does (TestEmptyGroupDoesNotCommit). Rolled
+// back, the row would stay in the inbox and be taken again and again.
+func TestInboxRepeatCommitsItsTake(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil) // SubmitTx takes a queue from Open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	r := work.TaskRequest{Kind: "k", Input: []byte(`{"a":1}`), IdempotencyKey: "K"}
+	task, err := q.Session("s").Submit(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := logLen(t, q)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SubmitTx(ctx, tx, q, "s", r); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the inbox row to be taken", func() bool {
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM submit_inbox").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	if n := logLen(t, q); n != before {
+		t.Errorf("the log grew from %d to %d events: the repeat appended", before, n)
+	}
+	ts, err := q.Session("s").Tasks(ctx, work.TaskFilter{Limit: 10})
+	if err != nil || len(ts) != 1 || ts[0].ID != task.ID {
+		t.Errorf("session lists %+v, %v; want only %s", ts, err, task.ID)
+	}
+	mustVerify(t, q)
+}
