@@ -2,6 +2,6 @@
 
 package postgres
 
-// raceEnabled: the race detector is on (TestVerifyHeap fills fewer tasks: it slows the fill
-// several times).
+// raceEnabled: the race detector is on (TestVerifyHeap is skipped: the heap is not the
+// product's there).
 const raceEnabled = true

@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/worklog/worklog/internal/recordcodec"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -35,7 +35,7 @@ const (
 	sideFold   = 'F'
 	sideStored = 'S'
 
-	catTask     = 't' // id → the record as JSON (fold side only)
+	catTask     = 't' // id → the record, recordcodec's encoding (fold side only)
 	catWake     = 'w'
 	catTaskKey  = 'k' // session, key → task id
 	catWakeKey  = 'K'
@@ -212,31 +212,44 @@ func (s *spillState) key(cat byte) []byte { return []byte{s.side, cat} }
 
 func (s *spillState) recordKey(cat byte, id string) []byte { return append(s.key(cat), id...) }
 
-func getRecord[T any](s *spillState, cat byte, id string) (*T, error) {
-	v, err := s.db.get(s.recordKey(cat, id))
+// The records are kept in the stored encoding (recordcodec, lossless: JSON would replace a
+// string's invalid UTF-8).
+func (s *spillState) getRecord(cat byte, id string) (any, error) {
+	k := s.recordKey(cat, id)
+	v, err := s.db.get(k)
 	if err != nil || v == nil {
 		return nil, err
 	}
-	r := new(T)
-	if err := json.Unmarshal(v, r); err != nil {
-		return nil, fmt.Errorf("postgres: verify scratch record %s: %w", id, err)
+	if cat == catTask {
+		return recordcodec.DecodeTask(k, v)
 	}
-	return r, nil
+	return recordcodec.DecodeWake(k, v)
 }
 
 func (s *spillState) putRecord(cat byte, id string, r any) error {
-	v, err := json.Marshal(r)
-	if err != nil {
-		return err
+	var v []byte
+	switch r := r.(type) {
+	case *projection.Task:
+		v = recordcodec.AppendTask(nil, r)
+	case *projection.Wake:
+		v = recordcodec.AppendWake(nil, r)
 	}
 	return s.db.set(s.recordKey(cat, id), v)
 }
 
 func (s *spillState) Task(id string) (*projection.Task, error) {
-	return getRecord[projection.Task](s, catTask, id)
+	r, err := s.getRecord(catTask, id)
+	if r == nil || err != nil {
+		return nil, err
+	}
+	return r.(*projection.Task), nil
 }
 func (s *spillState) Wake(id string) (*projection.Wake, error) {
-	return getRecord[projection.Wake](s, catWake, id)
+	r, err := s.getRecord(catWake, id)
+	if r == nil || err != nil {
+		return nil, err
+	}
+	return r.(*projection.Wake), nil
 }
 func (s *spillState) EditTask(id string) (*projection.Task, error) { return s.Task(id) }
 func (s *spillState) EditWake(id string) (*projection.Wake, error) { return s.Wake(id) }
@@ -361,9 +374,9 @@ func (s *spillState) ScanKindLeases(kind string, after int64, fn func(projection
 
 // eachTask calls fn with every task record of this side, in id order.
 func (s *spillState) eachTask(fn func(*projection.Task) error) error {
-	return s.db.scan(s.key(catTask), func(_, v []byte) (bool, error) {
-		t := new(projection.Task)
-		if err := json.Unmarshal(v, t); err != nil {
+	return s.db.scan(s.key(catTask), func(k, v []byte) (bool, error) {
+		t, err := recordcodec.DecodeTask(k, v)
+		if err != nil {
 			return false, err
 		}
 		return true, fn(t)
@@ -389,11 +402,11 @@ func diffSpill(stored, fold *spillState, tasks func(fn func(*projection.Task) er
 	if err := fold.db.flush(); err != nil {
 		return nil, err
 	}
-	t, err := foldRecords[projection.Task](fold, "task", catTask, func(t *projection.Task) string { return t.ID }, tasks)
+	t, err := foldRecords(fold, "task", catTask, func(t *projection.Task) string { return t.ID }, recordcodec.DecodeTask, tasks)
 	if err != nil {
 		return nil, err
 	}
-	w, err := foldRecords[projection.Wake](fold, "wake", catWake, func(w *projection.Wake) string { return w.ID }, wakes)
+	w, err := foldRecords(fold, "wake", catWake, func(w *projection.Wake) string { return w.ID }, recordcodec.DecodeWake, wakes)
 	if err != nil {
 		return nil, err
 	}
@@ -559,7 +572,7 @@ func present(v []byte) []byte {
 
 // foldRecords merges the stored records, read one at a time in id order by each, with the
 // fold's in id order: Mem.DiffStored's record comparison with both sides streamed.
-func foldRecords[T any](fold *spillState, what string, cat byte, id func(*T) string, each func(func(*T) error) error) (_ []string, err error) {
+func foldRecords[T any](fold *spillState, what string, cat byte, id func(*T) string, decode func(k, v []byte) (*T, error), each func(func(*T) error) error) (_ []string, err error) {
 	p := fold.key(cat)
 	it, err := fold.db.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
@@ -569,12 +582,11 @@ func foldRecords[T any](fold *spillState, what string, cat byte, id func(*T) str
 	var out []string
 	ok := it.First()
 	mine := func() (*T, error) {
-		r := new(T)
 		v, err := it.ValueAndErr()
-		if err == nil {
-			err = json.Unmarshal(v, r)
+		if err != nil {
+			return nil, err
 		}
-		return r, err
+		return decode(it.Key(), v)
 	}
 	err = each(func(x *T) error {
 		xid := id(x)
