@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 
@@ -42,7 +41,6 @@ const (
 	catIndex    = 'i' // index, partition, priority (descending), at, seq → id
 	catSession  = 's' // session, submit seq → task id
 	catPrune    = 'p' // at, seq → id and whether it is a wake
-	catKindLeas = 'l' // kind, at, seq → id
 
 	spillMemTable   = 16 << 20
 	spillCache      = 8 << 20
@@ -345,33 +343,6 @@ func (s *spillState) DeletePrunable(e projection.PruneEntry) error {
 	return s.db.delete(s.pruneKey(e))
 }
 
-func (s *spillState) leaseKey(kind string, e projection.IndexEntry) []byte {
-	return appendU64(appendI64(appendStr(s.key(catKindLeas), kind), e.At), e.Seq)
-}
-
-func (s *spillState) PutKindLease(kind string, e projection.IndexEntry) error {
-	return s.db.set(s.leaseKey(kind, e), []byte(e.ID))
-}
-
-func (s *spillState) DeleteKindLease(kind string, e projection.IndexEntry) error {
-	return s.db.delete(s.leaseKey(kind, e))
-}
-
-func (s *spillState) ScanKindLeases(kind string, after int64, fn func(projection.IndexEntry) bool) error {
-	if after == math.MaxInt64 {
-		return nil
-	}
-	p := appendStr(s.key(catKindLeas), kind)
-	return s.db.scan(p, func(k, v []byte) (bool, error) {
-		r := keyReader{b: k[len(p):]}
-		e := projection.IndexEntry{At: r.i64(), Seq: r.u64(), ID: string(v)}
-		if e.At <= after {
-			return true, nil
-		}
-		return fn(e), nil
-	})
-}
-
 // eachTask calls fn with every task record of this side, in id order.
 func (s *spillState) eachTask(fn func(*projection.Task) error) error {
 	return s.db.scan(s.key(catTask), func(k, v []byte) (bool, error) {
@@ -459,7 +430,7 @@ func diffSpill(stored, fold *spillState, tasks func(fn func(*projection.Task) er
 		return nil, err
 	}
 	endPart()
-	out = append(out, rest...) // counts, schedules, kind policies (no lease: below)
+	out = append(out, rest...) // counts, schedules, kind policies
 	err = mergeSide(stored, fold, catSession, func(k, a, b []byte) {
 		r := keyReader{b: k}
 		session, seq := r.str(), r.u64()
@@ -476,27 +447,6 @@ func diffSpill(stored, fold *spillState, tasks func(fn func(*projection.Task) er
 	if err != nil {
 		return nil, err
 	}
-	lastPart = nil
-	err = mergeSide(stored, fold, catKindLeas, func(k, a, b []byte) {
-		r := keyReader{b: k}
-		kind := r.str()
-		if partLen := len(k) - len(r.b); !bytes.Equal(k[:partLen], lastPart) {
-			endPart()
-			lastPart = append(lastPart[:0], k[:partLen]...)
-		}
-		at, seq := r.i64(), r.u64()
-		name := fmt.Sprintf("lease index of kind %q", kind)
-		if a != nil && !bytes.Equal(a, b) {
-			right = append(right, fmt.Sprintf("%s (%d, %d, %s): missing on the right", name, at, seq, a))
-		}
-		if b != nil && !bytes.Equal(a, b) {
-			left = append(left, fmt.Sprintf("%s (%d, %d, %s): missing on the left", name, at, seq, b))
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	endPart()
 	err = mergeSide(stored, fold, catPrune, func(k, a, b []byte) {
 		r := keyReader{b: k}
 		at, seq := r.i64(), r.u64()
