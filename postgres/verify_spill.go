@@ -34,13 +34,13 @@ const (
 	sideFold   = 'F'
 	sideStored = 'S'
 
-	catTask     = 't' // id → the record, recordcodec's encoding (fold side only)
-	catWake     = 'w'
-	catTaskKey  = 'k' // session, key → task id
-	catWakeKey  = 'K'
-	catIndex    = 'i' // index, partition, priority (descending), at, seq → id
-	catSession  = 's' // session, submit seq → task id
-	catPrune    = 'p' // at, seq → id and whether it is a wake
+	catTask    = 't' // id → the record, recordcodec's encoding (fold side only)
+	catWake    = 'w'
+	catTaskKey = 'k' // session, key → task id
+	catWakeKey = 'K'
+	catIndex   = 'i' // index, partition, priority (descending), at, seq → id
+	catSession = 's' // session, submit seq → task id
+	catPrune   = 'p' // at, seq → id and whether it is a wake
 
 	spillMemTable   = 16 << 20
 	spillCache      = 8 << 20
