@@ -36,7 +36,12 @@ const procWorkerEnv = "WORKLOG_PG_PROC_WORKER" // the DSN: this process is a wor
 //   - head-busy: the sum of the holds over the time, the fraction of it the head was held
 //     (1 is saturated: every writer of every process waits on the one row);
 //   - ceiling-tasks/s: tasks/group ÷ held/group, the throughput if groups ran back to back
-//     at this hold and this size: what the log head allows, however many processes.
+//     at this hold and this size: what the log head allows, however many processes;
+//   - reads/group: the task and wake records and keys a group read from the server under the
+//     lock (each a round trip), which the writer's cache did not answer;
+//   - cache-kept: of the groups that found another process's commits since their writer's
+//     last, the fraction whose cache was caught up with those events (catchup.go) rather than
+//     started over; dropped/catch-up, the entries a catch-up dropped.
 //
 // The server is pgtest's (fsync off: a commit costs no disk flush, so the hold is the round
 // trips and the work inside them); bench/ runs River against a server with fsync on.
@@ -51,6 +56,8 @@ func BenchmarkProcesses(b *testing.B) {
 // workerHead is what a worker process reports when it stops: its writer's headStats.
 type workerHead struct {
 	Groups, HeldNanos, WaitNanos int64
+	Reads                        int64 // records and keys read under the lock
+	Kept, Restarted, Dropped     int64 // the cache at begins after another process wrote
 }
 
 func benchProcesses(b *testing.B, procs int) {
@@ -143,6 +150,10 @@ func benchProcesses(b *testing.B, procs int) {
 		sum.Groups += h.Groups
 		sum.HeldNanos += h.HeldNanos
 		sum.WaitNanos += h.WaitNanos
+		sum.Reads += h.Reads
+		sum.Kept += h.Kept
+		sum.Restarted += h.Restarted
+		sum.Dropped += h.Dropped
 	}
 	if sum.Groups == 0 {
 		b.Fatal("no group committed by the workers")
@@ -157,6 +168,13 @@ func benchProcesses(b *testing.B, procs int) {
 	b.ReportMetric(float64(sum.WaitNanos)/float64(sum.Groups)/1e3, "µs-wait/group")
 	b.ReportMetric(float64(sum.HeldNanos)/1e9/secs, "head-busy")
 	b.ReportMetric(perGroup/held*1e6, "ceiling-tasks/s")
+	b.ReportMetric(float64(sum.Reads)/float64(sum.Groups), "reads/group")
+	if behind := sum.Kept + sum.Restarted; behind > 0 {
+		b.ReportMetric(float64(sum.Kept)/float64(behind), "cache-kept")
+		if sum.Kept > 0 {
+			b.ReportMetric(float64(sum.Dropped)/float64(sum.Kept), "dropped/catch-up")
+		}
+	}
 }
 
 // TestProcessesWorker is a worker process of BenchmarkProcesses: it opens the queue, says
@@ -203,6 +221,9 @@ func TestProcessesWorker(t *testing.T) {
 	if err := r.Stop(stop); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := json.Marshal(workerHead{Groups: e.head.groups.Load(), HeldNanos: e.head.held.Load(), WaitNanos: e.head.wait.Load()})
+	h, _ := json.Marshal(workerHead{
+		Groups: e.head.groups.Load(), HeldNanos: e.head.held.Load(), WaitNanos: e.head.wait.Load(),
+		Reads: e.head.reads.Load(), Kept: e.head.kept.Load(), Restarted: e.head.restarted.Load(), Dropped: e.head.dropped.Load(),
+	})
 	fmt.Printf("head %s\n", h)
 }

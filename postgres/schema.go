@@ -75,6 +75,7 @@ type statements struct {
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 	setMark, getMark, delMark, waitHead                                     string
 	taskKeyRec, wakeKeyRec                                                  string // ViewDurable's (readfirst.go)
+	changesSince                                                            string // the writer's cache (catchup.go)
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
@@ -160,6 +161,7 @@ func newStatements(schema string) *statements {
 		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
 	st.taskKeyRec, st.wakeKeyRec = keyRecStatements(q)
+	st.changesSince = changesSinceStatement(q)
 	return st
 }
 

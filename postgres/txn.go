@@ -20,12 +20,14 @@ type countKey struct {
 // cache is what the writer knows of the stored state as of log sequence seq: records and
 // keys it read or wrote, absent ones included (nil, ""). While the log head still reads seq
 // when the writer locks it, no other process has written since, and every entry is exact;
-// otherwise the writer starts from an empty cache. It belongs to the writer goroutine.
+// otherwise the writer catches it up with the events appended since (catchup.go: the
+// entries they name are dropped, the keys they wrote added), or, when it cannot (a prune,
+// too many events), starts from an empty cache. It belongs to the writer goroutine.
 type cache struct {
 	seq      uint64
 	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
 	valid    bool
-	from     uint64 // exact since: every key committed after log sequence from is this writer's, and here
+	from     uint64 // exact since: every key committed after log sequence from is here (this writer's, or caught up)
 	tasks    map[string]*projection.Task
 	wakes    map[string]*projection.Wake
 	taskKeys map[skey]string
@@ -88,6 +90,7 @@ type txn struct {
 	c      *cache
 	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
 	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
+	reads  int       // records and keys read from the server (headStats)
 
 	seq        uint64 // the last sequence, the group's appends included
 	startSeq   uint64 // the log head when the group began
@@ -179,6 +182,7 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 		if t.onRead != nil {
 			t.onRead()
 		}
+		t.reads++
 		var err error
 		if r, err = tb.read(t.ctx, t.conn, sql, id); err != nil {
 			return nil, err
@@ -211,6 +215,7 @@ func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string
 		m[k] = ""
 		return "", nil
 	}
+	t.reads++
 	id, err := readKey(t.ctx, t.conn, sql, sessionID, key)
 	if err == nil {
 		m[k] = id

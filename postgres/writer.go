@@ -260,7 +260,7 @@ func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, er
 	}
 	cerr := br.Close()
 	if cerr == nil {
-		e.head.record(start, locked, time.Now())
+		e.head.record(start, locked, time.Now(), tx.reads)
 		e.adopt(tx)
 		return committed, ran, nil
 	}
@@ -313,19 +313,41 @@ func rolledBack(conn *pgx.Conn, err error) bool {
 
 // begin starts the group's transaction, locks the log head (which orders every writer of
 // every process) and reads what the group needs to know about the stored state, in one
-// round trip. The cache stays valid only if nobody committed since the writer's last group.
+// round trip. The cache stays valid when nobody committed since the writer's last group, and
+// is caught up with the events others appended otherwise (catchup.go), read in the same
+// round trip after the lock. The transaction is READ COMMITTED whatever the database's
+// default: each statement after the lock sees everything committed up to the locked head.
 func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	var seq, prunes int64
 	var maxTask, maxWake []byte
+	var chs []change
+	c := e.cache
+	keep := c.valid && c.size() <= cacheMax
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(e.st.lockHead).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &prunes) })
 	b.Queue(e.st.maxTask).QueryRow(func(r pgx.Row) error { return r.Scan(&maxTask) })
 	b.Queue(e.st.maxWake).QueryRow(func(r pgx.Row) error { return r.Scan(&maxWake) })
+	if keep {
+		b.Queue(e.st.changesSince, int64(c.seq), catchUpMax+1).Query(func(rows pgx.Rows) error {
+			var err error
+			chs, err = collect(rows, scanChange)
+			return err
+		})
+	}
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	if !e.cache.valid || e.cache.seq != uint64(seq) || e.cache.prunes != uint64(prunes) || e.cache.size() > cacheMax {
+	stale := c.valid && (c.seq != uint64(seq) || c.prunes != uint64(prunes)) // another writer committed
+	keep = keep && c.prunes == uint64(prunes)
+	dropped := 0
+	if keep && c.seq != uint64(seq) {
+		dropped, keep = c.catchUp(chs)
+	}
+	if stale {
+		e.head.caughtUp(keep, dropped)
+	}
+	if !keep {
 		e.cache = newCache()
 		e.cache.from = uint64(seq) // empty, and exact: nothing committed since seq
 	}
