@@ -24,6 +24,11 @@ type headStats struct {
 	// (catchup.go): kept (caught up with the events since, dropped the entries they name,
 	// summed in dropped) or started over.
 	kept, restarted, dropped atomic.Int64
+
+	// The fast path (fast.go): groups committed (or answered) in one round trip, and those
+	// that ran the ordinary way after it: needed a read, found another writer's commit, or
+	// else (a closure failed, a write refused, a connection lost before its commit).
+	fast, fastRead, fastStale, fastOther atomic.Int64
 }
 
 // record adds one committed group: start before its connection was acquired, locked when
@@ -44,5 +49,17 @@ func (h *headStats) caughtUp(ok bool, dropped int) {
 		h.dropped.Add(int64(dropped))
 	} else {
 		h.restarted.Add(1)
+	}
+}
+
+// fastMissed counts a group the fast path gave to the ordinary one.
+func (h *headStats) fastMissed(needRead, stale bool) {
+	switch {
+	case needRead:
+		h.fastRead.Add(1)
+	case stale:
+		h.fastStale.Add(1)
+	default:
+		h.fastOther.Add(1)
 	}
 }

@@ -207,6 +207,8 @@ type engine struct {
 	hookAfterCommitSent func(*pgx.Conn)
 	hookCommitBatch     func(*pgx.Batch) // may queue statements after COMMIT, in its round trip
 	hookRecordRead      func()           // a group reads a task or wake record from the server
+
+	hookFastBatch func(*pgx.Conn, *pgx.Batch) // test hook: the fast path's one batch, before it is sent (fast.go)
 }
 
 var (

@@ -24,14 +24,19 @@ type countKey struct {
 // entries they name are dropped, the keys they wrote added), or, when it cannot (a prune,
 // too many events), starts from an empty cache. It belongs to the writer goroutine.
 type cache struct {
-	seq      uint64
-	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
-	valid    bool
-	from     uint64 // exact since: every key committed after log sequence from is here (this writer's, or caught up)
-	tasks    map[string]*projection.Task
-	wakes    map[string]*projection.Wake
-	taskKeys map[skey]string
-	wakeKeys map[skey]string
+	seq    uint64
+	prunes uint64 // log_head.prunes: a prune changes records without moving the log head
+	valid  bool
+	alone  bool // the last begin found no other writer's commit since the cache's head (fast.go)
+	// maxTask, maxWake: every stored id is at most these, or in the cache (the greatest
+	// stored at the last begin, raised by the ids the writer put since): the bound of
+	// txn.maxTask for a group run before the lock (fast.go).
+	maxTask, maxWake string
+	from             uint64 // exact since: every key committed after log sequence from is here (this writer's, or caught up)
+	tasks            map[string]*projection.Task
+	wakes            map[string]*projection.Wake
+	taskKeys         map[skey]string
+	wakeKeys         map[skey]string
 }
 
 // cacheMax bounds the entries kept from one group to the next; cacheValueMax the value bytes
@@ -91,6 +96,13 @@ type txn struct {
 	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
 	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
 	reads  int       // records and keys read from the server (headStats)
+
+	// optimistic: the group runs before the lock, against the cache alone (fast.go): a read
+	// the cache cannot answer fails with errNeedsRead and sets needRead, and every change to
+	// the cache is saved in undo first, so that the run can be taken back.
+	optimistic bool
+	needRead   bool
+	undo       *cacheUndo
 
 	seq        uint64 // the last sequence, the group's appends included
 	startSeq   uint64 // the log head when the group began
@@ -179,6 +191,9 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 		if id > maxID {
 			return nil, nil
 		}
+		if t.optimistic {
+			return nil, t.refuseRead()
+		}
 		if t.onRead != nil {
 			t.onRead()
 		}
@@ -212,8 +227,12 @@ func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string
 		return id, nil
 	}
 	if t.hints != nil && t.hints.absent(wake, k, t.c.from) {
+		t.undo.key(t.c, wake, k)
 		m[k] = ""
 		return "", nil
+	}
+	if t.optimistic {
+		return "", t.refuseRead()
 	}
 	t.reads++
 	id, err := readKey(t.ctx, t.conn, sql, sessionID, key)
@@ -245,6 +264,9 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 // txnPage runs one page's query in the round trip that first sends the group's pending
 // index writes, so that the page sees the group's own changes.
 func txnPage[R any](t *txn, scan func(pgx.Rows) (R, error), sql string, args ...any) ([]R, error) {
+	if t.optimistic {
+		return nil, t.refuseRead()
+	}
 	b := &pgx.Batch{}
 	t.flushIndexes(b)
 	var out []R
@@ -282,6 +304,9 @@ func scanJoined[R any](t *txn, tb *recordTable[R], first, next string, pre []any
 }
 
 func (t *txn) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64, string) bool) error {
+	if t.optimistic {
+		return t.refuseRead()
+	}
 	b := &pgx.Batch{}
 	t.flushIndexes(b)
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
@@ -292,6 +317,9 @@ func (t *txn) ScanSessionTasks(sessionID string, afterSeq uint64, fn func(uint64
 
 // Counts reads the stored counts and adds the group's pending changes.
 func (t *txn) Counts(fn func(string, events.TaskState, int64) bool) error {
+	if t.optimistic {
+		return t.refuseRead()
+	}
 	m := map[countKey]int64{}
 	if err := readCounts(t.ctx, t.conn, t.st, func(k string, s events.TaskState, n int64) bool {
 		m[countKey{k, s}] = n
@@ -329,12 +357,14 @@ func callCounts(m map[countKey]int64, fn func(string, events.TaskState, int64) b
 // --- writes ---
 
 func (t *txn) TaskEdited(r *projection.Task) error {
+	t.undo.task(t.c, r.ID)
 	t.c.tasks[r.ID] = r
 	t.dirtyTasks[r.ID] = true
 	return nil
 }
 
 func (t *txn) WakeEdited(r *projection.Wake) error {
+	t.undo.wake(t.c, r.ID)
 	t.c.wakes[r.ID] = r
 	t.dirtyWakes[r.ID] = true
 	return nil
@@ -344,12 +374,14 @@ func (t *txn) NewTask() *projection.Task { return new(projection.Task) }
 func (t *txn) NewWake() *projection.Wake { return new(projection.Wake) }
 
 func (t *txn) PutTask(r *projection.Task) error {
+	t.undo.task(t.c, r.ID)
 	t.c.tasks[r.ID] = r
 	t.newTasks[r.ID] = true
 	return nil
 }
 
 func (t *txn) PutWake(r *projection.Wake) error {
+	t.undo.wake(t.c, r.ID)
 	t.c.wakes[r.ID] = r
 	t.newWakes[r.ID] = true
 	return nil
@@ -357,6 +389,7 @@ func (t *txn) PutWake(r *projection.Wake) error {
 
 func (t *txn) PutTaskKey(sessionID, key, taskID string) error {
 	k := skey{sessionID, key}
+	t.undo.key(t.c, false, k)
 	t.c.taskKeys[k] = taskID
 	t.newTaskKeys = append(t.newTaskKeys, k)
 	return nil
@@ -364,6 +397,7 @@ func (t *txn) PutTaskKey(sessionID, key, taskID string) error {
 
 func (t *txn) PutWakeKey(sessionID, key, wakeID string) error {
 	k := skey{sessionID, key}
+	t.undo.key(t.c, true, k)
 	t.c.wakeKeys[k] = wakeID
 	t.newWakeKeys = append(t.newWakeKeys, k)
 	return nil

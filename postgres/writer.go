@@ -172,10 +172,10 @@ const (
 // alone, so only the failing one fails (as pebblelog's writer does).
 func (e *engine) runGroup(group []*command) {
 	if len(group) == 1 {
-		e.runAlone(group[0])
+		e.runAlone(group[0], true)
 		return
 	}
-	out, _, err := e.attempt(group)
+	out, _, err := e.attempt(group, true)
 	switch out {
 	case committed, notCommitted:
 		for _, c := range group {
@@ -183,22 +183,28 @@ func (e *engine) runGroup(group []*command) {
 		}
 	case fnFailed, rerunAlone:
 		for _, c := range group {
-			e.runAlone(c)
+			e.runAlone(c, false) // the ordinary way: a command runs at most twice when its group fails
 		}
 	}
 }
 
-func (e *engine) runAlone(c *command) {
-	_, _, err := e.attempt([]*command{c})
+func (e *engine) runAlone(c *command, mayFast bool) {
+	_, _, err := e.attempt([]*command{c}, mayFast)
 	c.done <- err
 }
 
 // attempt runs the group once. ran is the commands whose closures ran (the others' callers
 // left); err is their answer when the outcome is committed (nil) or notCommitted, the
-// failing closure's error when fnFailed.
-func (e *engine) attempt(group []*command) (out groupOutcome, ran []*command, err error) {
+// failing closure's error when fnFailed. mayFast: the group may run before the lock
+// (fast.go) when the cache allows.
+func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran []*command, err error) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.opts.WriteTimeout) // deadlines on the connection's I/O
 	defer cancel()
+	if mayFast && e.fastOK() {
+		if out, ran, err, done := e.attemptFast(ctx, group); done {
+			return out, ran, err
+		}
+	}
 	start := time.Now() // the log head's hold (headstats.go): read-only instrumentation
 	conn, tx, err := e.acquireBegun(ctx)
 	if err != nil {
@@ -347,11 +353,13 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	if stale {
 		e.head.caughtUp(keep, dropped)
 	}
+	alone := c.valid && !stale
 	if !keep {
 		e.cache = newCache()
 		e.cache.from = uint64(seq) // empty, and exact: nothing committed since seq
 	}
 	e.cache.valid = false // until this group commits
+	e.cache.alone = alone
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
 	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
@@ -361,16 +369,26 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 
 // adopt keeps the committed group's records as the cache of the new log head, but for those
 // holding large values.
+//
+// It keeps the bounds of the fast path (fast.go): every stored id that is not in the cache is
+// at most c.maxTask (c.maxWake). The group's bound was such (the greatest stored id at its
+// begin, or the cache's bound for a group run before the lock); the ids the group put are
+// in the cache; a record dropped here raises the bound to its id. The group's own puts do
+// not raise it: at one goroutine the next group's new id, random after its millisecond,
+// would fall below the last one half the time, and cost a read.
 func (e *engine) adopt(tx *txn) {
 	c := tx.c
+	c.maxTask, c.maxWake = tx.maxTask, tx.maxWake
 	for id, r := range c.tasks {
 		if r != nil && len(r.Input)+len(r.Outcome.Output) > cacheValueMax {
 			delete(c.tasks, id)
+			c.maxTask = max(c.maxTask, id)
 		}
 	}
 	for id, r := range c.wakes {
 		if r != nil && len(r.Payload)+len(r.Outcome.Output) > cacheValueMax {
 			delete(c.wakes, id)
+			c.maxWake = max(c.maxWake, id)
 		}
 	}
 	c.seq, c.prunes, c.valid = tx.seq, tx.prunes, true

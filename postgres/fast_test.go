@@ -1,0 +1,327 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
+)
+
+// tripCounter counts the round trips of the queue's connections (a statement, a batch or a
+// prepare each is one), but the listener's and the server clock's, which are not the
+// writer's and run when they please, and the calls that failed before anything was sent
+// because their context had ended (the fast path's refused reads: pgconn checks first).
+// sentEnded counts the calls begun with an ended context that did not fail: never.
+type tripCounter struct{ n, sentEnded atomic.Int64 }
+
+type traceKey struct{}
+
+type traced struct {
+	sql   string
+	ended bool
+}
+
+func (c *tripCounter) start(ctx context.Context, sql string) context.Context {
+	return context.WithValue(ctx, traceKey{}, traced{sql, ctx.Err() != nil})
+}
+
+func (c *tripCounter) end(ctx context.Context, err error) {
+	tr, _ := ctx.Value(traceKey{}).(traced)
+	if tr.ended && err == nil {
+		c.sentEnded.Add(1)
+	}
+	if strings.Contains(tr.sql, "clock_timestamp") || strings.HasPrefix(tr.sql, "LISTEN") {
+		return
+	}
+	if err != nil && errors.Is(err, context.Canceled) && pgconn.SafeToRetry(err) {
+		return // nothing sent
+	}
+	c.n.Add(1)
+}
+
+func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return c.start(ctx, d.SQL)
+}
+func (c *tripCounter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	c.end(ctx, d.Err)
+}
+func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return c.start(ctx, "")
+}
+func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *tripCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	c.end(ctx, d.Err)
+}
+func (c *tripCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
+	return c.start(ctx, d.SQL)
+}
+func (c *tripCounter) TracePrepareEnd(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
+	c.end(ctx, d.Err)
+}
+
+// openCounted opens an engine whose connections count their round trips.
+func openCounted(t *testing.T, dsn string) (*engine, *work.Queue, *tripCounter) {
+	tc := &tripCounter{}
+	testConfigHook = func(c *pgxpool.Config) { c.ConnConfig.Tracer = tc }
+	defer func() { testConfigHook = nil }()
+	e, q := openEngine(t, dsn, nil)
+	return e, q, tc
+}
+
+// TestSubmitIsOneRoundTrip (issue 24, W1 from one goroutine): a submit whose group the
+// cache answers — a new task, no read — is one round trip: BEGIN, the lock, the head's
+// check, the writes and COMMIT in one batch. It was two (the begin batch, then the commit
+// batch), as it still is while another writer commits between the groups.
+func TestSubmitIsOneRoundTrip(t *testing.T) {
+	e, q, tc := openCounted(t, pgtest.Schema(t))
+	ctx := context.Background()
+	s := q.Session("s")
+	submit := func(r work.TaskRequest) {
+		t.Helper()
+		if _, err := s.Submit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // the cache becomes exact and alone; every statement gets prepared
+		submit(work.TaskRequest{Kind: "warm-up", Input: []byte(`{"n":0}`)})
+	}
+	const n = 20
+	tc.n.Store(0)
+	fast := e.head.fast.Load()
+	for i := range n {
+		submit(work.TaskRequest{Kind: "k", Input: []byte(`{"n":1}`), Priority: i % 2})
+	}
+	if got := tc.n.Load(); got != n {
+		t.Errorf("%d submits from one goroutine took %d round trips, want %d", n, got, n)
+	}
+	if got := e.head.fast.Load() - fast; got != n {
+		t.Errorf("%d of %d submits took the fast path", got, n)
+	}
+	// With a hook of the ordinary commit batch, the ordinary path: two round trips.
+	e.hookBeforeCommit = func(*pgx.Conn) {}
+	submit(work.TaskRequest{Kind: "k"}) // prepares what the ordinary way sends
+	tc.n.Store(0)
+	submit(work.TaskRequest{Kind: "k"})
+	if got := tc.n.Load(); got != 2 {
+		t.Errorf("a submit the ordinary way took %d round trips, want 2", got)
+	}
+	e.hookBeforeCommit = nil
+	mustVerify(t, q)
+}
+
+// TestFastPathNeedsARead: a claim scans the due index (and the schedules, and reads the
+// kind policies), reads the cache cannot answer. The group's run before the lock is given up
+// before anything is sent — its statements fail on their ended context, none reaches the
+// server — and the claim runs the ordinary way and claims what it should.
+func TestFastPathNeedsARead(t *testing.T) {
+	e, q, tc := openCounted(t, pgtest.Schema(t))
+	ctx := context.Background()
+	for range 6 {
+		if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		read := e.head.fastRead.Load()
+		ds, err := q.ClaimDue(ctx, time.Minute, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("claim: %v, %v", ds, err)
+		}
+		if i > 0 && e.head.fastRead.Load() != read+1 { // the first follows the ordinary submits' last
+			t.Errorf("claim %d did not try the fast path: the test proves nothing", i)
+		}
+	}
+	if n := tc.sentEnded.Load(); n != 0 {
+		t.Errorf("%d statements of the fast path's runs reached the server", n)
+	}
+	mustVerify(t, q)
+}
+
+// TestFastPathOtherWriterCommitted: writer B's cache is exact and alone when A commits; B's
+// next submit runs before the lock on a stale cache, and its batch's check of the head
+// fails: rolled back, the group runs the ordinary way (catching the cache up) and commits
+// once, with sequence numbers after A's.
+func TestFastPathOtherWriterCommitted(t *testing.T) {
+	_, qa, b, qb := twoWriters(t)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "b"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := qa.Session("s").Submit(ctx, work.TaskRequest{Kind: "a", IdempotencyKey: "K"}); err != nil {
+		t.Fatal(err)
+	}
+	stale := b.head.fastStale.Load()
+	task, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.head.fastStale.Load() != stale+1 {
+		t.Error("B's fast path did not find A's commit: the test proves nothing")
+	}
+	if got, found, err := qb.Session("s").Task(ctx, task.ID); err != nil || !found || got.Kind != "b" {
+		t.Errorf("B's task: %+v, %v, %v", got, found, err)
+	}
+	if n := logLen(t, qb); n != 5 {
+		t.Errorf("the log has %d events, want 5", n)
+	}
+	mustVerify(t, qb)
+}
+
+// TestFastBatchFailures: the one batch fails (a) before it is sent (the connection closed),
+// (b) on an ERROR the server raises inside it, (c) with the connection lost after its COMMIT
+// ran. Each submit succeeds, once: (a) and (b) ran the ordinary way after the fast path was
+// taken back, (c) was resolved from the commit mark as committed, and not run again.
+func TestFastBatchFailures(t *testing.T) {
+	e, q := openEngine(t, pgtest.Schema(t), nil)
+	ctx := context.Background()
+	s := q.Session("s")
+	for range 3 {
+		if _, err := s.Submit(ctx, work.TaskRequest{Kind: "warm-up"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := 3
+	for _, c := range []struct {
+		name string
+		hook func(*pgx.Conn, *pgx.Batch)
+	}{
+		{"closed before sending", func(c *pgx.Conn, _ *pgx.Batch) { dropConn(c) }},
+		{"an ERROR in the batch", func(_ *pgx.Conn, b *pgx.Batch) {
+			// Before COMMIT: the statements after it are skipped, the transaction rolled back.
+			b.QueuedQueries = append(b.QueuedQueries[:len(b.QueuedQueries)-1], &pgx.QueuedQuery{SQL: "SELECT 'x'::int"}, b.QueuedQueries[len(b.QueuedQueries)-1])
+		}},
+		{"lost after COMMIT", func(c *pgx.Conn, b *pgx.Batch) {
+			b.Queue("SELECT pg_sleep(2)")
+			go func() {
+				time.Sleep(300 * time.Millisecond) // the server has run COMMIT
+				dropConn(c)
+			}()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var fired atomic.Int32
+			e.hookFastBatch = func(conn *pgx.Conn, b *pgx.Batch) {
+				if fired.Add(1) == 1 {
+					c.hook(conn, b)
+				}
+			}
+			defer func() { e.hookFastBatch = nil }()
+			// Twice: the first makes the cache exact and alone again after the last case.
+			for range 2 {
+				task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: c.name + time.Now().String()})
+				if err != nil && strings.Contains(err.Error(), "use of closed network connection") {
+					t.Fatalf("submit: %v", err)
+				}
+				if err != nil {
+					t.Fatalf("submit: %v", err)
+				}
+				want++
+				if _, found, err := s.Task(ctx, task.ID); err != nil || !found {
+					t.Fatalf("the acknowledged task: %v, %v", found, err)
+				}
+				if fired.Load() > 0 {
+					break
+				}
+			}
+			if fired.Load() == 0 {
+				t.Fatal("the fast path was not taken: the case proves nothing")
+			}
+			if n := logLen(t, q); n != want {
+				t.Errorf("the log has %d events, want %d", n, want)
+			}
+		})
+	}
+	mustVerify(t, q)
+}
+
+// TestFastPathDeadPooledConnections: the fast path's batch meets idle connections whose
+// server processes ended (issue 25). Nothing of it can have committed (the commit mark says
+// so), so the group runs the ordinary way, which begins on a live connection: the caller
+// sees a success.
+func TestFastPathDeadPooledConnections(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	testConfigHook = func(c *pgxpool.Config) {
+		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	}
+	t.Cleanup(func() { testConfigHook = nil })
+	e, q := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	s := q.Session("s")
+	for range 3 {
+		if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := connect(t, dsn)
+	var pids []int32
+	for _, c := range e.pool.AcquireAllIdle(ctx) {
+		pids = append(pids, int32(c.Conn().PgConn().PID()))
+		c.Release()
+	}
+	if len(pids) == 0 {
+		t.Fatal("no idle connection")
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(p) FROM unnest($1::int[]) AS p", pids); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the terminated server processes to exit", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&n)
+		return err == nil && n == 0
+	})
+	other := e.head.fastOther.Load()
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "after"}); err != nil {
+		t.Fatalf("submit on dead pooled connections: %v", err)
+	}
+	if e.head.fastOther.Load() == other {
+		t.Error("the fast path did not meet a dead connection: the test proves nothing")
+	}
+	if n := logLen(t, q); n != 4 {
+		t.Errorf("the log has %d events, want 4", n)
+	}
+	mustVerify(t, q)
+}
+
+// TestFastPathAfterOtherWritersPrune: a prune moves the head's prunes, not its seq. Writer
+// B's cache holds a failed task when A prunes it; B's retry of it, run before the lock,
+// would write (a task_retried for a task no longer stored): its batch's check sees the
+// prunes moved, and the retry runs the ordinary way, where the task is gone.
+func TestFastPathAfterOtherWritersPrune(t *testing.T) {
+	_, qa, b, qb := twoWriters(t)
+	ctx := context.Background()
+	base := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := qb.Session("s")
+	task, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "old"}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := qb.ClaimKindsAt(ctx, []string{"old"}, base.Add(time.Second), time.Hour, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v, %v", ds, err)
+	}
+	if _, err := qb.FinishAt(ctx, ds[0], work.Failure("boom"), base.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := qa.Prune(ctx, base.Add(time.Hour)); err != nil || res.Tasks != 1 {
+		t.Fatalf("prune: %+v, %v; want the old task pruned", res, err)
+	}
+	stale := b.head.fastStale.Load()
+	if _, err := s.Retry(ctx, task.ID, time.Time{}); !errors.Is(err, work.ErrTaskNotFound) {
+		t.Errorf("B's retry of the task A pruned: %v, want ErrTaskNotFound", err)
+	}
+	if b.head.fastStale.Load() != stale+1 {
+		t.Error("B's retry did not find the prune in its batch's check: the test proves nothing")
+	}
+	mustVerify(t, qb)
+}
