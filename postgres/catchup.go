@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -41,28 +42,45 @@ import (
 // catchUpMax bounds the events read to catch the cache up; past it the cache starts over.
 const catchUpMax = 4096
 
-// change is one event appended after the cache's head: rec is its subject's record where
-// the rule needs it (task_submitted, wake_recorded), nil otherwise.
+// lastLen is how much of an event's body identifies it (cache.last): the envelope and the
+// header (type, session, the command's time in nanoseconds) and the start of the subject's
+// id. Two different events at one sequence number do not share it.
+const lastLen = 128
+
+func lastOf(body []byte) []byte { return append([]byte{}, body[:min(len(body), lastLen)]...) }
+
+// change is one event from the cache's head on: rec is its subject's record where the rule
+// needs it (task_submitted, wake_recorded), nil otherwise; last the first bytes of the
+// event at the cache's head (the first row; NULL on the others).
 type change struct {
 	seq     int64
 	typ     int16
 	subject []byte
 	rec     []byte
+	last    []byte
 }
 
 func scanChange(rows pgx.Rows) (change, error) {
 	var c change
-	return c, rows.Scan(&c.seq, &c.typ, &c.subject, &c.rec)
+	return c, rows.Scan(&c.seq, &c.typ, &c.subject, &c.rec, &c.last)
 }
 
-// changesSinceStatement reads the events after $1, at most $2, with the record of each
-// submitted task and recorded wake (a subquery CASE evaluates only for those: a claim's or
-// a settle's event costs its index entry alone).
+// changesSinceStatement reads the events from $1 on (the cache's head, whose event must be
+// the one the cache knows), at most $2, with the record of each submitted task and recorded
+// wake (a subquery in CASE runs only for those: a claim's or a settle's event costs its
+// index entry alone).
 func changesSinceStatement(q func(string) string) string {
 	return q(fmt.Sprintf(`SELECT e.seq, e.type, e.subject, CASE e.type
 			WHEN %d THEN (SELECT t.rec FROM {s}.tasks t WHERE t.id = e.subject)
-			WHEN %d THEN (SELECT w.rec FROM {s}.wakes w WHERE w.id = e.subject) END
-		FROM {s}.events e WHERE e.seq > $1 ORDER BY e.seq LIMIT $2`, events.TypeTaskSubmitted, events.TypeWakeRecorded))
+			WHEN %d THEN (SELECT w.rec FROM {s}.wakes w WHERE w.id = e.subject) END,
+			CASE WHEN e.seq = $1 THEN substring(e.body for %d) END
+		FROM {s}.events e WHERE e.seq >= $1 ORDER BY e.seq LIMIT $2`, events.TypeTaskSubmitted, events.TypeWakeRecorded, lastLen))
+}
+
+// headLastStatement reads the first bytes of the event at the log head (NULL: none).
+func headLastStatement(q func(string) string) string {
+	return q(fmt.Sprintf(`SELECT substring(e.body for %d) FROM {s}.log_head h
+		LEFT JOIN {s}.events e ON e.seq = h.seq WHERE h.id = 1`, lastLen))
 }
 
 // catchUpRule says what an event of typ changes in the cache: its subject's entry (task or
@@ -86,14 +104,16 @@ func catchUpRule(typ events.Type) (task, wake, record, known bool) {
 	return false, false, false, false
 }
 
-// catchUp drops the entries chs (the events after c.seq up to the locked head, in order)
-// may have changed and adds the keys they wrote. It reports false when it cannot account
-// for them: the caller then drops the whole cache. It returns the number of entries dropped.
+// catchUp drops the entries chs (the event at c.seq, then those after it up to the locked
+// head, in order) may have changed and adds the keys they wrote. It reports false when it
+// cannot account for them: the first is not the event the cache's head was (another
+// history: a failover lost commits), or there are too many. The caller then drops the whole
+// cache. It returns the number of entries dropped.
 func (c *cache) catchUp(chs []change) (dropped int, ok bool) {
-	if len(chs) > catchUpMax {
+	if len(chs) == 0 || len(chs) > catchUpMax+1 || uint64(chs[0].seq) != c.seq || c.last == nil || !bytes.Equal(chs[0].last, c.last) {
 		return 0, false
 	}
-	for _, ch := range chs {
+	for _, ch := range chs[1:] {
 		task, wake, record, known := catchUpRule(events.Type(ch.typ))
 		if !known {
 			return dropped, false

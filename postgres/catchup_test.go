@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -302,6 +304,80 @@ func TestCacheSeesOtherWritersPolicy(t *testing.T) {
 	}
 	if ds, err := qb.ClaimDue(ctx, time.Minute, 1); err != nil || len(ds) != 0 {
 		t.Errorf("B claims %v, %v of a kind A paused", ds, err)
+	}
+	mustVerify(t, qb)
+}
+
+// TestCacheSeesAnotherHistory: a failover to a standby that had not received writer B's last
+// commit leaves a log without it, and another writer then appends a different event at the
+// same sequence number: the head's seq and prunes are what B's cache was at. B must not take
+// its cache (which holds the lost task) for the log's state: the event at the head is not
+// the one B's cache is of. (The loss is made by hand here: B's commit is deleted row by row,
+// as the standby never had it.) The other writer appends one event (B's head seq again: B
+// checks the event at it) or two (B's head is behind: its catch-up checks the event at its
+// old head first).
+func TestCacheSeesAnotherHistory(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d events", n), func(t *testing.T) { anotherHistory(t, n) })
+	}
+}
+
+func anotherHistory(t *testing.T, others int) {
+	dsn := pgtest.Schema(t)
+	b, qb := openEngine(t, dsn, nil)
+	_, qa := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	if _, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, dsn)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`SELECT seq FROM log_head WHERE id = 1 FOR UPDATE`,
+		`DELETE FROM events WHERE seq = 2`,
+		`DELETE FROM tasks WHERE id = $1`,
+		`DELETE FROM due WHERE task_id = $1`,
+		`DELETE FROM kind_due WHERE task_id = $1`,
+		`DELETE FROM session_tasks WHERE task_id = $1`,
+		`UPDATE counts SET n = n - 1 WHERE kind = 'lost'::bytea`,
+		`UPDATE log_head SET seq = 1 WHERE id = 1`,
+	} {
+		var args []any
+		if strings.Contains(sql, "$1") {
+			args = append(args, []byte(lost.ID))
+		}
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range others {
+		if _, err := qa.Session("s").Submit(ctx, work.TaskRequest{Kind: "other"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var found bool
+	if err := b.Update(ctx, func(tx engineapi.Txn) error {
+		r, err := tx.Task(lost.ID)
+		found = r != nil
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if found {
+		t.Error("B's writer reads the task lost with its commit")
+	}
+	if _, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "after"}); err != nil {
+		t.Fatal(err)
 	}
 	mustVerify(t, qb)
 }

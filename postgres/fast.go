@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func (e *engine) takeBack(tx *txn) {
 
 // fastOK reports whether the next group may run before the lock.
 func (e *engine) fastOK() bool {
-	return e.cache.valid && e.cache.alone && !e.savepointEach &&
+	return e.cache.valid && e.cache.alone && e.cache.last != nil && !e.savepointEach &&
 		e.hookBeforeCommit == nil && e.hookAfterCommitSent == nil && e.hookCommitBatch == nil
 }
 
@@ -161,7 +162,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	tx := newTxn(ended, conn.Conn(), e.st, c)
 	tx.optimistic, tx.undo, tx.hints = true, newCacheUndo(), &e.hints
 	tx.seq, tx.startSeq, tx.prunes = c.seq, c.seq, c.prunes
-	tx.maxTask, tx.maxWake = c.maxTask, c.maxWake
+	tx.maxTask, tx.maxWake, tx.last = c.maxTask, c.maxWake, c.last
 	ran = make([]*command, 0, len(group))
 	for _, cm := range group {
 		ferr, ok := cm.runWithin(ended, tx)
@@ -189,8 +190,9 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	if !wrote {
 		// Every answer came from the cache: current if the head is still the cache's.
 		var seq, prunes int64
-		err := conn.QueryRow(ctx, e.st.headNow).Scan(&seq, &prunes)
-		if err != nil || uint64(seq) != c.seq || uint64(prunes) != c.prunes {
+		var last []byte
+		err := conn.QueryRow(ctx, e.st.headNow).Scan(&seq, &prunes, &last)
+		if err != nil || uint64(seq) != c.seq || uint64(prunes) != c.prunes || !bytes.Equal(last, c.last) {
 			e.takeBack(tx)
 			c.alone = false
 			e.head.fastMissed(false, true)
@@ -203,7 +205,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(e.st.lockHead)
-	b.Queue(e.st.checkHead, int64(c.seq), int64(c.prunes))
+	b.Queue(e.st.checkHead, int64(c.seq), int64(c.prunes), c.last)
 	tx.ctx = ctx
 	tx.queueCommit(b, e.channel)
 	e.mark.n++
@@ -256,10 +258,13 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 
 // headStatements are the fast path's reads of the head: its value (a group that wrote
 // nothing), and the check in the one batch, an ERROR (division by zero, 22012) unless the
-// head is still the cache's. The check is a statement of its own after the lock: in READ
-// COMMITTED its snapshot is taken after the lock was granted, so it reads the head's last
-// committed value, which no writer can change before this transaction ends.
+// head is still the cache's — its seq, its prunes, and its event (cache.last: the same
+// history). The check is a statement of its own after the lock: in READ COMMITTED its
+// snapshot is taken after the lock was granted, so it reads the head's last committed
+// value, which no writer can change before this transaction ends.
 func headStatements(q func(string) string) (now, check string) {
-	return q(`SELECT seq, prunes FROM {s}.log_head WHERE id = 1`),
-		q(`SELECT 1 / (CASE WHEN seq = $1 AND prunes = $2 THEN 1 ELSE 0 END) FROM {s}.log_head WHERE id = 1`)
+	return q(fmt.Sprintf(`SELECT h.seq, h.prunes, substring(e.body for %d) FROM {s}.log_head h
+			LEFT JOIN {s}.events e ON e.seq = h.seq WHERE h.id = 1`, lastLen)),
+		q(fmt.Sprintf(`SELECT 1 / (CASE WHEN h.seq = $1 AND h.prunes = $2 AND substring(e.body for %d) = $3
+			THEN 1 ELSE 0 END) FROM {s}.log_head h LEFT JOIN {s}.events e ON e.seq = h.seq WHERE h.id = 1`, lastLen))
 }

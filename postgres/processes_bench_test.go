@@ -41,7 +41,10 @@ const procWorkerEnv = "WORKLOG_PG_PROC_WORKER" // the DSN: this process is a wor
 //     lock (each a round trip), which the writer's cache did not answer;
 //   - cache-kept: of the groups that found another process's commits since their writer's
 //     last, the fraction whose cache was caught up with those events (catchup.go) rather than
-//     started over; dropped/catch-up, the entries a catch-up dropped.
+//     started over; dropped/catch-up, the entries a catch-up dropped;
+//   - fast/group: the groups committed in one round trip (fast.go) per committed group (a
+//     fast group that wrote nothing is counted in fast, not in groups); fast-stale/group, the
+//     fast batches whose check found another process's commit (a round trip lost).
 //
 // The server is pgtest's (fsync off: a commit costs no disk flush, so the hold is the round
 // trips and the work inside them); bench/ runs River against a server with fsync on.
@@ -58,6 +61,7 @@ type workerHead struct {
 	Groups, HeldNanos, WaitNanos int64
 	Reads                        int64 // records and keys read under the lock
 	Kept, Restarted, Dropped     int64 // the cache at begins after another process wrote
+	Fast, FastStale              int64 // groups in one round trip; fast batches whose head check failed
 }
 
 func benchProcesses(b *testing.B, procs int) {
@@ -154,6 +158,8 @@ func benchProcesses(b *testing.B, procs int) {
 		sum.Kept += h.Kept
 		sum.Restarted += h.Restarted
 		sum.Dropped += h.Dropped
+		sum.Fast += h.Fast
+		sum.FastStale += h.FastStale
 	}
 	if sum.Groups == 0 {
 		b.Fatal("no group committed by the workers")
@@ -169,6 +175,8 @@ func benchProcesses(b *testing.B, procs int) {
 	b.ReportMetric(float64(sum.HeldNanos)/1e9/secs, "head-busy")
 	b.ReportMetric(perGroup/held*1e6, "ceiling-tasks/s")
 	b.ReportMetric(float64(sum.Reads)/float64(sum.Groups), "reads/group")
+	b.ReportMetric(float64(sum.Fast)/float64(sum.Groups), "fast/group")
+	b.ReportMetric(float64(sum.FastStale)/float64(sum.Groups), "fast-stale/group")
 	if behind := sum.Kept + sum.Restarted; behind > 0 {
 		b.ReportMetric(float64(sum.Kept)/float64(behind), "cache-kept")
 		if sum.Kept > 0 {
@@ -224,6 +232,7 @@ func TestProcessesWorker(t *testing.T) {
 	h, _ := json.Marshal(workerHead{
 		Groups: e.head.groups.Load(), HeldNanos: e.head.held.Load(), WaitNanos: e.head.wait.Load(),
 		Reads: e.head.reads.Load(), Kept: e.head.kept.Load(), Restarted: e.head.restarted.Load(), Dropped: e.head.dropped.Load(),
+		Fast: e.head.fast.Load(), FastStale: e.head.fastStale.Load(),
 	})
 	fmt.Printf("head %s\n", h)
 }

@@ -76,7 +76,7 @@ type statements struct {
 	setMark, getMark, delMark, waitHead                                     string
 	taskKeyRec, wakeKeyRec                                                  string // ViewDurable's (readfirst.go)
 	changesSince                                                            string // the writer's cache (catchup.go)
-	headNow, checkHead                                                      string // the writer's fast path (fast.go)
+	headNow, checkHead, headLast                                            string // the writer's fast path (fast.go), its begin (catchup.go)
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
@@ -164,6 +164,7 @@ func newStatements(schema string) *statements {
 	st.taskKeyRec, st.wakeKeyRec = keyRecStatements(q)
 	st.changesSince = changesSinceStatement(q)
 	st.headNow, st.checkHead = headStatements(q)
+	st.headLast = headLastStatement(q)
 	return st
 }
 

@@ -24,19 +24,25 @@ type countKey struct {
 // entries they name are dropped, the keys they wrote added), or, when it cannot (a prune,
 // too many events), starts from an empty cache. It belongs to the writer goroutine.
 type cache struct {
-	seq    uint64
-	prunes uint64 // log_head.prunes: a prune changes records without moving the log head
-	valid  bool
-	alone  bool // the last begin found no other writer's commit since the cache's head (fast.go)
-	// maxTask, maxWake: every stored id is at most these, or in the cache (the greatest
-	// stored at the last begin, raised by the ids the writer put since): the bound of
-	// txn.maxTask for a group run before the lock (fast.go).
+	seq      uint64
+	prunes   uint64 // log_head.prunes: a prune changes records without moving the log head
+	valid    bool
+	from     uint64 // exact since: every key committed after log sequence from is here (this writer's, or caught up)
+	tasks    map[string]*projection.Task
+	wakes    map[string]*projection.Wake
+	taskKeys map[skey]string
+	wakeKeys map[skey]string
+
+	// last: the first bytes of the event at seq (nil: none, or not known), which identify the
+	// history the cache is of. A failover to a standby that lost commits can leave a log
+	// whose head is at or past seq with other events at and below it: the cache is kept or
+	// caught up only while the event at seq is still this one (catchup.go, fast.go).
+	last []byte
+	// alone: the last begin found no other writer's commit since the cache's head (fast.go).
+	alone bool
+	// maxTask, maxWake: every stored id not in the cache is at most these (adopt): the bound
+	// of txn.maxTask for a group run before the lock (fast.go).
 	maxTask, maxWake string
-	from             uint64 // exact since: every key committed after log sequence from is here (this writer's, or caught up)
-	tasks            map[string]*projection.Task
-	wakes            map[string]*projection.Wake
-	taskKeys         map[skey]string
-	wakeKeys         map[skey]string
 }
 
 // cacheMax bounds the entries kept from one group to the next; cacheValueMax the value bytes
@@ -105,6 +111,7 @@ type txn struct {
 	undo       *cacheUndo
 
 	seq        uint64 // the last sequence, the group's appends included
+	last       []byte // the first bytes of the event at startSeq, read by the begin (cache.last)
 	startSeq   uint64 // the log head when the group began
 	prunes     uint64 // log_head.prunes, counted up by a prune of this group
 	pruned     bool   // a prune ran in this group: the commit writes prunes

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -327,15 +328,17 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	var seq, prunes int64
 	var maxTask, maxWake []byte
 	var chs []change
+	var last []byte
 	c := e.cache
-	keep := c.valid && c.size() <= cacheMax
+	keep := c.valid && c.size() <= cacheMax && c.last != nil
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(e.st.lockHead).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &prunes) })
 	b.Queue(e.st.maxTask).QueryRow(func(r pgx.Row) error { return r.Scan(&maxTask) })
 	b.Queue(e.st.maxWake).QueryRow(func(r pgx.Row) error { return r.Scan(&maxWake) })
+	b.Queue(e.st.headLast).QueryRow(func(r pgx.Row) error { return r.Scan(&last) })
 	if keep {
-		b.Queue(e.st.changesSince, int64(c.seq), catchUpMax+1).Query(func(rows pgx.Rows) error {
+		b.Queue(e.st.changesSince, int64(c.seq), catchUpMax+2).Query(func(rows pgx.Rows) error {
 			var err error
 			chs, err = collect(rows, scanChange)
 			return err
@@ -344,11 +347,18 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	stale := c.valid && (c.seq != uint64(seq) || c.prunes != uint64(prunes)) // another writer committed
+	// Another writer committed (or the history changed: a failover that lost commits).
+	stale := c.valid && (c.seq != uint64(seq) || c.prunes != uint64(prunes) || !bytes.Equal(c.last, last))
 	keep = keep && c.prunes == uint64(prunes)
 	dropped := 0
-	if keep && c.seq != uint64(seq) {
+	switch {
+	case !keep:
+	case c.seq == uint64(seq):
+		keep = bytes.Equal(c.last, last)
+	case c.seq < uint64(seq):
 		dropped, keep = c.catchUp(chs)
+	default: // the head went back
+		keep = false
 	}
 	if stale {
 		e.head.caughtUp(keep, dropped)
@@ -363,7 +373,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
 	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
-	tx.startSeq, tx.prunes = tx.seq, uint64(prunes)
+	tx.startSeq, tx.prunes, tx.last = tx.seq, uint64(prunes), last
 	return tx, nil
 }
 
@@ -392,6 +402,13 @@ func (e *engine) adopt(tx *txn) {
 		}
 	}
 	c.seq, c.prunes, c.valid = tx.seq, tx.prunes, true
+	c.last = tx.last
+	if tx.seq != tx.startSeq {
+		c.last = nil // the head's event is the group's last, unless a prune of the group took it
+		if n := len(tx.evs); n > 0 && tx.evs[n-1].seq == tx.seq {
+			c.last = lastOf(tx.evs[n-1].body)
+		}
+	}
 }
 
 func rollback(conn *pgxpool.Conn) {
