@@ -49,13 +49,15 @@ func newCache() *cache {
 func (c *cache) size() int { return len(c.tasks) + len(c.wakes) + len(c.taskKeys) + len(c.wakeKeys) }
 
 // idxOp is a pending write of one index entry. Put and delete of one key in one group net
-// out (Apply never puts an entry that exists, so a put then a delete leaves nothing; a delete
-// then a put is an upsert).
+// out (Apply never puts an entry that exists, so a put then a delete leaves nothing); a delete
+// then a put replaces the stored entry (replaces: the flush deletes it before the put), and a
+// delete after that is a delete again.
 type idxOp struct {
-	put  bool
-	id   string
-	wake bool  // the retention index's entries only
-	pri  int64 // the due indexes' entries only: the task's priority
+	put      bool
+	replaces bool // put over a pending delete (the eligibility indexes; the retention index upserts)
+	id       string
+	wake     bool  // the retention index's entries only
+	pri      int64 // the due indexes' entries only: the task's priority
 }
 
 type dueKey struct {
@@ -365,7 +367,7 @@ func (t *txn) PutWakeKey(sessionID, key, wakeID string) error {
 }
 
 func netDelete[K comparable](m map[K]idxOp, k K) {
-	if op, ok := m[k]; ok && op.put {
+	if op, ok := m[k]; ok && op.put && !op.replaces {
 		delete(m, k) // put in this group on a key that had no entry: nothing to write
 		return
 	}
