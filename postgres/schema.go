@@ -79,6 +79,7 @@ type statements struct {
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
 	kp  kindPolicyStatements                   // the kind policies and lease index (kind_policies.go)
+	cp  copyStatements                         // a large group's inserts (copy.go)
 }
 
 func newStatements(schema string) *statements {
@@ -153,6 +154,7 @@ func newStatements(schema string) *statements {
 		idx: indexStatementsOf(q, true),
 		sc:  newScheduleStatements(q),
 		kp:  newKindPolicyStatements(q),
+		cp:  newCopyStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
