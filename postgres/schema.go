@@ -74,7 +74,7 @@ type statements struct {
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 	setMark, getMark, delMark, waitHead                                     string
-	taskKeyRec, wakeKeyRec                                                  string // ViewDurable's (readfirst.go)
+	taskKeyRec, wakeKeyRec, taskKeysRec, wakeKeysRec                        string // ViewDurable's (readfirst.go)
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
@@ -161,7 +161,7 @@ func newStatements(schema string) *statements {
 		delMark:  q(`DELETE FROM {s}.commit_marks WHERE writer = $1`),
 		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
-	st.taskKeyRec, st.wakeKeyRec = keyRecStatements(q)
+	st.taskKeyRec, st.wakeKeyRec, st.taskKeysRec, st.wakeKeysRec = keyRecStatements(q)
 	return st
 }
 
