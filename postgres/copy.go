@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -176,8 +178,12 @@ func (t *txn) copyLarge() error {
 		if len(*k.keys) < copyMin {
 			continue
 		}
-		c.reset(len(*k.keys) * 64)
-		for _, sk := range *k.keys {
+		keys := slices.Clone(*k.keys)
+		slices.SortFunc(keys, func(a, b skey) int {
+			return cmp.Or(strings.Compare(a.session, b.session), strings.Compare(a.key, b.key))
+		})
+		c.reset(len(keys) * 64)
+		for _, sk := range keys {
 			c.row(3)
 			c.str(sk.session)
 			c.str(sk.key)
@@ -200,13 +206,23 @@ func (t *txn) copyLarge() error {
 		if pri {
 			fields++
 		}
-		c.reset(len(m) * 64)
-		n := 0
+		keys := make([]idxKey, 0, len(m))
 		for k, op := range m {
-			if !op.put || op.replaces {
-				continue
+			if op.put && !op.replaces {
+				keys = append(keys, k)
 			}
-			n++
+		}
+		if len(keys) < copyMin {
+			continue
+		}
+		// In the primary key's order: each row lands next to the one before it in the
+		// index, whose pages then fill up in order instead of splitting all over.
+		slices.SortFunc(keys, func(a, b idxKey) int {
+			return cmp.Or(strings.Compare(a.part, b.part), cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq))
+		})
+		c.reset(len(keys) * 64)
+		for _, k := range keys {
+			op := m[k]
 			c.row(fields)
 			if parted {
 				c.str(k.part)
@@ -218,16 +234,11 @@ func (t *txn) copyLarge() error {
 				c.int64(op.pri)
 			}
 		}
-		if n < copyMin {
-			continue
-		}
 		if err := send(cs.idx[ix]); err != nil {
 			return err
 		}
-		for k, op := range m {
-			if op.put && !op.replaces {
-				delete(m, k)
-			}
+		for _, k := range keys {
+			delete(m, k)
 		}
 	}
 	return nil
@@ -240,8 +251,13 @@ func copyRecords[R any](t *txn, c *copyBuf, tb *recordTable[R], sql string, adde
 		return nil
 	}
 	m := tb.cached(t.c)
-	c.reset(len(added) * 256)
+	ids := make([]string, 0, len(added))
 	for id := range added {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the primary key's order (see copyLarge's indexes)
+	c.reset(len(added) * 256)
+	for _, id := range ids {
 		if r, ok := any(m[id]).(*projection.Task); ok {
 			c.task(r)
 			continue
