@@ -17,11 +17,14 @@ import (
 
 // copyMin is the number of rows of one table from which a group's commit inserts them with
 // COPY rather than in the commit batch's INSERT ... SELECT FROM unnest(...). COPY costs a
-// round trip of its own, before the commit batch; for a large group (a SubmitMany) it saves
-// the server the executor's work per row and packs the heap rows into multi-insert WAL
-// records, and the client the arrays' encoding (copyBuf writes the rows straight into one
-// buffer in COPY's binary format).
-const copyMin = 256
+// round trip of its own, before the commit batch, under the head lock; for a large group (a
+// SubmitMany) it saves the server the executor's work per row and packs the heap rows into
+// multi-insert WAL records, and the client the arrays' encoding (copyBuf writes the rows
+// straight into one buffer in COPY's binary format). It is above the rows a group of
+// Options.MaxBatchCommands (256 by default) one-event commands writes to a table, so that
+// on a distant server such a group pays no round trips it would barely win back: only
+// batches take it.
+const copyMin = 1024
 
 // copyBuf is rows in COPY's binary format: a header, then each row's field count and each
 // field's length and bytes, then a trailer (PostgreSQL, "COPY", "Binary Format").

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -99,6 +100,40 @@ func TestSubmitManyCopyFailureRecordsNothing(t *testing.T) {
 	}
 	if res, err = s.SubmitMany(ctx, rs); err != nil || res[len(rs)-1].Err != nil {
 		t.Fatalf("the batch again: %v", err)
+	}
+	mustVerify(t, q)
+}
+
+// TestSubmitManyCopiedThenLostRecordsNothing: a batch whose rows went by COPY and whose
+// connection is then lost before the commit batch is not recorded: the COPYs were in its
+// transaction, which died with the connection.
+func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
+	e, q := openEngine(t, pgtest.Schema(t), nil)
+	ctx := context.Background()
+	s := q.Session("s")
+	var armed atomic.Bool
+	e.hookBeforeCommit = func(c *pgx.Conn) {
+		if armed.CompareAndSwap(true, false) {
+			dropConn(c)
+		}
+	}
+	rs := make([]work.TaskRequest, 2*copyMin)
+	for i := range rs {
+		rs[i] = work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprint("key-", i)}
+	}
+	armed.Store(true)
+	if res, err := s.SubmitMany(ctx, rs); !errors.Is(err, work.ErrBackend) || res != nil {
+		t.Fatalf("SubmitMany with the connection lost after its COPYs: %d results, %v; want ErrBackend and none", len(res), err)
+	}
+	e.hookBeforeCommit = nil
+	if n := logLen(t, q); n != 0 {
+		t.Fatalf("the log has %d events after the lost batch, want none", n)
+	}
+	if res, err := s.SubmitMany(ctx, rs); err != nil || res[len(rs)-1].Err != nil {
+		t.Fatalf("the batch again: %v", err)
+	}
+	if n := logLen(t, q); n != len(rs) {
+		t.Errorf("the log has %d events, want %d", n, len(rs))
 	}
 	mustVerify(t, q)
 }
