@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
+	"slices"
 	"testing"
 	"time"
 )
@@ -69,3 +71,32 @@ func BenchmarkWorklogNoSyncW2Dispatch(b *testing.B) {
 	benchmarkWorklogW2(b, "worklog-nosync", "dispatch")
 }
 func BenchmarkWorklogNoSyncW2Each(b *testing.B) { benchmarkWorklogW2(b, "worklog-nosync", "each") }
+
+// TestChildren: the children files list what a scan of every process finds.
+func TestChildren(t *testing.T) {
+	var cmds []*exec.Cmd
+	for range 3 {
+		c := exec.Command("sleep", "30")
+		if err := c.Start(); err != nil {
+			t.Skip(err)
+		}
+		cmds = append(cmds, c)
+	}
+	defer func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	got, want := children(os.Getpid()), scanChildren(os.Getpid())
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) || len(got) < 3 {
+		t.Fatalf("children %v, a scan of /proc %v; want the same, the 3 sleeps among them", got, want)
+	}
+	for _, c := range cmds {
+		if !slices.Contains(got, c.Process.Pid) {
+			t.Errorf("children %v lack %d", got, c.Process.Pid)
+		}
+	}
+}

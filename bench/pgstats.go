@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,13 +19,18 @@ import (
 // cover: CPU time (the postmaster's own and its reaped children's, plus every live child's) and
 // peak memory as the sum of proportional set sizes (shared buffers counted once). It needs the
 // server on this machine, readable /proc entries, and a superuser to tell the data directory.
+//
+// The sampling is the client's CPU (it reads the server's /proc files from this process):
+// it runs on an OS thread of its own, whose CPU time stop reports, so that the client's
+// figures leave it out (result.SamplerCPU).
 type pgServerStats struct {
-	pid     int
-	cpu0    float64
-	stopCh  chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	peakPSS int64
+	pid        int
+	cpu0       float64
+	stopCh     chan struct{}
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	peakPSS    int64
+	samplerCPU float64 // the sampling thread's CPU seconds, set when it ends
 }
 
 const clockTicks = 100 // USER_HZ on Linux
@@ -58,6 +65,10 @@ func (s *pgServerStats) start() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		// The thread ends with the goroutine (it stays locked): no other goroutine runs on
+		// it, so its CPU time is the sampling's.
+		runtime.LockOSThread()
+		t0 := threadCPU()
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -65,18 +76,30 @@ func (s *pgServerStats) start() {
 			select {
 			case <-t.C:
 			case <-s.stopCh:
+				s.samplePSS() // the last sample, after the phases
+				s.samplerCPU = threadCPU() - t0
 				return
 			}
 		}
 	}()
 }
 
-// stop returns the server's CPU seconds since start and its peak PSS in KiB.
+// stop returns the server's CPU seconds since start and its peak PSS in KiB; samplerCPU is
+// then what sampling cost this process.
 func (s *pgServerStats) stop() (float64, int64) {
 	close(s.stopCh)
 	s.wg.Wait()
-	s.samplePSS()
 	return s.cpu() - s.cpu0, s.peakPSS
+}
+
+// threadCPU is the calling thread's user+sys CPU seconds (RUSAGE_THREAD).
+func threadCPU() float64 {
+	const rusageThread = 1 // Linux's RUSAGE_THREAD
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0
+	}
+	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 func (s *pgServerStats) samplePSS() {
@@ -118,7 +141,36 @@ func statFields(pid int) []string {
 	return append([]string{"pid", "comm"}, strings.Fields(s[i+1:])...)
 }
 
+// children lists ppid's child processes: from /proc/ppid/task/*/children, one small file for
+// each of its threads (the postmaster has one), which the kernel keeps. Only without those
+// files (a kernel built without CONFIG_PROC_CHILDREN) does it scan every process of the
+// machine, as it did always before: on a busy machine that scan, every 250 ms, was most of
+// the client's CPU profile.
 func children(ppid int) []int {
+	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", ppid)); err == nil {
+		var out []int
+		read := false
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", ppid, t.Name()))
+			if err != nil {
+				continue
+			}
+			read = true
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					out = append(out, pid)
+				}
+			}
+		}
+		if read {
+			return out
+		}
+	}
+	return scanChildren(ppid)
+}
+
+// scanChildren finds ppid's children among every process in /proc.
+func scanChildren(ppid int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil

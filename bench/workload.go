@@ -59,9 +59,13 @@ type result struct {
 	Completed  int     `json:"completed"`
 	Expected   int     `json:"expected"`
 	VmHWMKiB   int64   `json:"vmhwm_kib"`    // peak RSS of the child, from /proc/self/status
-	WorkCPU    float64 `json:"work_cpu_s"`   // child user+sys during the timed phases
+	WorkCPU    float64 `json:"work_cpu_s"`   // child user+sys during the timed phases, less SamplerCPU
 	ServerCPU  float64 `json:"server_cpu_s"` // PostgreSQL server processes, user+sys; -1 none
 	ServerPSS  int64   `json:"server_pss_kib"`
+	// SamplerCPU is what measuring the server (ServerCPU, ServerPSS) cost the child, on a
+	// thread of its own: taken out of WorkCPU and CPU, which are the system's client alone.
+	SamplerCPU float64 `json:"sampler_cpu_s"`
+	W2Pool     string  `json:"w2_pool,omitempty"` // how W2 ran (w2How)
 	Error      string  `json:"error,omitempty"`
 
 	// Filled by the parent from the child's rusage.
@@ -136,6 +140,7 @@ func runChild(ctx context.Context, cfg childConfig) result {
 		return r
 	}
 	r.Durability = sys.durability
+	r.W2Pool = w2How(cfg.System, cfg.WorklogPool)
 	if err := runPhases(ctx, sys, cfg, &r); err != nil {
 		r.Error = err.Error()
 	}
@@ -239,6 +244,8 @@ func runPhases(ctx context.Context, sys system, cfg childConfig, r *result) erro
 	}
 	if srv != nil {
 		r.ServerCPU, r.ServerPSS = srv.stop()
+		r.SamplerCPU = srv.samplerCPU
+		r.WorkCPU -= r.SamplerCPU
 	}
 
 	// The check: close, reopen, count what is completed.
@@ -253,6 +260,22 @@ func runPhases(ctx context.Context, sys system, cfg childConfig, r *result) erro
 		return fmt.Errorf("check: %d tasks completed in the store, want %d", r.Completed, r.Expected)
 	}
 	return nil
+}
+
+// w2How says how a system's W2 runs: worklog's rows (Pebble and PostgreSQL alike) through the
+// pool -worklog-pool chose (by default the runner package, 16 slots), River's through River's
+// own client (its producer and executors, MaxWorkers = workers), goqite's through bench's
+// pool of workers (Receive and Delete in a loop); bare Pebble has no W2.
+func w2How(system, pool string) string {
+	switch {
+	case strings.HasPrefix(system, "worklog"):
+		return "worklog " + pool
+	case strings.HasPrefix(system, "river"):
+		return "River client"
+	case strings.HasPrefix(system, "goqite"):
+		return "bench pool"
+	}
+	return ""
 }
 
 // selfCPU is this process's user+sys CPU seconds so far.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worklog/worklog/projection"
 )
@@ -203,10 +204,20 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 		return committed, ran, nil, true
 	}
 	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(e.st.lockHead)
-	b.Queue(e.st.checkHead, int64(c.seq), int64(c.prunes), c.last)
 	tx.ctx = ctx
+	if tx.copyWanted() {
+		// A large group (a SubmitMany): its rows go by COPY (copy.go), which no batch can
+		// carry. BEGIN, the lock and the check take a round trip of their own, then the
+		// COPYs, then the commit batch: the ordinary path's round trips, without running
+		// the closures a second time under the lock.
+		if done := e.beginFastCopy(conn, tx, c); !done {
+			return 0, nil, nil, false
+		}
+	} else {
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		b.Queue(e.st.lockHead)
+		b.Queue(e.st.checkHead, int64(c.seq), int64(c.prunes), c.last)
+	}
 	tx.queueCommit(b, e.channel)
 	e.mark.n++
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
@@ -254,6 +265,37 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	}
 	e.head.fastMissed(false, false)
 	return 0, nil, nil, false // not committed: run the group the ordinary way, on a live connection
+}
+
+// beginFastCopy begins a large group's transaction on conn (BEGIN, the lock, the check of
+// the head, one round trip) and sends its COPYs. false: nothing of the group is in the
+// database (the transaction rolled back, or its connection closed before any COMMIT was
+// sent), the cache is as before the group, and the group must run the ordinary way.
+func (e *engine) beginFastCopy(conn *pgxpool.Conn, tx *txn, c *cache) bool {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(e.st.lockHead)
+	b.Queue(e.st.checkHead, int64(c.seq), int64(c.prunes), c.last)
+	err := conn.Conn().SendBatch(tx.ctx, b).Close()
+	if err == nil {
+		err = tx.copyLarge()
+	}
+	if err == nil {
+		return true
+	}
+	var pe *pgconn.PgError
+	stale := errors.As(err, &pe) && pe.Code == "22012" // checkHead's division by zero
+	if rolledBack(conn.Conn(), err) {
+		rollback(conn)
+	} else {
+		conn.Conn().Close(context.Background()) // no COMMIT was sent: nothing committed
+	}
+	e.takeBack(tx)
+	if stale {
+		c.alone = false
+	}
+	e.head.fastMissed(false, stale)
+	return false
 }
 
 // headStatements are the fast path's reads of the head: its value (a group that wrote

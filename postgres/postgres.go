@@ -197,6 +197,7 @@ type engine struct {
 	watcherDone chan struct{}
 	inbox       *inbox      // SubmitTx's rows (submittx.go)
 	queue       *work.Queue // the queue over this engine, for SubmitTx's lookup (Close forgets it)
+	keyReads    [2]keyReads // read-first's key reads, coalesced: tasks' [0], wakes' [1] (readfirst.go)
 
 	// savepointEach: a SAVEPOINT round trip before each command of a group, only to measure
 	// what a savepoint-per-command design would cost (BenchmarkSubmit); never set otherwise.
@@ -205,8 +206,9 @@ type engine struct {
 	// Test hooks: around sending the commit batch (close the connection to lose it).
 	hookBeforeCommit    func(*pgx.Conn)
 	hookAfterCommitSent func(*pgx.Conn)
-	hookCommitBatch     func(*pgx.Batch) // may queue statements after COMMIT, in its round trip
-	hookRecordRead      func()           // a group reads a task or wake record from the server
+	hookCommitBatch     func(*pgx.Batch)           // may queue statements after COMMIT, in its round trip
+	hookRecordRead      func()                     // a group reads a task or wake record from the server
+	hookKeyRead         func(context.Context, int) // a round of key reads (its context, its reads) is sent
 
 	hookFastBatch func(*pgx.Conn, *pgx.Batch) // test hook: the fast path's one batch, before it is sent (fast.go)
 }

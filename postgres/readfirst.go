@@ -3,7 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
@@ -89,45 +92,39 @@ func (r *durableReader) ScanKindLeases(string, int64, func(projection.IndexEntry
 }
 
 func (r *durableReader) TaskKey(sessionID, key string) (string, error) {
-	var seq int64
-	var id []byte
-	s := storedRow{cols: make([][]byte, taskTable.cols)}
-	err := queryRow(r.ctx, r.e, r.e.st.taskKeyRec, []any{[]byte(sessionID), []byte(key)}, &seq, &id, &s.rec, &s.cols[0])
+	a, err := r.e.keyReads[0].read(r.ctx, r.e, false, skey{sessionID, key})
 	if err != nil {
 		return "", err
 	}
 	r.task = nil
-	if id == nil {
-		r.e.hints.note(false, skey{sessionID, key}, uint64(seq))
+	if a.id == nil {
+		r.e.hints.note(false, skey{sessionID, key}, uint64(a.seq))
 		return "", nil
 	}
-	if s.rec != nil {
-		if r.task, err = taskTable.decodeRow(string(id), s); err != nil {
+	if a.rec.rec != nil {
+		if r.task, err = taskTable.decodeRow(string(a.id), a.rec); err != nil {
 			return "", err
 		}
 	}
-	return string(id), nil
+	return string(a.id), nil
 }
 
 func (r *durableReader) WakeKey(sessionID, key string) (string, error) {
-	var seq int64
-	var id []byte
-	s := storedRow{cols: make([][]byte, wakeTable.cols)}
-	err := queryRow(r.ctx, r.e, r.e.st.wakeKeyRec, []any{[]byte(sessionID), []byte(key)}, &seq, &id, &s.rec, &s.cols[0], &s.cols[1])
+	a, err := r.e.keyReads[1].read(r.ctx, r.e, true, skey{sessionID, key})
 	if err != nil {
 		return "", err
 	}
 	r.wake = nil
-	if id == nil {
-		r.e.hints.note(true, skey{sessionID, key}, uint64(seq))
+	if a.id == nil {
+		r.e.hints.note(true, skey{sessionID, key}, uint64(a.seq))
 		return "", nil
 	}
-	if s.rec != nil {
-		if r.wake, err = wakeTable.decodeRow(string(id), s); err != nil {
+	if a.rec.rec != nil {
+		if r.wake, err = wakeTable.decodeRow(string(a.id), a.rec); err != nil {
 			return "", err
 		}
 	}
-	return string(id), nil
+	return string(a.id), nil
 }
 
 func (r *durableReader) Task(id string) (*projection.Task, error) {
@@ -192,12 +189,194 @@ func (h *keyHints) absent(wake bool, k skey, from uint64) bool {
 }
 
 // keyRecStatements are the durable reader's key reads: the log head, the key's id and the
-// record it names, in one statement (one snapshot).
-func keyRecStatements(q func(string) string) (task, wake string) {
-	return q(`SELECT h.seq, k.task_id, t.rec, t.input FROM {s}.log_head h
-			LEFT JOIN {s}.task_keys k ON k.session = $1 AND k.key = $2
-			LEFT JOIN {s}.tasks t ON t.id = k.task_id WHERE h.id = 1`),
-		q(`SELECT h.seq, k.wake_id, w.rec, w.payload, w.output FROM {s}.log_head h
-			LEFT JOIN {s}.wake_keys k ON k.session = $1 AND k.key = $2
-			LEFT JOIN {s}.wakes w ON w.id = k.wake_id WHERE h.id = 1`)
+// record it names, in one statement (one snapshot); for one key ($1 its session, $2 the key),
+// and for many (keyReads: $1 and $2 arrays, a row for each pair in their order, its number
+// first).
+func keyRecStatements(q func(string) string) (task, wake, tasks, wakes string) {
+	one := func(cols, keys, id, recs, as string) string {
+		return q(`SELECT h.seq, k.` + id + `, ` + cols + ` FROM {s}.log_head h
+			LEFT JOIN {s}.` + keys + ` k ON k.session = $1 AND k.key = $2
+			LEFT JOIN {s}.` + recs + ` ` + as + ` ON ` + as + `.id = k.` + id + ` WHERE h.id = 1`)
+	}
+	many := func(cols, keys, id, recs, as string) string {
+		return q(`SELECT u.n, h.seq, k.` + id + `, ` + cols + `
+			FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS u(session, key, n)
+			CROSS JOIN {s}.log_head h
+			LEFT JOIN {s}.` + keys + ` k ON k.session = u.session AND k.key = u.key
+			LEFT JOIN {s}.` + recs + ` ` + as + ` ON ` + as + `.id = k.` + id + ` WHERE h.id = 1 ORDER BY u.n`)
+	}
+	return one("t.rec, t.input", "task_keys", "task_id", "tasks", "t"),
+		one("w.rec, w.payload, w.output", "wake_keys", "wake_id", "wakes", "w"),
+		many("t.rec, t.input", "task_keys", "task_id", "tasks", "t"),
+		many("w.rec, w.payload, w.output", "wake_keys", "wake_id", "wakes", "w")
+}
+
+// keyReads coalesces read-first's key reads (issue 24, W3 from 16 goroutines): a read that
+// comes while another is on the wire waits for it to end and goes with every other read that
+// came meanwhile, in one statement (a round), instead of taking a pooled connection and a
+// round trip of its own. So N concurrent duplicates cost about two statements, not N. A round
+// runs on its own goroutine (started when a read finds none running, ended when none is left
+// to send), on a live pooled connection, outside any transaction, like the lone read it
+// replaces: each statement reads committed, durable rows (ViewDurable), in one snapshot taken
+// after every read of its round was asked for.
+//
+// A caller waits for its answer or for its context: one that leaves stops waiting at once,
+// and a round whose callers have all left is cancelled (a server that stopped answering holds
+// no one beyond their own contexts, as each caller's own read did).
+type keyReads struct {
+	mu      sync.Mutex
+	pending []*keyRead
+	running bool
+}
+
+// keyReadsMax bounds the reads of one round.
+const keyReadsMax = 1024
+
+// keyRead is one caller's read and, once done is closed, its answer.
+type keyRead struct {
+	k     skey
+	done  chan struct{}
+	round *keyRound // set when a round takes the read
+	keyAnswer
+}
+
+// keyAnswer is a key read's answer: the log head of its snapshot, the id the key names (nil:
+// none) and that record's row (rec nil: none).
+type keyAnswer struct {
+	seq int64
+	id  []byte
+	rec storedRow
+	err error
+}
+
+type keyRound struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	waiting atomic.Int32 // its callers still waiting
+}
+
+// read asks for k's key (wake: a wake key) and waits for the answer.
+func (kr *keyReads) read(ctx context.Context, e *engine, wake bool, k skey) (keyAnswer, error) {
+	r := &keyRead{k: k, done: make(chan struct{})}
+	kr.mu.Lock()
+	kr.pending = append(kr.pending, r)
+	start := !kr.running
+	kr.running = true
+	kr.mu.Unlock()
+	if start {
+		go kr.rounds(e, wake)
+	}
+	select {
+	case <-r.done:
+		return r.keyAnswer, r.err
+	case <-ctx.Done():
+	}
+	kr.mu.Lock()
+	if i := slices.Index(kr.pending, r); i >= 0 {
+		kr.pending = slices.Delete(kr.pending, i, i+1)
+		kr.mu.Unlock()
+		return keyAnswer{}, ctx.Err()
+	}
+	round := r.round
+	kr.mu.Unlock()
+	if round.waiting.Add(-1) == 0 {
+		round.cancel()
+	}
+	select {
+	case <-r.done: // answered meanwhile
+		return r.keyAnswer, r.err
+	default:
+		return keyAnswer{}, ctx.Err()
+	}
+}
+
+// rounds sends rounds until no read is pending.
+func (kr *keyReads) rounds(e *engine, wake bool) {
+	for {
+		kr.mu.Lock()
+		n := min(len(kr.pending), keyReadsMax)
+		if n == 0 {
+			kr.running = false
+			kr.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(kr.pending[:n])
+		kr.pending = slices.Delete(kr.pending, 0, n)
+		ctx, cancel := e.untilClose(context.Background())
+		round := &keyRound{ctx: ctx, cancel: cancel}
+		round.waiting.Store(int32(n))
+		for _, r := range batch {
+			r.round = round
+		}
+		kr.mu.Unlock()
+		answers, err := e.readKeys(ctx, wake, batch)
+		cancel()
+		for i, r := range batch {
+			if err != nil {
+				r.err = err
+			} else {
+				r.keyAnswer = answers[i]
+			}
+			close(r.done)
+		}
+	}
+}
+
+// readKeys reads the keys of one round in one statement: the lone key's statement for one.
+func (e *engine) readKeys(ctx context.Context, wake bool, batch []*keyRead) ([]keyAnswer, error) {
+	if e.hookKeyRead != nil {
+		e.hookKeyRead(ctx, len(batch))
+	}
+	cols, one, many := taskTable.cols, e.st.taskKeyRec, e.st.taskKeysRec
+	if wake {
+		cols, one, many = wakeTable.cols, e.st.wakeKeyRec, e.st.wakeKeysRec
+	}
+	scan := func(a *keyAnswer, pre ...any) []any {
+		a.rec.cols = make([][]byte, cols)
+		dest := append(pre, &a.seq, &a.id, &a.rec.rec)
+		for i := range a.rec.cols {
+			dest = append(dest, &a.rec.cols[i])
+		}
+		return dest
+	}
+	if len(batch) == 1 {
+		var a keyAnswer
+		k := batch[0].k
+		err := queryRow(ctx, e, one, []any{[]byte(k.session), []byte(k.key)}, scan(&a)...)
+		return []keyAnswer{a}, err
+	}
+	ss, ks := make([][]byte, len(batch)), make([][]byte, len(batch))
+	for i, r := range batch {
+		ss[i], ks[i] = []byte(r.k.session), []byte(r.k.key)
+	}
+	var out []keyAnswer
+	err := e.run(ctx, func(q querier) error {
+		out = make([]keyAnswer, len(batch)) // the read may run again on another connection
+		rows, err := q.Query(ctx, many, ss, ks)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		got := 0
+		for rows.Next() {
+			var n int64
+			var a keyAnswer
+			if err := rows.Scan(scan(&a, &n)...); err != nil {
+				return err
+			}
+			if n != int64(got+1) {
+				return fmt.Errorf("postgres: key read %d of %d answered as %d", got+1, len(batch), n)
+			}
+			out[got] = a
+			got++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if got != len(batch) {
+			return fmt.Errorf("postgres: %d key reads answered of %d", got, len(batch))
+		}
+		return nil
+	})
+	return out, err
 }

@@ -74,13 +74,14 @@ type statements struct {
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 	setMark, getMark, delMark, waitHead                                     string
-	taskKeyRec, wakeKeyRec                                                  string // ViewDurable's (readfirst.go)
+	taskKeyRec, wakeKeyRec, taskKeysRec, wakeKeysRec                        string // ViewDurable's (readfirst.go)
 	changesSince                                                            string // the writer's cache (catchup.go)
 	headNow, checkHead, headLast                                            string // the writer's fast path (fast.go), its begin (catchup.go)
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
 	sc  scheduleStatements                     // the schedules (schedules.go)
 	kp  kindPolicyStatements                   // the kind policies and lease index (kind_policies.go)
+	cp  copyStatements                         // a large group's inserts (copy.go)
 }
 
 func newStatements(schema string) *statements {
@@ -155,13 +156,14 @@ func newStatements(schema string) *statements {
 		idx: indexStatementsOf(q, true),
 		sc:  newScheduleStatements(q),
 		kp:  newKindPolicyStatements(q),
+		cp:  newCopyStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),
 		delMark:  q(`DELETE FROM {s}.commit_marks WHERE writer = $1`),
 		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
-	st.taskKeyRec, st.wakeKeyRec = keyRecStatements(q)
+	st.taskKeyRec, st.wakeKeyRec, st.taskKeysRec, st.wakeKeysRec = keyRecStatements(q)
 	st.changesSince = changesSinceStatement(q)
 	st.headNow, st.checkHead = headStatements(q)
 	st.headLast = headLastStatement(q)

@@ -62,13 +62,15 @@ func newCache() *cache {
 func (c *cache) size() int { return len(c.tasks) + len(c.wakes) + len(c.taskKeys) + len(c.wakeKeys) }
 
 // idxOp is a pending write of one index entry. Put and delete of one key in one group net
-// out (Apply never puts an entry that exists, so a put then a delete leaves nothing; a delete
-// then a put is an upsert).
+// out (Apply never puts an entry that exists, so a put then a delete leaves nothing); a delete
+// then a put replaces the stored entry (replaces: the flush deletes it before the put), and a
+// delete after that is a delete again.
 type idxOp struct {
-	put  bool
-	id   string
-	wake bool  // the retention index's entries only
-	pri  int64 // the due indexes' entries only: the task's priority
+	put      bool
+	replaces bool // put over a pending delete (the eligibility indexes; the retention index upserts)
+	id       string
+	wake     bool  // the retention index's entries only
+	pri      int64 // the due indexes' entries only: the task's priority
 }
 
 type dueKey struct {
@@ -135,6 +137,8 @@ type txn struct {
 	sessionIDs           []string
 	counts               map[countKey]int64
 	evs                  []pendingEvent
+	evsCopied            bool   // copyLarge inserted evs: the commit batch does not
+	bodies               []byte // evs' encodings, one after another (Append)
 
 	// Retention (prune.go): deletions of stored rows, and the retention index's writes.
 	delTasks, delWakes       map[string]bool
@@ -163,10 +167,15 @@ func newTxn(ctx context.Context, conn *pgx.Conn, st *statements, c *cache) *txn 
 func (t *txn) Append(ev events.Event) error {
 	h := ev.Head()
 	h.Seq = t.seq + 1
-	body, err := events.Append(nil, ev)
+	// The encodings share one buffer (bodies), each body a full slice of it: a batch of
+	// 10,000 events grows it a few times instead of growing a buffer of its own per event.
+	from := len(t.bodies)
+	buf, err := events.Append(t.bodies, ev)
 	if err != nil {
 		return err
 	}
+	t.bodies = buf
+	body := buf[from:len(buf):len(buf)]
 	if err := projection.Apply(t, ev); err != nil {
 		return err
 	}
@@ -411,7 +420,7 @@ func (t *txn) PutWakeKey(sessionID, key, wakeID string) error {
 }
 
 func netDelete[K comparable](m map[K]idxOp, k K) {
-	if op, ok := m[k]; ok && op.put {
+	if op, ok := m[k]; ok && op.put && !op.replaces {
 		delete(m, k) // put in this group on a key that had no entry: nothing to write
 		return
 	}
@@ -438,7 +447,7 @@ func (t *txn) SetLastSeq(seq uint64) error {
 // into b, ahead of the COMMIT the caller adds.
 func (t *txn) queueCommit(b *pgx.Batch, channel string) {
 	t.flushIndexes(b)
-	if n := len(t.evs); n > 0 {
+	if n := len(t.evs); n > 0 && !t.evsCopied {
 		seqs, sess, types, bodies := make([]int64, n), make([][]byte, n), make([]int16, n), make([][]byte, n)
 		subjects := make([][]byte, n)
 		for i, e := range t.evs {

@@ -250,6 +250,9 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 		e.adopt(tx)
 		return committed, ran, nil
 	}
+	if out, err, ok := e.copyGroup(conn, tx, len(group)); !ok {
+		return out, ran, err
+	}
 	b := &pgx.Batch{}
 	tx.queueCommit(b, e.channel)
 	e.mark.n++

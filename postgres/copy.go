@@ -1,0 +1,332 @@
+package postgres
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worklog/worklog/internal/recordcodec"
+	"github.com/worklog/worklog/projection"
+)
+
+// copyMin is the number of rows of one table from which a group's commit inserts them with
+// COPY rather than in the commit batch's INSERT ... SELECT FROM unnest(...). COPY costs a
+// round trip of its own, before the commit batch, under the head lock; for a large group (a
+// SubmitMany) it saves the server the executor's work per row and packs the heap rows into
+// multi-insert WAL records, and the client the arrays' encoding (copyBuf writes the rows
+// straight into one buffer in COPY's binary format). It is above the rows a group of
+// Options.MaxBatchCommands (256 by default) one-event commands writes to a table, so that
+// on a distant server such a group pays no round trips it would barely win back: only
+// batches take it.
+const copyMin = 1024
+
+// copyBuf is rows in COPY's binary format: a header, then each row's field count and each
+// field's length and bytes, then a trailer (PostgreSQL, "COPY", "Binary Format").
+type copyBuf struct{ b []byte }
+
+const copyHeader = "PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00" // signature, flags, extension length
+
+func (c *copyBuf) reset(size int) {
+	if cap(c.b) < size {
+		c.b = make([]byte, 0, size)
+	}
+	c.b = append(c.b[:0], copyHeader...)
+}
+
+func (c *copyBuf) row(fields int) { c.b = binary.BigEndian.AppendUint16(c.b, uint16(fields)) }
+
+func (c *copyBuf) int64(v int64) {
+	c.b = binary.BigEndian.AppendUint32(c.b, 8)
+	c.b = binary.BigEndian.AppendUint64(c.b, uint64(v))
+}
+
+func (c *copyBuf) int16(v int16) {
+	c.b = binary.BigEndian.AppendUint32(c.b, 2)
+	c.b = binary.BigEndian.AppendUint16(c.b, uint16(v))
+}
+
+// bytea: every string column is bytea (schema.go), NOT NULL: an empty value is zero bytes.
+func (c *copyBuf) bytes(v []byte) {
+	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(v)))
+	c.b = append(c.b, v...)
+}
+
+func (c *copyBuf) str(v string) {
+	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(v)))
+	c.b = append(c.b, v...)
+}
+
+// task is a tasks row, as taskTable.split makes it: id, the record without its input, the
+// input; the record is encoded in place (no buffer of its own per task).
+func (c *copyBuf) task(r *projection.Task) {
+	x := *r
+	x.Input = nil
+	c.row(3)
+	c.str(r.ID)
+	at := len(c.b)
+	c.b = recordcodec.AppendTask(append(c.b, 0, 0, 0, 0), &x)
+	binary.BigEndian.PutUint32(c.b[at:], uint32(len(c.b)-at-4))
+	c.bytes(r.Input)
+}
+
+func (c *copyBuf) end() { c.b = append(c.b, 0xff, 0xff) } // the trailer: a field count of -1
+
+// copyStatement is the COPY of columns cols of table (qualified) from the client, binary.
+func copyStatement(table string, cols ...string) string {
+	return "COPY " + table + " (" + strings.Join(cols, ", ") + ") FROM STDIN (FORMAT binary)"
+}
+
+// copyStatements are the commit's COPYs, with the queue's schema in them.
+type copyStatements struct {
+	events, tasks, wakes, sessions, taskKeys, wakeKeys string
+	idx                                                [projection.NumIndexes]string
+}
+
+func newCopyStatements(q func(string) string) copyStatements {
+	s := copyStatements{
+		events:   copyStatement(q("{s}.events"), "seq", "session", "type", "body", "subject"),
+		tasks:    copyStatement(q("{s}.tasks"), "id", "rec", "input"),
+		wakes:    copyStatement(q("{s}.wakes"), "id", "rec", "payload", "output"),
+		sessions: copyStatement(q("{s}.session_tasks"), "session", "submit_seq", "task_id"),
+		taskKeys: copyStatement(q("{s}.task_keys"), "session", "key", "task_id"),
+		wakeKeys: copyStatement(q("{s}.wake_keys"), "session", "key", "wake_id"),
+	}
+	for ix, d := range pgIndexes {
+		cols := []string{"at", "seq", "task_id"}
+		if d.wakes {
+			cols[2] = "wake_id"
+		}
+		if d.part != "" {
+			cols = append([]string{d.part}, cols...)
+		}
+		if projection.Indexes[ix].Priority {
+			cols = append(cols, "priority")
+		}
+		s.idx[ix] = copyStatement(q("{s}."+d.table), cols...)
+	}
+	return s
+}
+
+// copyLarge inserts the group's large sets of new rows with COPY (copyMin), on the group's
+// connection, in its transaction, and takes them out of what the commit batch will send
+// (queueCommit). The rows it takes are the final ones: the group's closures have all run.
+//
+// Only inserts no statement of the commit batch must precede: a group that pruned, or that
+// deletes records, keys or session rows, sends everything in the batch as before (a key a
+// prune freed may be taken again in the same group: its DELETE must come first). An index
+// put that replaces a stored entry (idxOp.replaces) stays in the batch after its DELETE;
+// every other put is of a key with no stored entry and no pending write but itself.
+//
+// A failed COPY leaves the transaction aborted (an ERROR) or the connection gone: in both,
+// nothing of the group is committed, and the caller rolls back as for a failed commit batch.
+func (t *txn) copyLarge() error {
+	if t.mustBatch() {
+		return nil
+	}
+	cs := &t.st.cp
+	var c copyBuf
+	send := func(sql string) error {
+		c.end()
+		if _, err := t.conn.PgConn().CopyFrom(t.ctx, bytes.NewReader(c.b), sql); err != nil {
+			return fmt.Errorf("COPY of the group's rows: %w", err)
+		}
+		return nil
+	}
+	if len(t.evs) >= copyMin {
+		c.reset(len(t.evs) * 128)
+		for _, e := range t.evs {
+			c.row(5)
+			c.int64(int64(e.seq))
+			c.str(e.session)
+			c.int16(int16(e.typ))
+			c.bytes(e.body)
+			c.str(e.subject)
+		}
+		if err := send(cs.events); err != nil {
+			return err
+		}
+		t.evsCopied = true
+	}
+	if err := copyRecords(t, &c, taskTable, cs.tasks, t.newTasks, t.dirtyTasks, send); err != nil {
+		return err
+	}
+	if err := copyRecords(t, &c, wakeTable, cs.wakes, t.newWakes, t.dirtyWakes, send); err != nil {
+		return err
+	}
+	if len(t.sessions) >= copyMin {
+		c.reset(len(t.sessions) * 64)
+		for i, s := range t.sessions {
+			c.row(3)
+			c.str(s.session)
+			c.int64(int64(s.seq))
+			c.str(t.sessionIDs[i])
+		}
+		if err := send(cs.sessions); err != nil {
+			return err
+		}
+		t.sessions, t.sessionIDs = t.sessions[:0], t.sessionIDs[:0]
+	}
+	for _, k := range []struct {
+		sql  string
+		keys *[]skey
+		m    map[skey]string
+	}{{cs.taskKeys, &t.newTaskKeys, t.c.taskKeys}, {cs.wakeKeys, &t.newWakeKeys, t.c.wakeKeys}} {
+		if len(*k.keys) < copyMin {
+			continue
+		}
+		keys := slices.Clone(*k.keys)
+		slices.SortFunc(keys, func(a, b skey) int {
+			return cmp.Or(strings.Compare(a.session, b.session), strings.Compare(a.key, b.key))
+		})
+		c.reset(len(keys) * 64)
+		for _, sk := range keys {
+			c.row(3)
+			c.str(sk.session)
+			c.str(sk.key)
+			c.str(k.m[sk])
+		}
+		if err := send(k.sql); err != nil {
+			return err
+		}
+		*k.keys = (*k.keys)[:0]
+	}
+	for ix, m := range t.idx {
+		if len(m) < copyMin {
+			continue
+		}
+		parted, pri := pgIndexes[ix].part != "", projection.Indexes[ix].Priority
+		fields := 3
+		if parted {
+			fields++
+		}
+		if pri {
+			fields++
+		}
+		keys := make([]idxKey, 0, len(m))
+		for k, op := range m {
+			if op.put && !op.replaces {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) < copyMin {
+			continue
+		}
+		// In the primary key's order: each row lands next to the one before it in the
+		// index, whose pages then fill up in order instead of splitting all over.
+		slices.SortFunc(keys, func(a, b idxKey) int {
+			return cmp.Or(strings.Compare(a.part, b.part), cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq))
+		})
+		c.reset(len(keys) * 64)
+		for _, k := range keys {
+			op := m[k]
+			c.row(fields)
+			if parted {
+				c.str(k.part)
+			}
+			c.int64(k.at)
+			c.int64(int64(k.seq))
+			c.str(op.id)
+			if pri {
+				c.int64(op.pri)
+			}
+		}
+		if err := send(cs.idx[ix]); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			delete(m, k)
+		}
+	}
+	return nil
+}
+
+// copyRecords inserts the group's new records of tb (added) with COPY when they are many,
+// and takes them out of added and changed: the COPY wrote each one's last version.
+func copyRecords[R any](t *txn, c *copyBuf, tb *recordTable[R], sql string, added, changed map[string]bool, send func(string) error) error {
+	if len(added) < copyMin {
+		return nil
+	}
+	m := tb.cached(t.c)
+	ids := make([]string, 0, len(added))
+	for id := range added {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the primary key's order (see copyLarge's indexes)
+	c.reset(len(added) * 256)
+	for _, id := range ids {
+		if r, ok := any(m[id]).(*projection.Task); ok {
+			c.task(r)
+			continue
+		}
+		rec, cols := tb.split(m[id])
+		c.row(2 + len(cols))
+		c.str(id)
+		c.bytes(rec)
+		for _, col := range cols {
+			c.bytes(col)
+		}
+	}
+	if err := send(sql); err != nil {
+		return err
+	}
+	for id := range added {
+		delete(changed, id)
+	}
+	clear(added)
+	return nil
+}
+
+// mustBatch: the group pruned or deletes records, keys or session rows, so its inserts must
+// follow those DELETEs in the commit batch (copyLarge).
+func (t *txn) mustBatch() bool {
+	return t.pruned || len(t.delTasks) > 0 || len(t.delWakes) > 0 || len(t.delTaskKeys) > 0 ||
+		len(t.delWakeKeys) > 0 || len(t.delSessions) > 0
+}
+
+// copyWanted says whether copyLarge would send a COPY for the group (or may: an index's count
+// includes puts that stay in the batch), so that the fast path (fast.go) begins such a group
+// in a round trip of its own before the COPYs instead of putting everything in one batch.
+func (t *txn) copyWanted() bool {
+	if t.mustBatch() {
+		return false
+	}
+	if len(t.evs) >= copyMin || len(t.newTasks) >= copyMin || len(t.newWakes) >= copyMin ||
+		len(t.sessions) >= copyMin || len(t.newTaskKeys) >= copyMin || len(t.newWakeKeys) >= copyMin {
+		return true
+	}
+	for _, m := range t.idx {
+		if len(m) >= copyMin {
+			return true
+		}
+	}
+	return false
+}
+
+// copyGroup runs the group's COPYs (copyLarge) ahead of its commit batch; ok is false when
+// one failed, and the attempt ends with out and err. Nothing was committed: the COMMIT comes
+// in the batch after. An ERROR (a constraint the rows break) aborted the transaction, which
+// the ROLLBACK ends, and a group of several commands runs again one by one, as when the
+// commit batch fails; any other failure leaves the connection in no known state, so it is
+// closed, and the transaction dies with it.
+func (e *engine) copyGroup(conn *pgxpool.Conn, tx *txn, commands int) (out groupOutcome, err error, ok bool) {
+	cerr := tx.copyLarge()
+	if cerr == nil {
+		return committed, nil, true
+	}
+	e.cache = newCache()
+	if rolledBack(conn.Conn(), cerr) {
+		rollback(conn)
+		if commands > 1 {
+			return rerunAlone, nil, false
+		}
+		return notCommitted, backendError(cerr), false
+	}
+	conn.Conn().Close(context.Background())
+	return notCommitted, backendError(cerr), false
+}

@@ -1,0 +1,183 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
+)
+
+func (kr *keyReads) pendingLen() int {
+	kr.mu.Lock()
+	defer kr.mu.Unlock()
+	return len(kr.pending)
+}
+
+// TestConcurrentKeyReadsShareOneStatement (issue 24, W3 from 16 goroutines): read-first's
+// key reads that come while one is on the wire go together in the next statement. 16
+// concurrent keyed submits, 8 of them repeats and 8 new keys, cost 2 statements (the first
+// alone, the 15 that came while it was held), each caller gets its own key's answer, and the
+// new keys are stored once each. Before, each read was a statement of its own: 16.
+func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
+	e, q := openEngine(t, pgtest.Schema(t), nil)
+	ctx := context.Background()
+	s := q.Session("s")
+	existing := map[string]string{}
+	for i := range 8 {
+		task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprint(i)), IdempotencyKey: fmt.Sprint("old-", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		existing[fmt.Sprint("old-", i)] = task.ID
+	}
+	var mu sync.Mutex
+	var rounds []int
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.hookKeyRead = func(_ context.Context, n int) {
+		mu.Lock()
+		rounds = append(rounds, n)
+		first := len(rounds) == 1
+		mu.Unlock()
+		if first {
+			close(entered)
+			<-release
+		}
+	}
+	type answer struct {
+		key string
+		id  string
+		err error
+	}
+	answers := make(chan answer, 16)
+	submit := func(key string, i int) {
+		task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprint(i)), IdempotencyKey: key})
+		answers <- answer{key, task.ID, err}
+	}
+	go submit("old-0", 0)
+	<-entered
+	for i := 1; i < 16; i++ {
+		key := fmt.Sprint("old-", i)
+		if i >= 8 {
+			key = fmt.Sprint("new-", i)
+		}
+		go submit(key, i)
+	}
+	waitFor(t, 10*time.Second, "15 key reads pending", func() bool { return e.keyReads[0].pendingLen() == 15 })
+	close(release)
+	ids := map[string]bool{}
+	for range 16 {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Errorf("submit %s: %v", a.key, a.err)
+		case existing[a.key] != "" && a.id != existing[a.key]:
+			t.Errorf("repeat of %s answered task %s, want %s", a.key, a.id, existing[a.key])
+		case existing[a.key] == "" && (ids[a.id] || a.id == ""):
+			t.Errorf("new key %s answered task %q, already answered", a.key, a.id)
+		}
+		ids[a.id] = true
+	}
+	mu.Lock()
+	if len(rounds) != 2 || rounds[0] != 1 || rounds[1] != 15 {
+		t.Errorf("key read statements of 16 concurrent submits: %v reads each, want [1 15]", rounds)
+	}
+	mu.Unlock()
+	e.hookKeyRead = nil
+	if n := logLen(t, q); n != 16 {
+		t.Errorf("the log has %d events, want 16 (8 submits before, 8 new keys)", n)
+	}
+	mustVerify(t, q)
+}
+
+// TestKeyReadCallerLeaves: a caller whose context ends while its round is on the wire returns
+// at once; the round, whose callers have all left, is cancelled; and the next read is served
+// (no round is left holding the others).
+func TestKeyReadCallerLeaves(t *testing.T) {
+	e, q := openEngine(t, pgtest.Schema(t), nil)
+	ctx := context.Background()
+	s := q.Session("s")
+	task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cancelled atomic.Bool
+	e.hookKeyRead = func(rctx context.Context, _ int) {
+		select {
+		case <-rctx.Done():
+			cancelled.Store(true)
+		case <-time.After(10 * time.Second):
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Submit(short, work.TaskRequest{Kind: "k", IdempotencyKey: "a"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("repeat whose caller left: %v, want its context's error", err)
+	}
+	waitFor(t, 10*time.Second, "the round to end", func() bool {
+		kr := &e.keyReads[0]
+		kr.mu.Lock()
+		defer kr.mu.Unlock()
+		return !kr.running
+	})
+	if !cancelled.Load() {
+		t.Error("the round of a caller that left was not cancelled")
+	}
+	e.hookKeyRead = nil
+	got, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: "a"})
+	if err != nil || got.ID != task.ID {
+		t.Fatalf("repeat after: %+v, %v; want task %s", got, err, task.ID)
+	}
+}
+
+// BenchmarkDuplicateSubmit is W3 on postgres.Open: a repeat of a stored key from 1 and 16
+// goroutines, and the statements read-first sent per repeat (reads/dup, a count: 1 before
+// the reads were coalesced). pgtest's server (fsync off; a repeat writes nothing anyway).
+func BenchmarkDuplicateSubmit(b *testing.B) {
+	for _, callers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			e, q := openEngine(b, pgtest.Schema(b), nil)
+			s := q.Session("bench")
+			ctx := context.Background()
+			const keys = 1000
+			for i := range keys {
+				if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprint(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var rounds atomic.Int64
+			e.hookKeyRead = func(context.Context, int) { rounds.Add(1) }
+			var next atomic.Int64
+			dup := func() error {
+				_, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprint(next.Add(1) % keys)})
+				return err
+			}
+			b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			if callers == 1 {
+				for i := 0; i < b.N; i++ {
+					if err := dup(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := dup(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(rounds.Load())/float64(b.N), "reads/dup")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "dups/s")
+		})
+	}
+}
