@@ -97,13 +97,16 @@ type recordTable[R any] struct {
 	split  func(*R) (rec []byte, cols [][]byte)
 	join   func(r *R, cols [][]byte)
 	cached func(*cache) map[string]*R
+	// valueLen is the length of r's values, which bound what the cache keeps (cacheValueMax).
+	valueLen func(*R) int
 }
 
 var (
 	taskTable = &recordTable[projection.Task]{
 		name: "tasks", cols: 1,
-		decode: recordcodec.DecodeTask,
-		id:     func(r *projection.Task) string { return r.ID },
+		decode:   recordcodec.DecodeTask,
+		id:       func(r *projection.Task) string { return r.ID },
+		valueLen: func(r *projection.Task) int { return len(r.Input) + len(r.Outcome.Output) },
 		split: func(r *projection.Task) ([]byte, [][]byte) {
 			c := *r
 			c.Input = nil
@@ -118,8 +121,9 @@ var (
 	}
 	wakeTable = &recordTable[projection.Wake]{
 		name: "wakes", cols: 2,
-		decode: recordcodec.DecodeWake,
-		id:     func(r *projection.Wake) string { return r.ID },
+		decode:   recordcodec.DecodeWake,
+		id:       func(r *projection.Wake) string { return r.ID },
+		valueLen: func(r *projection.Wake) int { return len(r.Payload) + len(r.Outcome.Output) },
 		split: func(r *projection.Wake) ([]byte, [][]byte) {
 			c := *r
 			c.Payload, c.Outcome.Output = nil, nil

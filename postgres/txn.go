@@ -104,6 +104,12 @@ type txn struct {
 	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
 	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
 	reads  int       // records and keys read from the server (headStats)
+	// big: the records put into the cache by this group (read or written) whose values
+	// exceed cacheValueMax, which adopt takes out of the cache at the group's end. Noted as
+	// they enter, so that adopt looks at them alone, not at every cached record: a walk of
+	// the whole cache (up to cacheMax entries) at each group was most of a lone Submit's
+	// client CPU.
+	big []bigRecord
 
 	// optimistic: the group runs before the lock, against the cache alone (fast.go): a read
 	// the cache cannot answer fails with errNeedsRead and sets needRead, and every change to
@@ -219,6 +225,7 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 			return nil, err
 		}
 		m[id] = r
+		noteBig(t, tb, r)
 	}
 	if r == nil {
 		return nil, nil
@@ -310,6 +317,7 @@ func scanJoined[R any](t *txn, tb *recordTable[R], first, next string, pre []any
 				return x.IndexEntry, err
 			}
 			m[x.ID] = r
+			noteBig(t, tb, r)
 		}
 		return x.IndexEntry, nil
 	}
@@ -375,6 +383,7 @@ func callCounts(m map[countKey]int64, fn func(string, events.TaskState, int64) b
 func (t *txn) TaskEdited(r *projection.Task) error {
 	t.undo.task(t.c, r.ID)
 	t.c.tasks[r.ID] = r
+	noteBig(t, taskTable, r)
 	t.dirtyTasks[r.ID] = true
 	return nil
 }
@@ -382,6 +391,7 @@ func (t *txn) TaskEdited(r *projection.Task) error {
 func (t *txn) WakeEdited(r *projection.Wake) error {
 	t.undo.wake(t.c, r.ID)
 	t.c.wakes[r.ID] = r
+	noteBig(t, wakeTable, r)
 	t.dirtyWakes[r.ID] = true
 	return nil
 }
@@ -392,6 +402,7 @@ func (t *txn) NewWake() *projection.Wake { return new(projection.Wake) }
 func (t *txn) PutTask(r *projection.Task) error {
 	t.undo.task(t.c, r.ID)
 	t.c.tasks[r.ID] = r
+	noteBig(t, taskTable, r)
 	t.newTasks[r.ID] = true
 	return nil
 }
@@ -399,6 +410,7 @@ func (t *txn) PutTask(r *projection.Task) error {
 func (t *txn) PutWake(r *projection.Wake) error {
 	t.undo.wake(t.c, r.ID)
 	t.c.wakes[r.ID] = r
+	noteBig(t, wakeTable, r)
 	t.newWakes[r.ID] = true
 	return nil
 }
@@ -499,4 +511,17 @@ func nonNil(b []byte) []byte {
 		return []byte{}
 	}
 	return b
+}
+
+// bigRecord names a record noted by noteBig.
+type bigRecord struct {
+	wake bool
+	id   string
+}
+
+// noteBig notes r (of tb, just put into the cache) when its values exceed cacheValueMax.
+func noteBig[R any](t *txn, tb *recordTable[R], r *R) {
+	if r != nil && tb.valueLen(r) > cacheValueMax {
+		t.big = append(t.big, bigRecord{wake: tb == any(wakeTable), id: tb.id(r)})
+	}
 }

@@ -392,16 +392,17 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 func (e *engine) adopt(tx *txn) {
 	c := tx.c
 	c.maxTask, c.maxWake = tx.maxTask, tx.maxWake
-	for id, r := range c.tasks {
-		if r != nil && len(r.Input)+len(r.Outcome.Output) > cacheValueMax {
-			delete(c.tasks, id)
-			c.maxTask = max(c.maxTask, id)
-		}
-	}
-	for id, r := range c.wakes {
-		if r != nil && len(r.Payload)+len(r.Outcome.Output) > cacheValueMax {
-			delete(c.wakes, id)
-			c.maxWake = max(c.maxWake, id)
+	// The records too large to keep: only those the group put into the cache can be
+	// (noteBig), the others were checked at the end of the group that put them.
+	for _, b := range tx.big {
+		if b.wake {
+			if r := c.wakes[b.id]; r != nil && wakeTable.valueLen(r) > cacheValueMax {
+				delete(c.wakes, b.id)
+				c.maxWake = max(c.maxWake, b.id)
+			}
+		} else if r := c.tasks[b.id]; r != nil && taskTable.valueLen(r) > cacheValueMax {
+			delete(c.tasks, b.id)
+			c.maxTask = max(c.maxTask, b.id)
 		}
 	}
 	c.seq, c.prunes, c.valid = tx.seq, tx.prunes, true
