@@ -220,7 +220,7 @@ func (s *Store) writeLoop() {
 		}
 	}()
 	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs,
-		counts: s.counts, partLows: map[partLow][]byte{}, policies: s.policies, sched: &schedFirst{}}
+		counts: s.counts, partLows: map[partLow]runMarks{}, policies: s.policies, sched: &schedFirst{}}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -254,7 +254,7 @@ type writerState struct {
 	counts   map[countID]int64                 // the committed counts (state_kinds_sessions.go)
 	policies map[string]*projection.KindPolicy // the committed kind policies (decide_cache.go)
 	sched    *schedFirst                       // the committed schedule index's earliest tick
-	partLows map[partLow][]byte                // the committed lows of the partitioned indexes (index.go)
+	partLows map[partLow]runMarks              // the committed marks of the due indexes (runMarks: index.go)
 
 	// The record maps and order of the last published writer, emptied, for the next one:
 	// growing fresh maps for every batch was two allocations per submit (see recycle).
