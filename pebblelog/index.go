@@ -101,7 +101,7 @@ func (w *writer) ScanIndex(ix projection.Index, part string, from, to int64, fn 
 	}
 	head := indexHead(ix, part)
 	if projection.Indexes[ix].Priority {
-		return w.reader.scanDue(head, math.MinInt64, to, &dueMarkView{w: w, ix: ix, part: part}, fn)
+		return w.reader.scanDue(head, math.MinInt64, to, &dueMarkView{w: w, k: partLow{ix, part}}, fn)
 	}
 	low := w.lows.ix[ix] // an index without priorities has one partition (the available wakes)
 	err := w.scanFrom(head, entryUpper(ix, head, to), len(head), &low, fn)
@@ -115,7 +115,7 @@ func (w *writer) PutIndex(ix projection.Index, part string, e projection.IndexEn
 	k := indexEntryKey(ix, part, e)
 	if w.lows != nil && pebbleIndexes[ix].lows {
 		if projection.Indexes[ix].Priority {
-			w.lowerRunMarks(ix, part, e.Pri, k)
+			w.lowerRunMarks(partLow{ix, part}, e.Pri, k)
 		} else {
 			lower(&w.lows.ix[ix], k)
 		}
@@ -181,34 +181,40 @@ type partLow struct {
 
 // runMarks are the partition's marks in the batch's view: the batch's own once it changed
 // them (newPartLows), else the committed ones (partLows, read-only during the batch).
-func (w *writer) runMarks(ix projection.Index, part string) runMarks {
-	k := partLow{ix, part}
+func (w *writer) runMarks(k partLow) runMarks {
 	if m, ok := w.newPartLows[k]; ok {
-		return *m
+		return m
 	}
 	return w.partLows[k]
 }
 
-// ownRunMarks returns the batch's own copy of the partition's marks, to change in place.
-func (w *writer) ownRunMarks(ix projection.Index, part string) *runMarks {
-	k := partLow{ix, part}
+// ownRunMarks returns the batch's own copy of the partition's marks, to change in place (an
+// append is stored back in newPartLows). The copy reuses the array of marks a committed batch
+// replaced (freeMarks): a claim then allocates nothing for its marks but a moved mark's key.
+func (w *writer) ownRunMarks(k partLow) runMarks {
 	if m, ok := w.newPartLows[k]; ok {
 		return m
 	}
 	if w.newPartLows == nil {
-		w.newPartLows = make(map[partLow]*runMarks)
+		w.newPartLows = make(map[partLow]runMarks)
 	}
-	m := new(runMarks)
-	*m = append(make(runMarks, 0, len(w.partLows[k])+1), w.partLows[k]...)
+	committed := w.partLows[k]
+	var m runMarks
+	if free := w.freeMarks; free != nil && len(*free) > 0 && cap((*free)[len(*free)-1]) > len(committed) {
+		m, *free = (*free)[len(*free)-1], (*free)[:len(*free)-1]
+	} else {
+		m = make(runMarks, 0, max(len(committed)+1, 8))
+	}
+	m = append(m, committed...)
 	w.newPartLows[k] = m
 	return m
 }
 
 // lowerRunMarks lowers the partition's marks whose range holds key k, of priority pri.
-func (w *writer) lowerRunMarks(ix projection.Index, part string, pri int64, k []byte) {
-	for i, m := range w.runMarks(ix, part) {
-		if m.run >= pri && (m.low == nil || bytes.Compare(k, m.low) < 0) {
-			(*w.ownRunMarks(ix, part))[i].low = bytes.Clone(k) // a copy: k itself then need not be on the heap
+func (w *writer) lowerRunMarks(k partLow, pri int64, key []byte) {
+	for i, m := range w.runMarks(k) {
+		if m.run >= pri && (m.low == nil || bytes.Compare(key, m.low) < 0) {
+			w.ownRunMarks(k)[i].low = bytes.Clone(key) // a copy: key itself then need not be on the heap
 		}
 	}
 }
@@ -216,15 +222,14 @@ func (w *writer) lowerRunMarks(ix projection.Index, part string, pri int64, k []
 // dueMarkView is a writer's walk of one partition of a due index (scanDue): where its seeks
 // go, and what they found.
 type dueMarkView struct {
-	w    *writer
-	ix   projection.Index
-	part string
+	w *writer
+	k partLow
 }
 
 // target is where a seek to run's start may go instead: its mark's low, and whether the
 // partition has a live entry from there on at all (false: a mark says it has none).
 func (v *dueMarkView) target(run int64) (low []byte, live bool) {
-	m := v.w.runMarks(v.ix, v.part)
+	m := v.w.runMarks(v.k)
 	if i := m.find(run); i >= 0 {
 		return m[i].low, m[i].low != nil
 	}
@@ -234,20 +239,20 @@ func (v *dueMarkView) target(run int64) (low []byte, live bool) {
 // landed records that a seek to run's start (or past it, to its mark) met key first (nil:
 // no key until the partition's end).
 func (v *dueMarkView) landed(run int64, key []byte) {
-	m := v.w.runMarks(v.ix, v.part)
+	m := v.w.runMarks(v.k)
 	i := m.find(run)
 	if i >= 0 && bytes.Equal(m[i].low, key) && (m[i].low == nil) == (key == nil) {
 		return
 	}
-	own := v.w.ownRunMarks(v.ix, v.part)
+	own := v.w.ownRunMarks(v.k)
 	low := bytes.Clone(key) // nil stays nil
 	switch {
 	case i >= 0:
-		(*own)[i].low = low
-	case len(*own) >= maxRunMarks:
-		*own = append((*own)[:0], runMark{run, low})
+		own[i].low = low
+	case len(own) >= maxRunMarks:
+		v.w.newPartLows[v.k] = append(own[:0], runMark{run, low})
 	default:
-		*own = append(*own, runMark{run, low})
+		v.w.newPartLows[v.k] = append(own, runMark{run, low})
 	}
 }
 
@@ -256,14 +261,27 @@ func (v *dueMarkView) landed(run int64, key []byte) {
 // partition) are always kept.
 const maxPartLows = 4096
 
-// mergePartLows merges a committed batch's marks into the committed ones.
-func mergePartLows(committed map[partLow]runMarks, batch map[partLow]*runMarks) {
+// mergePartLows merges a committed batch's marks into the committed ones (ws.partLows), and
+// keeps the arrays of the marks they replace, and the emptied batch map, for later batches.
+func (ws *writerState) mergePartLows(batch map[partLow]runMarks) {
+	if batch == nil {
+		return
+	}
 	for k, m := range batch {
-		if _, ok := committed[k]; ok || len(committed) < maxPartLows || projection.Indexes[k.ix].Part == "" {
-			committed[k] = *m
+		old, ok := ws.partLows[k]
+		if ok || len(ws.partLows) < maxPartLows || projection.Indexes[k.ix].Part == "" {
+			ws.partLows[k] = m
+		}
+		if cap(old) > 0 && len(ws.freeMarks) < maxFreeMarks {
+			ws.freeMarks = append(ws.freeMarks, old[:0])
 		}
 	}
+	clear(batch)
+	ws.sparePartLows = batch
 }
+
+// maxFreeMarks bounds the arrays of marks the writer keeps for reuse (ownRunMarks).
+const maxFreeMarks = 64
 
 // ScanIndex of a store of a format before 3 opened read-only: what format 3 and 5 added is
 // not there to read.

@@ -277,11 +277,12 @@ type writer struct {
 
 	// Format 3's counts (state_kinds_sessions.go), and the low-water marks of the due indexes
 	// (runMarks: index.go).
-	counts      map[countID]int64     // committed counts, read-only here; nil: read the stored ones
-	countDelta  map[countID]int64     // this batch's changes; finish writes them
-	partLows    map[partLow]runMarks  // committed marks, read-only here
-	newPartLows map[partLow]*runMarks // this batch's marks (ownRunMarks)
-	dueSteps    uint64                // the index points this writer's due-index walks stepped over (tests)
+	counts      map[countID]int64    // committed counts, read-only here; nil: read the stored ones
+	countDelta  map[countID]int64    // this batch's changes; finish writes them
+	partLows    map[partLow]runMarks // committed marks, read-only here
+	newPartLows map[partLow]runMarks // this batch's marks (ownRunMarks)
+	freeMarks   *[]runMarks          // arrays of marks to reuse (writerState's); nil: none
+	dueSteps    uint64               // the index points this writer's due-index walks stepped over (tests)
 
 	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
 

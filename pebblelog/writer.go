@@ -255,6 +255,9 @@ type writerState struct {
 	policies map[string]*projection.KindPolicy // the committed kind policies (decide_cache.go)
 	sched    *schedFirst                       // the committed schedule index's earliest tick
 	partLows map[partLow]runMarks              // the committed marks of the due indexes (runMarks: index.go)
+	// The arrays of replaced marks and the emptied batch map of marks, for the next batches.
+	freeMarks     []runMarks
+	sparePartLows map[partLow]runMarks
 
 	// The record maps and order of the last published writer, emptied, for the next one:
 	// growing fresh maps for every batch was two allocations per submit (see recycle).
@@ -338,8 +341,8 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
 	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
-		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
-	ws.spareTasks, ws.spareWakes, ws.spareOrder = nil, nil, nil // one writer at a time owns them
+		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, newPartLows: ws.sparePartLows, freeMarks: &ws.freeMarks, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
+	ws.spareTasks, ws.spareWakes, ws.spareOrder, ws.sparePartLows = nil, nil, nil, nil // one writer at a time owns them
 	return w
 }
 
@@ -451,7 +454,7 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	}
 	s.lastSeq = w.lastSeq
 	*ws.lows = *w.lows // only a committed batch's view may raise the committed lows
-	mergePartLows(ws.partLows, w.newPartLows)
+	ws.mergePartLows(w.newPartLows)
 	mergeCounts(ws.counts, w.countDelta)
 	mergePolicies(ws.policies, w.policyDelta)
 	if w.schedTouched {
