@@ -46,8 +46,14 @@ func indexHead(ix projection.Index, part string) []byte {
 	if projection.Indexes[ix].Part == "" {
 		return append(make([]byte, 0, 25), pebbleIndexes[ix].prefix)
 	}
-	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(part)+24)
+	return appendIndexHead(make([]byte, 0, 1+binary.MaxVarintLen64+len(part)+24), ix, part)
+}
+
+func appendIndexHead(k []byte, ix projection.Index, part string) []byte {
 	k = append(k, pebbleIndexes[ix].prefix)
+	if projection.Indexes[ix].Part == "" {
+		return k
+	}
 	k = binary.AppendUvarint(k, uint64(len(part)))
 	return append(k, part...)
 }
@@ -55,6 +61,13 @@ func indexHead(ix projection.Index, part string) []byte {
 // indexEntryKey is e's key in partition part of index ix.
 func indexEntryKey(ix projection.Index, part string, e projection.IndexEntry) []byte {
 	return appendEntryTail(ix, indexHead(ix, part), e.Pri, e.At, e.Seq)
+}
+
+// keyScratch is e's key built in the writer's key buffer, valid until its next use: for a
+// write (the batch copies the key), so that the writes of a submit allocate no key.
+func (w *writer) keyScratch(ix projection.Index, part string, e projection.IndexEntry) []byte {
+	w.kbuf = appendEntryTail(ix, appendIndexHead(w.kbuf[:0], ix, part), e.Pri, e.At, e.Seq)
+	return w.kbuf
 }
 
 func appendEntryTail(ix projection.Index, head []byte, pri, at int64, seq uint64) []byte {
@@ -112,12 +125,12 @@ func (w *writer) ScanIndex(ix projection.Index, part string, from, to int64, fn 
 }
 
 func (w *writer) PutIndex(ix projection.Index, part string, e projection.IndexEntry) error {
-	k := indexEntryKey(ix, part, e)
+	k := w.keyScratch(ix, part, e)
 	if w.lows != nil && pebbleIndexes[ix].lows {
 		if projection.Indexes[ix].Priority {
 			w.lowerRunMarks(partLow{ix, part}, e.Pri, k)
 		} else {
-			lower(&w.lows.ix[ix], k)
+			lower(&w.lows.ix[ix], k) // copies k
 		}
 	}
 	return w.b.Set(k, []byte(e.ID), nil)
@@ -126,7 +139,7 @@ func (w *writer) PutIndex(ix projection.Index, part string, e projection.IndexEn
 // DeleteIndex uses a sized delete: it tells Pebble's compaction picker how much data the
 // tombstone covers, so the head of a queue-shaped index is compacted promptly.
 func (w *writer) DeleteIndex(ix projection.Index, part string, e projection.IndexEntry) error {
-	return w.b.DeleteSized(indexEntryKey(ix, part, e), uint32(len(e.ID)), nil)
+	return w.b.DeleteSized(w.keyScratch(ix, part, e), uint32(len(e.ID)), nil)
 }
 
 // A due index partition's low-water marks: one per run the walk (scanDue) enters by a seek.

@@ -257,9 +257,11 @@ type writer struct {
 	lastSeq uint64
 	tasks   map[string]projection.Task
 	wakes   map[string]projection.Wake
-	lows    *indexLows   // nil: scans start at each index's first key
-	cache   *recordCache // records of committed batches; nil: none
-	buf     []byte       // record encoding scratch (Batch.Set copies the value)
+	lows    *indexLows      // nil: scans start at each index's first key
+	cache   *recordCache    // records of committed batches; nil: none
+	buf     []byte          // record encoding scratch (Batch.Set copies the value)
+	kbuf    []byte          // key scratch (keyScratch, Txn.Append; Batch.Set copies the key)
+	newTask projection.Task // NewTask's record
 
 	// committed reads the DB without the batch. The batch's own records and idempotency keys
 	// are in tasks, wakes and keys, so point reads look there first and then go to the DB
@@ -313,9 +315,13 @@ type maxIDs struct {
 // clock far behind, seeded entropy, an id older than the recentKeep newest) needs a Get.
 //
 // The floor starts at the greatest id stored at Open. Every record put through the writer
-// (put) above the floor joins recent; when recent passes recentMax ids, the floor rises to
-// the greatest id of all but the recentKeep greatest, and the ids at or below it leave: the
-// ids above the new floor stay, so the rule holds. Only the writer puts records, so an id
+// (put) above the floor joins recent; when recent holds more than recentMax ids once a batch
+// committed (settle), the floor rises to the greatest id of all but the recentKeep greatest,
+// and the ids at or below it leave: the ids above the new floor stay, so the rule holds. The
+// floor does not rise during a batch (unless recent passes recentHard): the ids of one batch
+// share its callers' millisecond (SubmitMany's 10,000 all do), so they reach the writer in
+// random order, and a floor raised among them left most of the batch's later ids below it,
+// each then a Get. Only the writer puts records, so an id
 // above the floor that recent lacks stays absent; a record deleted by pruning (prune.go) leaves
 // its id in recent, which only costs a Get that finds nothing. A put of a discarded batch leaves an id
 // in recent without a record, which only costs a Get.
@@ -331,6 +337,7 @@ type idMark struct {
 const (
 	recentKeep = 2048
 	recentMax  = 2 * recentKeep
+	recentHard = 1 << 16 // the bound within a batch (put)
 )
 
 // newIDMark starts a mark at the greatest record key of its kind (nil: none).
@@ -357,6 +364,13 @@ func (m *idMark) put(id string) {
 		return
 	}
 	m.recent[id] = struct{}{}
+	if len(m.recent) > recentHard {
+		m.prune()
+	}
+}
+
+// settle bounds recent once a batch committed (publish).
+func (m *idMark) settle() {
 	if len(m.recent) > recentMax {
 		m.prune()
 	}
@@ -482,8 +496,14 @@ func (w *writer) EditTask(id string) (*projection.Task, error) { return w.Task(i
 func (w *writer) EditWake(id string) (*projection.Wake, error) { return w.Wake(id) }
 func (w *writer) TaskEdited(t *projection.Task) error          { return w.PutTask(t) }
 func (w *writer) WakeEdited(x *projection.Wake) error          { return w.PutWake(x) }
-func (w *writer) NewTask() *projection.Task                    { return new(projection.Task) }
-func (w *writer) NewWake() *projection.Wake                    { return new(projection.Wake) }
+
+// NewTask returns the writer's scratch record: Apply fills it and hands it to PutTask, which
+// copies it into the batch's map (a submit then allocates no record of its own for it).
+func (w *writer) NewTask() *projection.Task {
+	w.newTask = projection.Task{}
+	return &w.newTask
+}
+func (w *writer) NewWake() *projection.Wake { return new(projection.Wake) }
 
 func (w *writer) LastSeq() (uint64, error) { return w.lastSeq, nil }
 

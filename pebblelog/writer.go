@@ -56,7 +56,8 @@ func (t *Txn) Append(ev events.Event) error {
 		return err
 	}
 	// The per-subject index: a prune finds a subject's events without reading others.
-	if err := t.w.b.Set(subjectEventKey(ev, h.Seq), nil, nil); err != nil {
+	t.w.kbuf = appendSubjectEventKey(t.w.kbuf[:0], ev, h.Seq)
+	if err := t.w.b.Set(t.w.kbuf, nil, nil); err != nil {
 		return err
 	}
 	return projection.Apply(t.w, ev)
@@ -459,6 +460,10 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	mergePolicies(ws.policies, w.policyDelta)
 	if w.schedTouched {
 		ws.sched.known = false // read again at the next claim that needs it
+	}
+	if ws.maxIDs != nil {
+		ws.maxIDs.task.settle()
+		ws.maxIDs.wake.settle()
 	}
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)
