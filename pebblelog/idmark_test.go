@@ -31,8 +31,11 @@ func TestIDMarkNeverMissesAPutID(t *testing.T) {
 	for i, id := range ids {
 		m.put(id)
 		put = append(put, id)
-		if len(m.recent) > recentMax {
-			t.Fatalf("after %d puts recent holds %d ids, more than %d", i+1, len(m.recent), recentMax)
+		if i%50 == 49 { // a batch committed
+			m.settle()
+			if len(m.recent) > recentMax {
+				t.Fatalf("after %d puts recent holds %d ids, more than %d", i+1, len(m.recent), recentMax)
+			}
 		}
 		if i%97 == 0 || i == n-1 {
 			for _, p := range put {
@@ -67,6 +70,35 @@ func TestIDMarkNeverMissesAPutID(t *testing.T) {
 	e.put("a")
 	if e.absent("a") {
 		t.Error("an empty store's mark calls a put id absent")
+	}
+}
+
+// TestIDMarkKnowsABatchsIDs: the ids of one batch share their millisecond (SubmitMany's
+// 10,000 all do), so they reach the writer in random order; every new id of such a batch is
+// known absent, with no Get, however many came before it in the batch. A floor raised during
+// the batch left most of the later ones below it. Once the batch committed, recent is bounded.
+func TestIDMarkKnowsABatchsIDs(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	id := func() string { return fmt.Sprintf("task_0192%028x", r.Uint64()>>8) }
+	m := newIDMark(idKey(prefixTask, "task_0191"))
+	known := 0
+	const n = 10000
+	for range n {
+		x := id()
+		if m.absent(x) {
+			known++
+		}
+		m.put(x)
+	}
+	if known != n {
+		t.Errorf("%d of a batch's %d new ids were known absent, want all", known, n)
+	}
+	m.settle()
+	if len(m.recent) > recentMax {
+		t.Errorf("after the batch recent holds %d ids, more than %d", len(m.recent), recentMax)
+	}
+	if x := id(); x > m.floor && !m.absent(x) {
+		t.Errorf("a new id above the floor is not known absent")
 	}
 }
 

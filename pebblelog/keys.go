@@ -198,6 +198,15 @@ func subjectPrefix(id string) []byte {
 
 // subjectEventKey is the per-subject index entry of the event seq of ev's subject.
 func subjectEventKey(ev events.Event, seq uint64) []byte {
+	return appendSubjectEventKey(nil, ev, seq)
+}
+
+// appendSubjectEventKey appends subjectEventKey(ev, seq) to k.
+func appendSubjectEventKey(k []byte, ev events.Event, seq uint64) []byte {
 	taskID, wakeID := ev.Subject()
-	return binary.BigEndian.AppendUint64(subjectPrefix(taskID+wakeID), seq) // one of them is set
+	id := taskID + wakeID // one of them is set
+	k = append(k, prefixSubject)
+	k = binary.AppendUvarint(k, uint64(len(id)))
+	k = append(k, id...)
+	return binary.BigEndian.AppendUint64(k, seq)
 }

@@ -101,26 +101,55 @@ func (s reader) WakeKey(session, key string) (string, error) {
 }
 
 // scanDue walks a due index in claim order (head: the due index's prefix, or one kind's part
-// of the per-kind index) from lower, calling fn with the entries with At in [from, to] until
-// fn returns false. Keys are priority first (format 6): the entries of one priority are a run
-// in time order, so the walk follows a run while its entries are due and, at the first that
-// is not, seeks to the start of the next lower priority; the seek lands on the next priority
-// present (and an entry before from seeks to from in its own priority). Cost: one seek per priority present plus the entries fn sees, so a future
-// high-priority entry never hides a due lower one, and a claim reads no future entry of a
-// priority past its first. A store of an older format opened read-only has no priority in
-// its keys (parseDueTail's legacy layout, all priority 0): the walk ends at its first
-// future entry, as before format 6. first, when not nil, is set to a copy of the first key
-// the walk met, due or not (the writer's low-water mark), and left nil when it met none.
-func (s reader) scanDue(head, lower []byte, from, to int64, first *[]byte, fn func(projection.IndexEntry) bool) (err error) {
-	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(head)})
+// of the per-kind index), calling fn with the entries with At in [from, to] until fn returns
+// false. Keys are priority first (format 6): the entries of one priority are a run in time
+// order, so the walk follows a run while its entries are due and, at the first that is not,
+// seeks to the start of the next lower priority; the seek lands on the next priority present
+// (and an entry before from seeks to from in its own priority). Cost: one seek per priority
+// present plus the entries fn sees, so a future high-priority entry never hides a due lower
+// one, and a claim reads no future entry of a priority past its first. A store of an older
+// format opened read-only has no priority in its keys (parseDueTail's legacy layout, all
+// priority 0): the walk ends at its first future entry, as before format 6.
+//
+// v, when not nil, is the writer's marks of the partition (runMarks; from is then
+// math.MinInt64): the walk's first key and each run's start are sought at their marks, and
+// each such seek's landing raises its mark. fn must not write to the state.
+func (s reader) scanDue(head []byte, from, to int64, v *dueMarkView, fn func(projection.IndexEntry) bool) (err error) {
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: head, UpperBound: prefixEnd(head)})
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, it.Close()) }()
-	ok := it.First()
-	if ok && first != nil {
-		*first = bytes.Clone(it.Key())
+	defer func() {
+		if v != nil {
+			v.w.dueSteps += it.Stats().InternalStats.PointCount
+		}
+		err = errors.Join(err, it.Close())
+	}()
+	// enter seeks to run's start (math.MaxInt64: the partition's first key).
+	enter := func(run int64) bool {
+		if v == nil {
+			if run == math.MaxInt64 {
+				return it.First()
+			}
+			return it.SeekGE(priorityStart(head, run))
+		}
+		low, live := v.target(run)
+		if !live {
+			return false
+		}
+		if low == nil {
+			low = priorityStart(head, run)
+		}
+		ok := it.SeekGE(low)
+		switch {
+		case ok:
+			v.landed(run, it.Key())
+		case it.Error() == nil:
+			v.landed(run, nil)
+		}
+		return ok
 	}
+	ok := enter(math.MaxInt64)
 	for ok {
 		pri, at, seq, legacy, good := parseDueTail(it.Key(), len(head))
 		if !good {
@@ -138,14 +167,14 @@ func (s reader) scanDue(head, lower []byte, from, to int64, first *[]byte, fn fu
 			if legacy || pri == math.MinInt64 {
 				break
 			}
-			ok = it.SeekGE(priorityStart(head, pri-1))
+			ok = enter(pri - 1)
 			continue
 		}
-		v, err := it.ValueAndErr()
+		val, err := it.ValueAndErr()
 		if err != nil {
 			return err
 		}
-		if !fn(projection.IndexEntry{Pri: pri, At: at, Seq: seq, ID: string(v)}) {
+		if !fn(projection.IndexEntry{Pri: pri, At: at, Seq: seq, ID: string(val)}) {
 			return nil
 		}
 		ok = it.Next()
@@ -228,9 +257,11 @@ type writer struct {
 	lastSeq uint64
 	tasks   map[string]projection.Task
 	wakes   map[string]projection.Wake
-	lows    *indexLows   // nil: scans start at each index's first key
-	cache   *recordCache // records of committed batches; nil: none
-	buf     []byte       // record encoding scratch (Batch.Set copies the value)
+	lows    *indexLows      // nil: scans start at each index's first key
+	cache   *recordCache    // records of committed batches; nil: none
+	buf     []byte          // record encoding scratch (Batch.Set copies the value)
+	kbuf    []byte          // key scratch (keyScratch, Txn.Append; Batch.Set copies the key)
+	newTask projection.Task // NewTask's record
 
 	// committed reads the DB without the batch. The batch's own records and idempotency keys
 	// are in tasks, wakes and keys, so point reads look there first and then go to the DB
@@ -246,12 +277,14 @@ type writer struct {
 	// The records put in this batch, in the order first put; finish writes each once.
 	taskOrder, wakeOrder []string
 
-	// Format 3's counts (state_kinds_sessions.go), and the low-water marks of the partitioned
-	// indexes (index.go).
-	counts      map[countID]int64  // committed counts, read-only here; nil: read the stored ones
-	countDelta  map[countID]int64  // this batch's changes; finish writes them
-	partLows    map[partLow][]byte // committed marks, read-only here
-	newPartLows map[partLow][]byte // this batch's marks
+	// Format 3's counts (state_kinds_sessions.go), and the low-water marks of the due indexes
+	// (runMarks: index.go).
+	counts      map[countID]int64    // committed counts, read-only here; nil: read the stored ones
+	countDelta  map[countID]int64    // this batch's changes; finish writes them
+	partLows    map[partLow]runMarks // committed marks, read-only here
+	newPartLows map[partLow]runMarks // this batch's marks (ownRunMarks)
+	freeMarks   *[]runMarks          // arrays of marks to reuse (writerState's); nil: none
+	dueSteps    uint64               // the index points this writer's due-index walks stepped over (tests)
 
 	deleted *deletedRecords // records this batch pruned (prune.go); nil: none
 
@@ -282,9 +315,13 @@ type maxIDs struct {
 // clock far behind, seeded entropy, an id older than the recentKeep newest) needs a Get.
 //
 // The floor starts at the greatest id stored at Open. Every record put through the writer
-// (put) above the floor joins recent; when recent passes recentMax ids, the floor rises to
-// the greatest id of all but the recentKeep greatest, and the ids at or below it leave: the
-// ids above the new floor stay, so the rule holds. Only the writer puts records, so an id
+// (put) above the floor joins recent; when recent holds more than recentMax ids once a batch
+// committed (settle), the floor rises to the greatest id of all but the recentKeep greatest,
+// and the ids at or below it leave: the ids above the new floor stay, so the rule holds. The
+// floor does not rise during a batch (unless recent passes recentHard): the ids of one batch
+// share its callers' millisecond (SubmitMany's 10,000 all do), so they reach the writer in
+// random order, and a floor raised among them left most of the batch's later ids below it,
+// each then a Get. Only the writer puts records, so an id
 // above the floor that recent lacks stays absent; a record deleted by pruning (prune.go) leaves
 // its id in recent, which only costs a Get that finds nothing. A put of a discarded batch leaves an id
 // in recent without a record, which only costs a Get.
@@ -300,6 +337,7 @@ type idMark struct {
 const (
 	recentKeep = 2048
 	recentMax  = 2 * recentKeep
+	recentHard = 1 << 16 // the bound within a batch (put)
 )
 
 // newIDMark starts a mark at the greatest record key of its kind (nil: none).
@@ -326,6 +364,13 @@ func (m *idMark) put(id string) {
 		return
 	}
 	m.recent[id] = struct{}{}
+	if len(m.recent) > recentHard {
+		m.prune()
+	}
+}
+
+// settle bounds recent once a batch committed (publish).
+func (m *idMark) settle() {
 	if len(m.recent) > recentMax {
 		m.prune()
 	}
@@ -359,30 +404,8 @@ func (m *idMark) prune() {
 // the new key. Deletes change nothing. Only a committed batch's copy replaces the committed
 // lows; a discarded batch's is dropped, so a raise never outlives the state it observed.
 type indexLows struct {
-	ix       [projection.NumIndexes][]byte // the indexes of one partition (index.go)
+	ix       [projection.NumIndexes][]byte // the indexes of one partition without priorities (index.go)
 	prunable []byte                        // the retention index (prune.go)
-}
-
-// scanDueFrom is scanFrom for a due index (scanDue's walk): from *low (head when nil), and
-// *low raised to the first live key the walk met, or to the index's end when it met none.
-func (w *writer) scanDueFrom(head []byte, low *[]byte, maxAt int64, fn func(projection.IndexEntry) bool) error {
-	lower, upper := head, prefixEnd(head)
-	if *low != nil {
-		lower = *low
-	}
-	if bytes.Compare(lower, upper) >= 0 {
-		return nil // no live entry
-	}
-	var first []byte
-	if err := w.reader.scanDue(head, lower, math.MinInt64, maxAt, &first, fn); err != nil {
-		return err
-	}
-	if first != nil {
-		*low = first
-	} else {
-		*low = upper
-	}
-	return nil
 }
 
 // scanFrom scans the index range [start, upper), whose keys have head bytes before (at,
@@ -473,8 +496,14 @@ func (w *writer) EditTask(id string) (*projection.Task, error) { return w.Task(i
 func (w *writer) EditWake(id string) (*projection.Wake, error) { return w.Wake(id) }
 func (w *writer) TaskEdited(t *projection.Task) error          { return w.PutTask(t) }
 func (w *writer) WakeEdited(x *projection.Wake) error          { return w.PutWake(x) }
-func (w *writer) NewTask() *projection.Task                    { return new(projection.Task) }
-func (w *writer) NewWake() *projection.Wake                    { return new(projection.Wake) }
+
+// NewTask returns the writer's scratch record: Apply fills it and hands it to PutTask, which
+// copies it into the batch's map (a submit then allocates no record of its own for it).
+func (w *writer) NewTask() *projection.Task {
+	w.newTask = projection.Task{}
+	return &w.newTask
+}
+func (w *writer) NewWake() *projection.Wake { return new(projection.Wake) }
 
 func (w *writer) LastSeq() (uint64, error) { return w.lastSeq, nil }
 

@@ -56,7 +56,8 @@ func (t *Txn) Append(ev events.Event) error {
 		return err
 	}
 	// The per-subject index: a prune finds a subject's events without reading others.
-	if err := t.w.b.Set(subjectEventKey(ev, h.Seq), nil, nil); err != nil {
+	t.w.kbuf = appendSubjectEventKey(t.w.kbuf[:0], ev, h.Seq)
+	if err := t.w.b.Set(t.w.kbuf, nil, nil); err != nil {
 		return err
 	}
 	return projection.Apply(t.w, ev)
@@ -220,7 +221,7 @@ func (s *Store) writeLoop() {
 		}
 	}()
 	ws := &writerState{lows: &indexLows{}, cache: newRecordCache(s.opts.RecordCacheSize), syncq: syncq, maxIDs: s.maxIDs,
-		counts: s.counts, partLows: map[partLow][]byte{}, policies: s.policies, sched: &schedFirst{}}
+		counts: s.counts, partLows: map[partLow]runMarks{}, policies: s.policies, sched: &schedFirst{}}
 	group := make([]*request, 0, s.opts.MaxBatchCommands)
 	for r := range s.reqs {
 		group = append(group[:0], r)
@@ -254,7 +255,10 @@ type writerState struct {
 	counts   map[countID]int64                 // the committed counts (state_kinds_sessions.go)
 	policies map[string]*projection.KindPolicy // the committed kind policies (decide_cache.go)
 	sched    *schedFirst                       // the committed schedule index's earliest tick
-	partLows map[partLow][]byte                // the committed lows of the partitioned indexes (index.go)
+	partLows map[partLow]runMarks              // the committed marks of the due indexes (runMarks: index.go)
+	// The arrays of replaced marks and the emptied batch map of marks, for the next batches.
+	freeMarks     []runMarks
+	sparePartLows map[partLow]runMarks
 
 	// The record maps and order of the last published writer, emptied, for the next one:
 	// growing fresh maps for every batch was two allocations per submit (see recycle).
@@ -338,8 +342,8 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
 	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
-		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
-	ws.spareTasks, ws.spareWakes, ws.spareOrder = nil, nil, nil // one writer at a time owns them
+		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, newPartLows: ws.sparePartLows, freeMarks: &ws.freeMarks, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
+	ws.spareTasks, ws.spareWakes, ws.spareOrder, ws.sparePartLows = nil, nil, nil, nil // one writer at a time owns them
 	return w
 }
 
@@ -451,11 +455,15 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	}
 	s.lastSeq = w.lastSeq
 	*ws.lows = *w.lows // only a committed batch's view may raise the committed lows
-	mergePartLows(ws.partLows, w.newPartLows)
+	ws.mergePartLows(w.newPartLows)
 	mergeCounts(ws.counts, w.countDelta)
 	mergePolicies(ws.policies, w.policyDelta)
 	if w.schedTouched {
 		ws.sched.known = false // read again at the next claim that needs it
+	}
+	if ws.maxIDs != nil {
+		ws.maxIDs.task.settle()
+		ws.maxIDs.wake.settle()
 	}
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)

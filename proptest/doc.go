@@ -99,6 +99,10 @@
 //	           cancels, reads, cursors, submits and wakes reusing their keys, restarts).
 //	           TestGeneratorCoverage also requires that at least 35% of the prunes remove
 //	           something (about half do)
+//	schedule   (work-api-3.md) set (new, replacing, again after its ticks: @every 1s, 2s or
+//	           a year, catch-up all or latest) and remove; every task claim first submits the
+//	           due ticks' tasks (ops_schedules_test.go), which it may then take. A prune that
+//	           would remove a tick's task is left out (a known bug: PruneOp.valid)
 //	reopen     (restartable backends) Close, then Open the same directory
 //	crash      (restartable backends) open a vfs.CrashClone holding exactly the synced data,
 //	           without closing first
@@ -135,6 +139,9 @@
 //	[model]           every returned snapshot, and every task read back after every step,
 //	                  equals the model field by field (state, times compared as instants,
 //	                  input and output bytes as first given, outcome, cancel request time)
+//	[schedule]        a claim submits exactly one task per due tick of each live schedule,
+//	                  none before its tick, under the key schedule:<name>:<tick>, as the
+//	                  catch-up rule says; Session.Schedules lists each one's next and last tick
 //	[errors]          validation refuses bad requests with ErrInvalidRequest and the field;
 //	                  every error matches exactly one kind sentinel, is a *work.Error with the
 //	                  id or key, and has the seed's message

@@ -164,6 +164,9 @@ type mTask struct {
 	atRetry   uint32 // attempts when last retried (Task.AttemptsAtRetry)
 	retries   int    // how often it was retried
 	inbox     bool   // taken in from the inbox (SubmitTxOp) at the queue's clock: created unknown
+	isTick    bool   // submitted by a claim for a schedule's tick (ops_schedules_test.go)
+	sched     int    // isTick: the schedule's name (scheduleNames)
+	tick      int64  // isTick: the tick
 }
 
 // eligible reports whether a claim at now may deliver the task, and since when it is eligible.
@@ -244,6 +247,8 @@ type expect struct {
 	claims []claimed
 	// newCW lists completion wakes this command records, in order.
 	newCW []int
+	// newTicks lists the tasks of schedule ticks this command submitted, in order.
+	newTicks []int
 	// events is the number of state-changing events the command appends to the log.
 	events int
 	// audit: a rejected stale settlement or acknowledgment, which may append one audit event.
@@ -416,7 +421,11 @@ func (m *model) eligibleTasks() []claimed {
 	return out
 }
 
-func (m *model) claim(lease int64, limit int) { m.claimList(m.eligibleTasks(), lease, limit) }
+// claim is ClaimDueAt: the due ticks' tasks first (submitTicks), then the claim.
+func (m *model) claim(lease int64, limit int) {
+	m.submitTicks()
+	m.claimList(m.eligibleTasks(), lease, limit)
+}
 
 // claimList claims the first limit of the eligible tasks el, in order.
 func (m *model) claimList(el []claimed, lease int64, limit int) {
@@ -432,7 +441,8 @@ func (m *model) claimList(el []claimed, lease int64, limit int) {
 		el[i].attempt = t.attempts
 		m.tookToken(t.kind)
 	}
-	m.exp.claims, m.exp.events = el, len(el)
+	m.exp.claims = el
+	m.exp.events += len(el) // after the ticks' (submitTicks)
 }
 
 func (m *model) finish(h int, attempt uint32, outcome int, forged bool) {
@@ -542,6 +552,7 @@ var claimKindNames = []string{kindNames[0], kindNames[1], "video"}
 
 // claimKinds is ClaimKindsAt: ClaimDue restricted to the kinds in mask, in the same order.
 func (m *model) claimKinds(mask int, lease int64, limit int) {
+	m.submitTicks()
 	var el []claimed
 	for _, c := range m.eligibleTasks() {
 		if mask&(1<<m.tasks[c.h].kind) != 0 {
@@ -663,7 +674,8 @@ func (m *model) claimWakes(lease int64, limit int) {
 		w.claimed, w.leaseExp = true, m.now+lease
 		el[i].attempt = w.attempts
 	}
-	m.exp.claims, m.exp.events = el, len(el)
+	m.exp.claims = el
+	m.exp.events += len(el) // after the ticks' (submitTicks)
 }
 
 func (m *model) ack(h int, attempt uint32, forged bool) {

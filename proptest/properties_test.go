@@ -475,6 +475,8 @@ var caseAppending = map[events.Type]string{
 
 var coverageCases = []string{
 	"set schedule new", "set schedule replace", "remove schedule", "remove schedule unknown",
+	"set schedule after its ticks", "claim submits a tick", "claim takes a tick it submitted",
+	"claim submits several ticks of a schedule (catch-up all)", "claim submits the latest tick only (catch-up latest)",
 	"submit new", "submit immediate", "submit scheduled", "submit repeat (same intent)",
 	"submit repeat (other spelling of the input)", "submit conflict", "submit same key in another session",
 	"read own", "read foreign", "read unknown",
@@ -591,6 +593,9 @@ func classify(o op, m, n *model) []string {
 			add("claim cut by limit")
 		}
 		for _, cl := range e.claims {
+			if cl.h >= len(m.tasks) {
+				continue // a tick's task the claim submitted (classifyTicks)
+			}
 			if t := m.tasks[cl.h]; t.state == mPending && t.attempts > 0 {
 				add("claim after release")
 			}
@@ -836,6 +841,7 @@ func classify(o op, m, n *model) []string {
 			add("completion wake " + st.String())
 		}
 	}
+	classifyTicks(add, m, n)
 	return c
 }
 

@@ -212,7 +212,8 @@ func (s *system) post(o op, m *model, r *result) []string {
 		return []string{p}
 	}
 	r.events = evs
-	fails := o.check(m, r)
+	fails := s.bindTicks(m, r) // before the op's check: a claim may deliver them
+	fails = append(fails, o.check(m, r)...)
 	fails = append(fails, s.bindCompletionWakes(m, r)...)
 	fails = append(fails, s.checkLog(m, r)...)
 	fails = append(fails, s.checkCompletionWakes(m)...)
@@ -592,7 +593,10 @@ func compareTaskRec(s *system, h int, t mTask, got work.Task, how string) []stri
 		bad("model", "cancel requested at", showT(got.CancelRequestedAt), showT(w))
 	}
 	wantKey := ""
-	if t.key >= 0 {
+	switch {
+	case t.isTick:
+		wantKey = tickKey(t.sched, t.tick)
+	case t.key >= 0:
 		wantKey = keyNames[t.key]
 	}
 	if got.IdempotencyKey != wantKey {

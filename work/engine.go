@@ -273,6 +273,20 @@ type preparedSubmit struct {
 // (before the command is queued: randomness stays off the single writer's path; an
 // idempotent repeat simply does not use it). The caller sets input.
 func (b *logBackend) prepareSubmit(r *TaskRequest, at int64) (preparedSubmit, error) {
+	p, verr := prepareRequest(r)
+	if verr != nil {
+		return p, verr
+	}
+	id, err := b.ids.id("task", at)
+	if err != nil {
+		return p, backendErr(err)
+	}
+	p.newID = id
+	return p, nil
+}
+
+// prepareRequest is prepareSubmit without the new id (SubmitMany draws them all at once).
+func prepareRequest(r *TaskRequest) (preparedSubmit, error) {
 	p := preparedSubmit{r: r, headers: cloneHeaders(r.Headers)}
 	if !r.RunAt.IsZero() {
 		var verr *Error
@@ -280,11 +294,6 @@ func (b *logBackend) prepareSubmit(r *TaskRequest, at int64) (preparedSubmit, er
 			return p, verr
 		}
 	}
-	id, err := b.ids.id("task", at)
-	if err != nil {
-		return p, backendErr(err)
-	}
-	p.newID = id
 	return p, nil
 }
 

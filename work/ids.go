@@ -24,9 +24,18 @@ func newIDSource(r io.Reader) *idSource {
 // version and variant bits and 74 random bits. Ids sort by creation time; the random part
 // keeps them unique.
 func (s *idSource) id(prefix string, nowNanos int64) (string, error) {
-	var u [16]byte
-	if _, err := io.ReadFull(s.r, u[6:]); err != nil {
-		return "", err
+	var out [1]string
+	err := s.ids(prefix, nowNanos, out[:])
+	return out[0], err
+}
+
+// ids fills out with ids as id makes them one after another, from one read of the
+// randomness they need (SubmitMany draws 10,000 at once).
+func (s *idSource) ids(prefix string, nowNanos int64, out []string) error {
+	const random = 10 // bytes per id: u[6:]
+	rnd := make([]byte, random*len(out))
+	if _, err := io.ReadFull(s.r, rnd); err != nil {
+		return err
 	}
 	ms := uint64(nowNanos / 1e6)
 	if nowNanos < 0 {
@@ -34,10 +43,15 @@ func (s *idSource) id(prefix string, nowNanos int64) (string, error) {
 	}
 	var ts [8]byte
 	binary.BigEndian.PutUint64(ts[:], ms)
-	copy(u[:6], ts[2:])
-	u[6] = 0x70 | (u[6] & 0x0f) // version 7
-	u[8] = 0x80 | (u[8] & 0x3f) // RFC 4122 variant
-	return prefix + "_" + hex.EncodeToString(u[:]), nil
+	for i := range out {
+		var u [16]byte
+		copy(u[:6], ts[2:])
+		copy(u[6:], rnd[random*i:])
+		u[6] = 0x70 | (u[6] & 0x0f) // version 7
+		u[8] = 0x80 | (u[8] & 0x3f) // RFC 4122 variant
+		out[i] = prefix + "_" + hex.EncodeToString(u[:])
+	}
+	return nil
 }
 
 // token returns an unguessable lease token: 128 random bits.

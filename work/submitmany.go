@@ -97,13 +97,18 @@ func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []Task
 	if verr != nil {
 		return nil, verr
 	}
+	ids := make([]string, len(rs))
+	if err := b.ids.ids("task", at, ids); err != nil {
+		return nil, backendErr(err)
+	}
 	ps := make([]preparedSubmit, len(rs))
 	inputs := make([][]byte, len(rs))
 	for i := range rs {
-		p, err := b.prepareSubmit(&rs[i], at)
+		p, err := prepareRequest(&rs[i])
 		if err != nil {
 			return nil, err
 		}
+		p.newID = ids[i]
 		ps[i] = p
 		inputs[i] = rs[i].Input
 	}
