@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -79,7 +80,19 @@ func harness(opts *postgres.Options) worktest.Harness {
 	return h
 }
 
+// conformanceWriteTimeout is the writer's WriteTimeout in the conformance suite: longer than
+// any test binary's -timeout, so that the suite asserts states, never a speed. Some of its
+// groups are large by design, to check a limit: submit_many/validation submits
+// work.MaxSubmitMany tasks in one group, schedules/catchup_all_bounded submits
+// work.MaxTicksPerClaim ticks in one claim (three round trips each under the log head's lock:
+// 3,013 in the group). Unloaded they take 0.5–0.9 s; at a load average of 35 on 2 cores one
+// took over the default 30 s and failed the case with "work backend failed: timeout"
+// (design §7.6). What WriteTimeout bounds, a server that stops answering, is tested with
+// timeouts of its own (frozen_test.go, closebound_test.go, failover_test.go); a hang here is
+// reported by the test binary's -timeout, with every goroutine's stack.
+const conformanceWriteTimeout = time.Hour
+
 // TestConformance runs work/worktest's whole suite on PostgreSQL.
 func TestConformance(t *testing.T) {
-	worktest.Run(t, harness(nil))
+	worktest.Run(t, harness(&postgres.Options{WriteTimeout: conformanceWriteTimeout}))
 }

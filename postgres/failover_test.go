@@ -19,11 +19,19 @@ import (
 // queue must still hold after the failover.
 type failoverLoad struct {
 	mu       sync.Mutex
-	acked    map[string]string // idempotency key → task id, for every submit that returned nil
-	settled  map[string]int    // task id → Finish calls that returned nil
-	errs     int               // calls that failed (retried)
+	acked    map[string]string      // idempotency key → task id, for every submit that returned nil
+	ackedAt  map[string]time.Time   // idempotency key → when the submit that returned nil began
+	settled  map[string][]settleAck // task id → the Finish calls that returned nil
+	errs     int                    // calls that failed (retried)
 	lastOK   time.Time
 	firstErr error
+}
+
+// settleAck is one acknowledged Finish: the delivery it settled, and when the call began.
+type settleAck struct {
+	attempt uint32
+	token   string
+	began   time.Time
 }
 
 func (l *failoverLoad) ok(f func()) {
@@ -82,7 +90,7 @@ func testFailover(t *testing.T, synchronous bool) {
 	}
 	defer q.Close()
 
-	load := &failoverLoad{acked: map[string]string{}, settled: map[string]int{}}
+	load := &failoverLoad{acked: map[string]string{}, ackedAt: map[string]time.Time{}, settled: map[string][]settleAck{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	const submitters, workers = 3, 2
@@ -100,10 +108,11 @@ func testFailover(t *testing.T, synchronous bool) {
 					default:
 					}
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					began := time.Now()
 					task, err := s.Submit(cctx, work.TaskRequest{Kind: "fo", Input: json.RawMessage(`{"i":1}`), IdempotencyKey: key})
 					cancel()
 					if err == nil {
-						load.ok(func() { load.acked[key] = task.ID })
+						load.ok(func() { load.acked[key], load.ackedAt[key] = task.ID, began })
 						break
 					}
 					load.fail(err)
@@ -134,11 +143,13 @@ func testFailover(t *testing.T, synchronous bool) {
 			}
 			for _, d := range ds {
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				began := time.Now()
 				_, err := q.Finish(cctx, d, work.Success(json.RawMessage(`"done"`)))
 				cancel()
 				switch {
 				case err == nil:
-					load.ok(func() { load.settled[d.Task.ID]++ })
+					a := settleAck{attempt: d.Attempt, token: d.LeaseToken(), began: began}
+					load.ok(func() { load.settled[d.Task.ID] = append(load.settled[d.Task.ID], a) })
 				case errors.Is(err, work.ErrStaleDelivery):
 					// Another worker holds it now (a lease expired during the failover).
 				default:
@@ -171,6 +182,9 @@ func testFailover(t *testing.T, synchronous bool) {
 	if err := pair.KillPrimary(); err != nil {
 		t.Fatal(err)
 	}
+	// Every server process of the old primary is dead or has SIGKILL pending (it runs no more
+	// code of its own): nothing a call begun from now on does can commit there.
+	dead := time.Now()
 	if err := pair.Promote(); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +210,7 @@ func testFailover(t *testing.T, synchronous bool) {
 		load.mu.Lock()
 		unsettled := map[string]string{}
 		for key, id := range load.acked {
-			if load.settled[id] == 0 && !lostByFailover[id] {
+			if len(load.settled[id]) == 0 && !lostByFailover[id] {
 				unsettled[key] = id
 			}
 		}
@@ -219,39 +233,57 @@ func testFailover(t *testing.T, synchronous bool) {
 		map[bool]string{true: "synchronous", false: "asynchronous"}[synchronous], promoted.Round(time.Millisecond),
 		resumed.Round(time.Millisecond), len(load.acked), len(load.settled), load.errs, load.firstErr)
 
-	// What the promoted server holds.
-	var lost []string
-	for key, id := range load.acked {
-		task, ok, err := q.Session("failover-"+key[2:3]).Task(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			lost = append(lost, "submit "+key+" ("+id+")")
-			continue
-		}
-		if load.settled[id] > 0 && task.State != work.TaskSucceeded {
-			lost = append(lost, fmt.Sprintf("settle of %s (now %v)", id, task.State))
-		}
-	}
-	settledEvents := map[string]int{}
+	// What the promoted server holds. An acknowledged operation it lacks is lost by the
+	// failover: an error with a synchronous standby, reported with an asynchronous one. A
+	// settle is lost when the log's settle of its task is another delivery's (or there is
+	// none): the task, its settle gone, was claimed again after its lease and settled again
+	// (seen under load: "Finish acknowledged 2 times", one settle in the log). Either way, an
+	// operation whose call began after the old primary was dead cannot have been lost with it.
+	settledEvents := map[string][]*events.TaskSettled{}
 	err = q.ReadLog(ctx, 0, func(e events.Event) error {
 		if st, ok := e.(*events.TaskSettled); ok {
-			settledEvents[st.TaskID]++
+			settledEvents[st.TaskID] = append(settledEvents[st.TaskID], st)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, n := range settledEvents {
-		if n > 1 {
-			t.Errorf("task %s settled %d times in the log", id, n)
+	for id, evs := range settledEvents {
+		if len(evs) > 1 {
+			t.Errorf("task %s settled %d times in the log", id, len(evs))
 		}
 	}
-	for id, n := range load.settled {
-		if n > 1 {
-			t.Errorf("task %s: Finish acknowledged %d times", id, n)
+	var lost []string
+	lose := func(what string, began time.Time) {
+		lost = append(lost, what)
+		if began.After(dead) {
+			t.Errorf("%s: lost, yet its call began %v after the old primary was killed", what, began.Sub(dead).Round(time.Millisecond))
+		}
+	}
+	for key, id := range load.acked {
+		_, ok, err := q.Session("failover-"+key[2:3]).Task(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			lose("submit "+key+" ("+id+")", load.ackedAt[key])
+		}
+	}
+	for id, acks := range load.settled {
+		inLog := "none"
+		if evs := settledEvents[id]; len(evs) > 0 {
+			inLog = fmt.Sprintf("attempt %d", evs[0].Attempt)
+		}
+		tokens := map[string]bool{}
+		for _, a := range acks {
+			if tokens[a.token] {
+				t.Errorf("task %s: Finish of attempt %d acknowledged twice", id, a.attempt)
+			}
+			tokens[a.token] = true
+			if evs := settledEvents[id]; len(evs) == 0 || evs[0].LeaseToken != a.token {
+				lose(fmt.Sprintf("settle of %s attempt %d (the log's settle: %s)", id, a.attempt, inLog), a.began)
+			}
 		}
 	}
 	if err := q.Verify(ctx); err != nil {

@@ -117,7 +117,11 @@ func verifyPeakHeap(verify func() ([]string, error)) (uint64, []string, error) {
 }
 
 // fillForVerify submits n tasks to the queue of dsn, claims two thirds and settles half of
-// those.
+// those. Each batch is submitted a millisecond after the one before, as a caller's clock
+// would: at one instant for all, every id of a later batch (UUIDv7: the millisecond, then
+// random bits) would fall below the greatest stored one, and the writer would read each
+// (10,000 round trips in one group, 4–18 s at a load average of 10: at higher load, past the
+// writer's 30 s WriteTimeout, design §7.6).
 func fillForVerify(t testing.TB, dsn string, n int) {
 	ctx := context.Background()
 	_, q := openEngine(t, dsn, nil)
@@ -129,7 +133,7 @@ func fillForVerify(t testing.TB, dsn string, n int) {
 		for j := range rs {
 			rs[j] = work.TaskRequest{Kind: fmt.Sprintf("k%d", (i+j)%4), Input: input}
 		}
-		if _, err := q.Session(fmt.Sprintf("s%d", (i/work.MaxSubmitMany)%5)).SubmitManyAt(ctx, rs, t0); err != nil {
+		if _, err := q.Session(fmt.Sprintf("s%d", (i/work.MaxSubmitMany)%5)).SubmitManyAt(ctx, rs, t0.Add(time.Duration(i/work.MaxSubmitMany)*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 	}
