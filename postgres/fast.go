@@ -187,6 +187,12 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 			return 0, nil, nil, false
 		}
 	}
+	if !tx.keysProven() {
+		// A key taken as absent that the group does not insert: nothing would prove it.
+		e.takeBack(tx)
+		e.head.fastMissed(true, false)
+		return 0, nil, nil, false
+	}
 	wrote := tx.seq != tx.startSeq || tx.pruned || tx.sideWrites || len(tx.evs) > 0
 	if !wrote {
 		// Every answer came from the cache: current if the head is still the cache's.
@@ -238,6 +244,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 		// group the ordinary way, which catches up or re-runs the commands alone.
 		rollback(conn)
 		e.takeBack(tx)
+		e.keyStored(cerr)
 		var pe *pgconn.PgError
 		stale := errors.As(cerr, &pe) && pe.Code == "22012" // checkHead's division by zero
 		if stale {
@@ -287,6 +294,7 @@ func (e *engine) beginFastCopy(conn *pgxpool.Conn, tx *txn, c *cache) bool {
 	stale := errors.As(err, &pe) && pe.Code == "22012" // checkHead's division by zero
 	if rolledBack(conn.Conn(), err) {
 		rollback(conn)
+		e.keyStored(err)
 	} else {
 		conn.Conn().Close(context.Background()) // no COMMIT was sent: nothing committed
 	}
@@ -296,6 +304,45 @@ func (e *engine) beginFastCopy(conn *pgxpool.Conn, tx *txn, c *cache) bool {
 	}
 	e.head.fastMissed(false, stale)
 	return false
+}
+
+// keysProven reports whether the group inserts every key it took as absent unread
+// (cachedKey): the batch's INSERT (or COPY) of a key's row fails on the primary key of
+// task_keys (wake_keys) when the key is stored, committed or not, which aborts the batch,
+// COMMIT included. So a group commits only where each key it took as absent was absent. Only
+// the group's PutTaskKey (PutWakeKey) sets a key taken as absent in the cache, and it also
+// queues the key's row; a key the group takes as absent and then does not insert (no command
+// does today) sends the group the ordinary way, which reads it under the lock.
+func (t *txn) keysProven() bool {
+	for _, u := range t.unread {
+		m := t.c.taskKeys
+		if u.wake {
+			m = t.c.wakeKeys
+		}
+		if m[u.k] == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// keyStored notes a fast batch refused for a key the group took as absent and found stored
+// (the primary key of task_keys or wake_keys, 23505): a repeat, which read-first answers more
+// cheaply for a while (readFirst).
+func (e *engine) keyStored(err error) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		return
+	}
+	switch pe.TableName {
+	case "task_keys":
+		e.readFirst.repeated(false)
+	case "wake_keys":
+		e.readFirst.repeated(true)
+	default:
+		return
+	}
+	e.head.fastKey.Add(1)
 }
 
 // headStatements are the fast path's reads of the head: its value (a group that wrote

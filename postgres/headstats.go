@@ -29,6 +29,8 @@ type headStats struct {
 	// that ran the ordinary way after it: needed a read, found another writer's commit, or
 	// else (a closure failed, a write refused, a connection lost before its commit).
 	fast, fastRead, fastStale, fastOther atomic.Int64
+	// fastKey: of fastOther, the batches refused for a key taken as absent and found stored.
+	fastKey atomic.Int64
 }
 
 // record adds one committed group: start before its connection was acquired, locked when

@@ -39,6 +39,55 @@ func (e *engine) ViewDurable(ctx context.Context, fn func(projection.Reader) err
 	return true, nil
 }
 
+// ReadFirst reports whether a keyed Submit (RequestWake: wake) reads its key first
+// (readFirst).
+func (e *engine) ReadFirst(wake bool) bool { return e.readFirst.first(wake) }
+
+// readFirst decides, per keyed Submit or RequestWake, whether read-first's lookup goes before
+// the command (issue 24, W1 from one goroutine). Reading first answers a repeat with one
+// statement and no write (W3), but costs a new key a round trip more than the writer's fast
+// path, which takes a key the cache does not hold as absent and lets its commit prove it
+// (fast.go: the insert of the key row fails on its primary key when the key is stored). A
+// repeat met that way costs the failed batch and the ordinary path (about four round trips).
+// So a key is read first while the writer's next group cannot take the fast path (fast: set
+// by the writer after each group), and for the next readFirstAfterRepeat keyed requests of
+// its kind after a repeat was seen — found by a read-first, or by a fast batch refused on a
+// key's row. A repeat the writer's cache answers costs one round trip either way and is not
+// counted. So all-new keys (W1) are one round trip, all repeats (W3) stay a read, and a
+// repeat among new keys costs more than a read only once per readFirstAfterRepeat requests.
+type readFirst struct {
+	fast atomic.Bool     // the writer's next group may run before the lock (engine.fastOK)
+	left [2]atomic.Int64 // keyed requests still to read first: tasks' [0], wakes' [1]
+}
+
+const readFirstAfterRepeat = 64
+
+func kindIndex(wake bool) int {
+	if wake {
+		return 1
+	}
+	return 0
+}
+
+func (p *readFirst) first(wake bool) bool {
+	if !p.fast.Load() {
+		return true
+	}
+	left := &p.left[kindIndex(wake)]
+	for {
+		n := left.Load()
+		if n <= 0 {
+			return false
+		}
+		if left.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// repeated notes a repeat seen: the next keyed requests of its kind read first.
+func (p *readFirst) repeated(wake bool) { p.left[kindIndex(wake)].Store(readFirstAfterRepeat) }
+
 // durableReader is the projection.Reader of ViewDurable: the key reads and the record reads,
 // each a statement through the pool; a key read joins the record, which Task and Wake then
 // hand out without another round trip. The scans are not a repeat's and fail.
@@ -101,6 +150,7 @@ func (r *durableReader) TaskKey(sessionID, key string) (string, error) {
 		r.e.hints.note(false, skey{sessionID, key}, uint64(a.seq))
 		return "", nil
 	}
+	r.e.readFirst.repeated(false)
 	if a.rec.rec != nil {
 		if r.task, err = taskTable.decodeRow(string(a.id), a.rec); err != nil {
 			return "", err
@@ -119,6 +169,7 @@ func (r *durableReader) WakeKey(sessionID, key string) (string, error) {
 		r.e.hints.note(true, skey{sessionID, key}, uint64(a.seq))
 		return "", nil
 	}
+	r.e.readFirst.repeated(true)
 	if a.rec.rec != nil {
 		if r.wake, err = wakeTable.decodeRow(string(a.id), a.rec); err != nil {
 			return "", err

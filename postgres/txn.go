@@ -12,6 +12,12 @@ import (
 
 type skey struct{ session, key string }
 
+// keyOf is a task's key, or a wake's.
+type keyOf struct {
+	wake bool
+	k    skey
+}
+
 type countKey struct {
 	kind  string
 	state events.TaskState
@@ -117,6 +123,9 @@ type txn struct {
 	optimistic bool
 	needRead   bool
 	undo       *cacheUndo
+	// unread: the keys the optimistic group took as absent without a read (cachedKey); the
+	// group's insert of each proves it (fast.go: keysProven).
+	unread []keyOf
 
 	seq        uint64 // the last sequence, the group's appends included
 	last       []byte // the first bytes of the event at startSeq, read by the begin (cache.last)
@@ -243,7 +252,8 @@ func (t *txn) WakeKey(sessionID, key string) (string, error) {
 }
 
 // cachedKey reads a key from the cache, else from a hint of read-first that is still true
-// (keyHints), else from the table.
+// (keyHints), else from the table. A group run before the lock takes the key as absent
+// instead, unread: its commit must prove it (fast.go).
 func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string) (string, error) {
 	k := skey{sessionID, key}
 	if id, ok := m[k]; ok {
@@ -255,7 +265,10 @@ func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string
 		return "", nil
 	}
 	if t.optimistic {
-		return "", t.refuseRead()
+		t.undo.key(t.c, wake, k)
+		m[k] = ""
+		t.unread = append(t.unread, keyOf{wake, k})
+		return "", nil
 	}
 	t.reads++
 	id, err := readKey(t.ctx, t.conn, sql, sessionID, key)

@@ -144,6 +144,7 @@ func (e *engine) writer() {
 				}
 			}
 			e.runGroup(group)
+			e.readFirst.fast.Store(e.fastOK()) // readfirst.go
 		case <-e.closing:
 			defer e.dropMark()
 			for {

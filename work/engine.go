@@ -240,7 +240,7 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	var derr error
 	differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, &r, p.runAt), t.ID }
 	viewed := func(t *projection.Task) Task { return b.taskSnapshotOf(t, true) }
-	if readRepeat(ctx, b.caps.viewer, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, differs, viewed, &out, &derr) {
+	if readRepeat(ctx, b.caps.viewer, false, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, differs, viewed, &out, &derr) {
 		return out, derr
 	}
 	// The input is copied (and a large one staged) once, before the command is queued: the
@@ -601,7 +601,7 @@ func (b *logBackend) RequestWake(ctx context.Context, sessionID string, r WakeRe
 		}
 		return "payload", w.ID
 	}
-	if readRepeat(ctx, b.caps.viewer, sessionID, r.IdempotencyKey, projection.Reader.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr) {
+	if readRepeat(ctx, b.caps.viewer, true, sessionID, r.IdempotencyKey, projection.Reader.WakeKey, mustWake, differs, b.wakeSnapshot, &out, &derr) {
 		return out, derr
 	}
 	newID, idErr := b.ids.id("wake", at) // drawn off the writer; unused by a repeat
@@ -766,12 +766,14 @@ func repeat[R, S any](tx projection.Reader, sessionID, key string,
 // engine's single writer (issue 24, W3: a duplicate is a read). It reports whether it
 // answered (out and derr set). Anything else goes through the command, which decides again
 // under the writer: a new key, an engine without a durable viewer (v nil), a read that
-// failed or saw state not known to be durable.
-func readRepeat[R, S any](ctx context.Context, v engineapi.DurableViewer, sessionID, key string,
+// failed or saw state not known to be durable, and a key the engine would rather take in
+// unread (ReadFirst false: a repeat is unlikely, and its writer proves a new key new in the
+// commit). wake: a RequestWake's key.
+func readRepeat[R, S any](ctx context.Context, v engineapi.DurableViewer, wake bool, sessionID, key string,
 	lookup func(projection.Reader, string, string) (string, error), read func(projection.Reader, string) (*R, error),
 	differs func(*R) (field, id string), snapshot func(*R) S, out *S, derr *error,
 ) bool {
-	if key == "" || v == nil {
+	if key == "" || v == nil || !v.ReadFirst(wake) {
 		return false
 	}
 	var found bool

@@ -177,6 +177,13 @@ type InboxEntry struct {
 // before it. That is enough for what it is used for: an idempotency key, which once written
 // names its record for as long as the key exists, and that record. Only TaskKey, WakeKey,
 // Task and Wake need be supported; the other reads may fail.
+//
+// ReadFirst reports whether a keyed Submit (RequestWake: wake) should read its key first: an
+// engine whose writer can take a new key in one round trip without reading it (PostgreSQL's
+// fast path, which takes an unread key as absent and lets its commit prove it) says no while
+// repeats are rare, since reading first makes a new key cost a round trip more; a repeat then
+// costs more than a read, so it says yes for a while after it has seen one.
 type DurableViewer interface {
 	ViewDurable(ctx context.Context, fn func(projection.Reader) error) (durable bool, err error)
+	ReadFirst(wake bool) bool
 }
