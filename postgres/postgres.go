@@ -187,8 +187,8 @@ type engine struct {
 	cmds       chan *command
 	closing    chan struct{}
 	writerDone chan struct{}
-	cache      *cache   // the writer's
-	hints      keyHints // keys ViewDurable found absent, for the writer (readfirst.go)
+	cache      *cache    // the writer's
+	hints      keyHints  // keys ViewDurable found absent, for the writer (readfirst.go)
 	readFirst  readFirst // whether a keyed Submit reads its key first (readfirst.go)
 
 	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
