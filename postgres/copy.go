@@ -129,7 +129,6 @@ func (t *txn) copyLarge() error {
 	if t.mustBatch() {
 		return nil
 	}
-	cs := &t.st.cp
 	var c copyBuf
 	send := func(sql string) error {
 		c.end()
@@ -138,110 +137,148 @@ func (t *txn) copyLarge() error {
 		}
 		return nil
 	}
-	if len(t.evs) >= copyMin {
-		c.reset(len(t.evs) * 128)
-		for _, e := range t.evs {
-			c.row(5)
-			c.int64(int64(e.seq))
-			c.str(e.session)
-			c.int16(int16(e.typ))
-			c.bytes(e.body)
-			c.str(e.subject)
-		}
-		if err := send(cs.events); err != nil {
-			return err
-		}
-		t.evsCopied = true
-	}
-	if err := copyRecords(t, &c, taskTable, cs.tasks, t.newTasks, t.dirtyTasks, send); err != nil {
-		return err
-	}
-	if err := copyRecords(t, &c, wakeTable, cs.wakes, t.newWakes, t.dirtyWakes, send); err != nil {
-		return err
-	}
-	if len(t.sessions) >= copyMin {
-		c.reset(len(t.sessions) * 64)
-		for i, s := range t.sessions {
-			c.row(3)
-			c.str(s.session)
-			c.int64(int64(s.seq))
-			c.str(t.sessionIDs[i])
-		}
-		if err := send(cs.sessions); err != nil {
-			return err
-		}
-		t.sessions, t.sessionIDs = t.sessions[:0], t.sessionIDs[:0]
-	}
-	for _, k := range []struct {
-		sql  string
-		keys *[]skey
-		m    map[skey]string
-	}{{cs.taskKeys, &t.newTaskKeys, t.c.taskKeys}, {cs.wakeKeys, &t.newWakeKeys, t.c.wakeKeys}} {
-		if len(*k.keys) < copyMin {
+	for _, p := range copyParts {
+		if p.rows(t) < copyMin {
 			continue
 		}
-		keys := slices.Clone(*k.keys)
-		slices.SortFunc(keys, func(a, b skey) int {
-			return cmp.Or(strings.Compare(a.session, b.session), strings.Compare(a.key, b.key))
-		})
-		c.reset(len(keys) * 64)
-		for _, sk := range keys {
-			c.row(3)
-			c.str(sk.session)
-			c.str(sk.key)
-			c.str(k.m[sk])
-		}
-		if err := send(k.sql); err != nil {
+		if err := p.copy(t, &c, send); err != nil {
 			return err
 		}
-		*k.keys = (*k.keys)[:0]
 	}
-	for ix, m := range t.idx {
-		if len(m) < copyMin {
-			continue
+	return nil
+}
+
+// copyPart is one table whose new rows a group may COPY: how many it has (rows; an index's
+// count includes the puts that stay in the batch) and the COPY (copy, which sends with send
+// and takes the rows it sent out of the commit batch). copyLarge and copyWanted both go by
+// copyParts, so a table added here is one both know.
+type copyPart struct {
+	rows func(t *txn) int
+	copy func(t *txn, c *copyBuf, send func(sql string) error) error
+}
+
+var copyParts = func() []copyPart {
+	ps := []copyPart{
+		{func(t *txn) int { return len(t.evs) }, copyEvents},
+		{func(t *txn) int { return len(t.newTasks) }, func(t *txn, c *copyBuf, send func(string) error) error {
+			return copyRecords(t, c, taskTable, t.st.cp.tasks, t.newTasks, t.dirtyTasks, send)
+		}},
+		{func(t *txn) int { return len(t.newWakes) }, func(t *txn, c *copyBuf, send func(string) error) error {
+			return copyRecords(t, c, wakeTable, t.st.cp.wakes, t.newWakes, t.dirtyWakes, send)
+		}},
+		{func(t *txn) int { return len(t.sessions) }, copySessions},
+		{func(t *txn) int { return len(t.newTaskKeys) }, func(t *txn, c *copyBuf, send func(string) error) error {
+			return copyKeys(c, t.st.cp.taskKeys, &t.newTaskKeys, t.c.taskKeys, send)
+		}},
+		{func(t *txn) int { return len(t.newWakeKeys) }, func(t *txn, c *copyBuf, send func(string) error) error {
+			return copyKeys(c, t.st.cp.wakeKeys, &t.newWakeKeys, t.c.wakeKeys, send)
+		}},
+	}
+	for ix := range projection.NumIndexes {
+		ps = append(ps, copyPart{func(t *txn) int { return len(t.idx[ix]) }, func(t *txn, c *copyBuf, send func(string) error) error {
+			return copyIndex(t, c, ix, send)
+		}})
+	}
+	return ps
+}()
+
+func copyEvents(t *txn, c *copyBuf, send func(string) error) error {
+	c.reset(len(t.evs) * 128)
+	for _, e := range t.evs {
+		c.row(5)
+		c.int64(int64(e.seq))
+		c.str(e.session)
+		c.int16(int16(e.typ))
+		c.bytes(e.body)
+		c.str(e.subject)
+	}
+	if err := send(t.st.cp.events); err != nil {
+		return err
+	}
+	t.evsCopied = true
+	return nil
+}
+
+func copySessions(t *txn, c *copyBuf, send func(string) error) error {
+	c.reset(len(t.sessions) * 64)
+	for i, s := range t.sessions {
+		c.row(3)
+		c.str(s.session)
+		c.int64(int64(s.seq))
+		c.str(t.sessionIDs[i])
+	}
+	if err := send(t.st.cp.sessions); err != nil {
+		return err
+	}
+	t.sessions, t.sessionIDs = t.sessions[:0], t.sessionIDs[:0]
+	return nil
+}
+
+// copyKeys sends the new keys (task keys or wake keys; m: the ids they name) in the primary
+// key's order.
+func copyKeys(c *copyBuf, sql string, newKeys *[]skey, m map[skey]string, send func(string) error) error {
+	keys := slices.Clone(*newKeys)
+	slices.SortFunc(keys, func(a, b skey) int {
+		return cmp.Or(strings.Compare(a.session, b.session), strings.Compare(a.key, b.key))
+	})
+	c.reset(len(keys) * 64)
+	for _, sk := range keys {
+		c.row(3)
+		c.str(sk.session)
+		c.str(sk.key)
+		c.str(m[sk])
+	}
+	if err := send(sql); err != nil {
+		return err
+	}
+	*newKeys = (*newKeys)[:0]
+	return nil
+}
+
+// copyIndex sends index ix's puts of keys with no stored entry, when they are copyMin or more.
+func copyIndex(t *txn, c *copyBuf, ix projection.Index, send func(string) error) error {
+	m := t.idx[ix]
+	parted, pri := pgIndexes[ix].part != "", projection.Indexes[ix].Priority
+	fields := 3
+	if parted {
+		fields++
+	}
+	if pri {
+		fields++
+	}
+	keys := make([]idxKey, 0, len(m))
+	for k, op := range m {
+		if op.put && !op.replaces {
+			keys = append(keys, k)
 		}
-		parted, pri := pgIndexes[ix].part != "", projection.Indexes[ix].Priority
-		fields := 3
+	}
+	if len(keys) < copyMin {
+		return nil
+	}
+	// In the primary key's order: each row lands next to the one before it in the index,
+	// whose pages then fill up in order instead of splitting all over.
+	slices.SortFunc(keys, func(a, b idxKey) int {
+		return cmp.Or(strings.Compare(a.part, b.part), cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq))
+	})
+	c.reset(len(keys) * 64)
+	for _, k := range keys {
+		op := m[k]
+		c.row(fields)
 		if parted {
-			fields++
+			c.str(k.part)
 		}
+		c.int64(k.at)
+		c.int64(int64(k.seq))
+		c.str(op.id)
 		if pri {
-			fields++
+			c.int64(op.pri)
 		}
-		keys := make([]idxKey, 0, len(m))
-		for k, op := range m {
-			if op.put && !op.replaces {
-				keys = append(keys, k)
-			}
-		}
-		if len(keys) < copyMin {
-			continue
-		}
-		// In the primary key's order: each row lands next to the one before it in the
-		// index, whose pages then fill up in order instead of splitting all over.
-		slices.SortFunc(keys, func(a, b idxKey) int {
-			return cmp.Or(strings.Compare(a.part, b.part), cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq))
-		})
-		c.reset(len(keys) * 64)
-		for _, k := range keys {
-			op := m[k]
-			c.row(fields)
-			if parted {
-				c.str(k.part)
-			}
-			c.int64(k.at)
-			c.int64(int64(k.seq))
-			c.str(op.id)
-			if pri {
-				c.int64(op.pri)
-			}
-		}
-		if err := send(cs.idx[ix]); err != nil {
-			return err
-		}
-		for _, k := range keys {
-			delete(m, k)
-		}
+	}
+	if err := send(t.st.cp.idx[ix]); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		delete(m, k)
 	}
 	return nil
 }
@@ -296,12 +333,8 @@ func (t *txn) copyWanted() bool {
 	if t.mustBatch() {
 		return false
 	}
-	if len(t.evs) >= copyMin || len(t.newTasks) >= copyMin || len(t.newWakes) >= copyMin ||
-		len(t.sessions) >= copyMin || len(t.newTaskKeys) >= copyMin || len(t.newWakeKeys) >= copyMin {
-		return true
-	}
-	for _, m := range t.idx {
-		if len(m) >= copyMin {
+	for _, p := range copyParts {
+		if p.rows(t) >= copyMin {
 			return true
 		}
 	}

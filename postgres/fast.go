@@ -161,7 +161,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	c := e.cache
 	c.valid = false // until the group commits, or is taken back
 	tx := newTxn(ended, conn.Conn(), e.st, c)
-	tx.optimistic, tx.undo, tx.hints = true, newCacheUndo(), &e.hints
+	tx.optimistic, tx.undo, tx.hints, tx.rf = true, newCacheUndo(), &e.hints, &e.readFirst
 	tx.seq, tx.startSeq, tx.prunes = c.seq, c.seq, c.prunes
 	tx.maxTask, tx.maxWake, tx.last = c.maxTask, c.maxWake, c.last
 	ran = make([]*command, 0, len(group))

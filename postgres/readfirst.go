@@ -49,14 +49,16 @@ func (e *engine) ReadFirst(wake bool) bool { return e.readFirst.first(wake) }
 // path, which takes a key the cache does not hold as absent and lets its commit prove it
 // (fast.go: the insert of the key row fails on its primary key when the key is stored). A
 // repeat met that way costs the failed batch and the ordinary path (about four round trips).
-// So a key is read first while the writer's next group cannot take the fast path (fast: set
-// by the writer after each group), and for the next readFirstAfterRepeat keyed requests of
-// its kind after a repeat was seen — found by a read-first, or by a fast batch refused on a
-// key's row. A repeat the writer's cache answers costs one round trip either way and is not
-// counted. So all-new keys (W1) are one round trip, all repeats (W3) stay a read, and a
-// repeat among new keys costs more than a read only once per readFirstAfterRepeat requests.
+// So a key is read first while the writer's next group cannot take the fast path or its last
+// group needed a read (fast: set by the writer after each group; a key read under the lock
+// in a claim's group would hold the log head a round trip longer), and for the next
+// readFirstAfterRepeat keyed requests of its kind after a repeat was seen: found by a
+// read-first, by a fast batch refused on a key's row, or in the writer's cache (one round
+// trip either way, but read-first's does not wait for the writer's groups in flight). So
+// all-new keys (W1) are one round trip, all repeats (W3) stay a read, and a repeat among new
+// keys costs more than a read only once per readFirstAfterRepeat requests.
 type readFirst struct {
-	fast atomic.Bool     // the writer's next group may run before the lock (engine.fastOK)
+	fast atomic.Bool     // the writer's next group may run before the lock and its last needed no read
 	left [2]atomic.Int64 // keyed requests still to read first: tasks' [0], wakes' [1]
 }
 
@@ -70,14 +72,11 @@ func kindIndex(wake bool) int {
 }
 
 func (p *readFirst) first(wake bool) bool {
-	if !p.fast.Load() {
-		return true
-	}
 	left := &p.left[kindIndex(wake)]
 	for {
 		n := left.Load()
 		if n <= 0 {
-			return false
+			return !p.fast.Load()
 		}
 		if left.CompareAndSwap(n, n-1) {
 			return true

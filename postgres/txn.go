@@ -126,6 +126,7 @@ type txn struct {
 	// unread: the keys the optimistic group took as absent without a read (cachedKey); the
 	// group's insert of each proves it (fast.go: keysProven).
 	unread []keyOf
+	rf     *readFirst // told of the repeats the optimistic group's cache answers (readfirst.go)
 
 	seq        uint64 // the last sequence, the group's appends included
 	last       []byte // the first bytes of the event at startSeq, read by the begin (cache.last)
@@ -257,6 +258,9 @@ func (t *txn) WakeKey(sessionID, key string) (string, error) {
 func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string) (string, error) {
 	k := skey{sessionID, key}
 	if id, ok := m[k]; ok {
+		if id != "" && t.optimistic {
+			t.repeated(wake, k)
+		}
 		return id, nil
 	}
 	if t.hints != nil && t.hints.absent(wake, k, t.c.from) {
@@ -276,6 +280,19 @@ func (t *txn) cachedKey(wake bool, m map[skey]string, sql, sessionID, key string
 		m[k] = id
 	}
 	return id, err
+}
+
+// repeated tells readFirst of a repeat the optimistic group's cache answered: a key stored
+// before the group, not one an earlier command of the group put (a SubmitMany's key repeated
+// in the batch).
+func (t *txn) repeated(wake bool, k skey) {
+	u := t.undo.taskKeys
+	if wake {
+		u = t.undo.wakeKeys
+	}
+	if _, mine := u[k]; !mine && t.rf != nil {
+		t.rf.repeated(wake)
+	}
 }
 
 func (t *txn) LastSeq() (uint64, error) { return t.seq, nil }

@@ -144,7 +144,6 @@ func (e *engine) writer() {
 				}
 			}
 			e.runGroup(group)
-			e.readFirst.fast.Store(e.fastOK()) // readfirst.go
 		case <-e.closing:
 			defer e.dropMark()
 			for {
@@ -202,6 +201,10 @@ func (e *engine) runAlone(c *command, mayFast bool) {
 func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran []*command, err error) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.opts.WriteTimeout) // deadlines on the connection's I/O
 	defer cancel()
+	read := e.head.fastRead.Load()
+	defer func() { // before the callers are answered: whether the next group may take keys unread (readfirst.go)
+		e.readFirst.fast.Store(e.fastOK() && e.head.fastRead.Load() == read)
+	}()
 	if mayFast && e.fastOK() {
 		if out, ran, err, done := e.attemptFast(ctx, group); done {
 			return out, ran, err
