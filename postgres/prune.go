@@ -243,8 +243,13 @@ func (t *txn) addPruned(runs []projection.SeqRange) error {
 
 // --- txn's side of projection.PruneState ---
 
+// PutPrunable notes a put over a pending delete as replacing a stored entry (idxOp.replaces),
+// as PutIndex does, so that a delete after it deletes the stored entry rather than netting
+// the put out (TestPrunableReplaceAndDeleteInOneGroup). The flush's upsert replaces it.
 func (t *txn) PutPrunable(e projection.PruneEntry) error {
-	t.prunable[dueKey{e.At, e.Seq}] = idxOp{put: true, id: e.ID, wake: e.Wake}
+	k := dueKey{e.At, e.Seq}
+	op, ok := t.prunable[k]
+	t.prunable[k] = idxOp{put: true, id: e.ID, wake: e.Wake, replaces: op.replaces || ok && !op.put}
 	return nil
 }
 

@@ -73,7 +73,7 @@ func (c *cache) size() int { return len(c.tasks) + len(c.wakes) + len(c.taskKeys
 // delete after that is a delete again.
 type idxOp struct {
 	put      bool
-	replaces bool // put over a pending delete (the eligibility indexes; the retention index upserts)
+	replaces bool // put over a pending delete (the eligibility indexes; the retention index, which upserts, too)
 	id       string
 	wake     bool  // the retention index's entries only
 	pri      int64 // the due indexes' entries only: the task's priority
