@@ -37,10 +37,7 @@ func TestSubmitManyCopies(t *testing.T) {
 	bulk := []string{"events", "tasks", "session_tasks", "task_keys", "due", "kind_due"}
 	for _, n := range []int{10, 3 * copyMin} {
 		s := q.Session(fmt.Sprint("s", n))
-		rs := make([]work.TaskRequest, n)
-		for i := range rs {
-			rs[i] = work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprintf(`{"n":%d}`, i)), IdempotencyKey: fmt.Sprint("key-", i)}
-		}
+		rs := taskRequests(n, "k", true)
 		res, err := s.SubmitMany(ctx, rs)
 		if err != nil {
 			t.Fatal(err)
@@ -50,12 +47,7 @@ func TestSubmitManyCopies(t *testing.T) {
 				t.Errorf("batch of %d: the commit batch inserts into %s: %v, want %v", n, table, inserts[table], want)
 			}
 		}
-		for i, r := range res {
-			got, err := s.TaskByKey(ctx, fmt.Sprint("key-", i))
-			if r.Err != nil || err != nil || got.ID != r.Task.ID || string(got.Input) != fmt.Sprintf(`{"n":%d}`, i) {
-				t.Fatalf("batch of %d, item %d: %+v / %+v, %v", n, i, r, got, err)
-			}
-		}
+		checkSubmitted(t, s, rs, res)
 	}
 	e.hookCommitBatch = nil
 	if n := logLen(t, q); n != 10+3*copyMin {
@@ -81,10 +73,7 @@ func TestSubmitManyCopyFailureRecordsNothing(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{e.schema}.Sanitize()+`.session_tasks VALUES ('s', $1, 'in-the-way')`, copyMin); err != nil {
 		t.Fatal(err)
 	}
-	rs := make([]work.TaskRequest, 2*copyMin)
-	for i := range rs {
-		rs[i] = work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprint("key-", i)}
-	}
+	rs := taskRequests(2*copyMin, "k", true)
 	res, err := s.SubmitMany(ctx, rs)
 	if !errors.Is(err, work.ErrBackend) || res != nil || !strings.Contains(err.Error(), "COPY") {
 		t.Fatalf("SubmitMany over a row in the way: %d results, %v; want ErrBackend from the COPY", len(res), err)
@@ -117,10 +106,7 @@ func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
 			dropConn(c)
 		}
 	}
-	rs := make([]work.TaskRequest, 2*copyMin)
-	for i := range rs {
-		rs[i] = work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprint("key-", i)}
-	}
+	rs := taskRequests(2*copyMin, "k", true)
 	armed.Store(true)
 	if res, err := s.SubmitMany(ctx, rs); !errors.Is(err, work.ErrBackend) || res != nil {
 		t.Fatalf("SubmitMany with the connection lost after its COPYs: %d results, %v; want ErrBackend and none", len(res), err)
@@ -129,9 +115,11 @@ func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
 	if n := logLen(t, q); n != 0 {
 		t.Fatalf("the log has %d events after the lost batch, want none", n)
 	}
-	if res, err := s.SubmitMany(ctx, rs); err != nil || res[len(rs)-1].Err != nil {
+	res, err := s.SubmitMany(ctx, rs)
+	if err != nil {
 		t.Fatalf("the batch again: %v", err)
 	}
+	checkSubmitted(t, s, rs, res)
 	if n := logLen(t, q); n != len(rs) {
 		t.Errorf("the log has %d events, want %d", n, len(rs))
 	}
@@ -141,7 +129,9 @@ func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
 // TestSubmitManyCopiesOnTheFastPath: a large group the writer's cache answers (fast.go) is
 // not put in one batch: its transaction begins in a round trip of its own, its rows go by
 // COPY, and only the rest goes in the last batch. Before the fast path learnt it, a
-// SubmitMany of a warm writer sent every row as a statement of that batch.
+// SubmitMany of a warm writer sent every row as a statement of that batch. Its new keys are
+// taken as absent unread, and their COPY proves them (before, each was read under the lock,
+// and the group ran the ordinary way).
 func TestSubmitManyCopiesOnTheFastPath(t *testing.T) {
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	ctx := context.Background()
@@ -157,10 +147,7 @@ func TestSubmitManyCopiesOnTheFastPath(t *testing.T) {
 	defer func() { e.hookFastBatch = nil }()
 	fast := e.head.fast.Load()
 	n := 3 * copyMin
-	rs := make([]work.TaskRequest, n)
-	for i := range rs {
-		rs[i] = work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprintf(`{"n":%d}`, i))} // no keys: a new key is a read
-	}
+	rs := taskRequests(n, "k", true)
 	res, err := s.SubmitMany(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
@@ -168,17 +155,12 @@ func TestSubmitManyCopiesOnTheFastPath(t *testing.T) {
 	if got := e.head.fast.Load() - fast; got != 1 || batches != 1 {
 		t.Fatalf("the batch took the fast path %d times in %d batches, want once: the case proves nothing", got, batches)
 	}
-	for _, table := range []string{"events", "tasks", "session_tasks", "due", "kind_due"} {
+	for _, table := range []string{"events", "tasks", "session_tasks", "task_keys", "due", "kind_due"} {
 		if inserts[table] {
 			t.Errorf("the fast path's batch inserts into %s: its rows should have gone by COPY", table)
 		}
 	}
-	for i, r := range res {
-		got, found, err := s.Task(ctx, r.Task.ID)
-		if r.Err != nil || err != nil || !found || string(got.Input) != fmt.Sprintf(`{"n":%d}`, i) {
-			t.Fatalf("item %d: %+v / %+v, %v", i, r, got, err)
-		}
-	}
+	checkSubmitted(t, s, rs, res)
 	if got := logLen(t, q); got != n+2 {
 		t.Errorf("the log has %d events, want %d", got, n+2)
 	}

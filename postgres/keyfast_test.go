@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,7 +132,7 @@ func TestKeyStoredBeforeTheCacheIsProven(t *testing.T) {
 	_, qa := openEngine(t, dsn, nil)
 	ctx := context.Background()
 	sa := qa.Session("s")
-	const n = 20
+	const n = 21
 	ids := make([]string, n)
 	for i := range n {
 		task, err := sa.Submit(ctx, work.TaskRequest{Kind: "a", IdempotencyKey: fmt.Sprint("key-", i)})
@@ -200,6 +201,24 @@ func TestKeyStoredBeforeTheCacheIsProven(t *testing.T) {
 				return fmt.Errorf("result %d: %+v", i, r)
 			}
 		}
+		return nil
+	})
+	proven("a large SubmitMany (its keys by COPY) with a stored key among new ones", func() error {
+		rs := taskRequests(2*copyMin, "big", true)
+		for i := range rs {
+			rs[i].IdempotencyKey = "big-" + rs[i].IdempotencyKey
+		}
+		rs[copyMin].IdempotencyKey = "key-20"
+		res, err := s.SubmitMany(ctx, rs)
+		if err != nil {
+			return err
+		}
+		events += len(rs) - 1
+		if r := res[copyMin]; r.Err == nil && r.Task.ID != ids[20] {
+			return fmt.Errorf("the stored key's item answered %+v, want task %s", r, ids[20])
+		}
+		rs = slices.Delete(rs, copyMin, copyMin+1)
+		checkSubmitted(t, s, rs, slices.Delete(res, copyMin, copyMin+1))
 		return nil
 	})
 	// A command that looks a key up and inserts nothing: nothing would prove the key absent,
