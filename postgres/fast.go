@@ -26,7 +26,9 @@ import (
 // the cache's head, which the check proves is the head the transaction locked.
 //
 // The run before the lock reads nothing from the server: the txn is optimistic, a read the
-// cache cannot answer is refused (errNeedsRead, needRead), and its statements get a context
+// cache cannot answer is refused (errNeedsRead, needRead) but for an idempotency key, which
+// is taken as absent and proven by the batch's insert of its row (keysProven, and design.md
+// §9 "A new key, unread"), and its statements get a context
 // that has already ended, so a statement of any other file (kind policies, schedules, the
 // inbox, a prune) fails before anything is sent (pgconn checks the context first). Every
 // change the run makes to the cache is saved first (cacheUndo), so a run that needed a read,
