@@ -114,9 +114,9 @@ func TestSubmitIsOneRoundTrip(t *testing.T) {
 	if got := e.head.fast.Load() - fast; got != n {
 		t.Errorf("%d of %d submits took the fast path", got, n)
 	}
-	// With idempotency keys (bench/'s W1): read-first's miss is one statement outside the
-	// writer, and leaves a hint the run before the lock takes: the writer's part is still one
-	// round trip (three in all before: the read, the begin, the commit).
+	// With idempotency keys (bench/'s W1): the run before the lock takes each new key
+	// unread, and the batch's insert proves it: the writer's part is still one round trip
+	// (TestNewKeyedSubmitIsOneRoundTrip counts every round trip: one in all).
 	tc.batches.Store(0)
 	fast = e.head.fast.Load()
 	for i := range n {
