@@ -31,9 +31,9 @@ func (e *engine) ViewDurable(ctx context.Context, fn func(projection.Reader) err
 	if e.isClosed() {
 		return false, errClosed()
 	}
-	ctx, stop := e.untilClose(ctx)
-	defer stop()
-	if err := fn(&durableReader{ctx: ctx, e: e}); err != nil {
+	r := &durableReader{ctx: ctx, e: e}
+	defer r.end()
+	if err := fn(r); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -91,10 +91,30 @@ func (p *readFirst) repeated(wake bool) { p.left[kindIndex(wake)].Store(readFirs
 // each a statement through the pool; a key read joins the record, which Task and Wake then
 // hand out without another round trip. The scans are not a repeat's and fail.
 type durableReader struct {
-	ctx  context.Context
+	ctx  context.Context // the caller's: a key read waits on it (its round ends on Close)
 	e    *engine
 	task *projection.Task
 	wake *projection.Wake
+
+	// stmt is ctx ended by Close too, for a read that is a statement of its own (Task, Wake
+	// of a record the key read did not join); made at the first, ended by end. A repeat,
+	// whose record comes with its key, never makes it (the allocations of a context and
+	// its watch of Close, per duplicate).
+	stmt context.Context
+	stop context.CancelFunc
+}
+
+func (r *durableReader) stmtCtx() context.Context {
+	if r.stmt == nil {
+		r.stmt, r.stop = r.e.untilClose(r.ctx)
+	}
+	return r.stmt
+}
+
+func (r *durableReader) end() {
+	if r.stop != nil {
+		r.stop()
+	}
 }
 
 var _ projection.Reader = (*durableReader)(nil)
@@ -182,7 +202,8 @@ func (r *durableReader) Task(id string) (*projection.Task, error) {
 		c := *r.task
 		return &c, nil
 	}
-	return readValue(r.ctx, r.e, func(q querier) (*projection.Task, error) { return taskTable.read(r.ctx, q, r.e.st.task, id) })
+	ctx := r.stmtCtx()
+	return readValue(ctx, r.e, func(q querier) (*projection.Task, error) { return taskTable.read(ctx, q, r.e.st.task, id) })
 }
 
 func (r *durableReader) Wake(id string) (*projection.Wake, error) {
@@ -190,7 +211,8 @@ func (r *durableReader) Wake(id string) (*projection.Wake, error) {
 		c := *r.wake
 		return &c, nil
 	}
-	return readValue(r.ctx, r.e, func(q querier) (*projection.Wake, error) { return wakeTable.read(r.ctx, q, r.e.st.wake, id) })
+	ctx := r.stmtCtx()
+	return readValue(ctx, r.e, func(q querier) (*projection.Wake, error) { return wakeTable.read(ctx, q, r.e.st.wake, id) })
 }
 
 // keyHints are the idempotency keys that read-first (ViewDurable) found absent, each with the
