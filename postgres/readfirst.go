@@ -374,7 +374,7 @@ func (kr *keyReads) rounds(e *engine, wake bool) {
 		}
 		batch := slices.Clone(kr.pending[:n])
 		kr.pending = slices.Delete(kr.pending, 0, n)
-		ctx, cancel := e.untilClose(context.Background())
+		ctx, cancel := context.WithCancel(e.ctx) // e.ctx ends at Close
 		round := &keyRound{ctx: ctx, cancel: cancel}
 		round.waiting.Store(int32(n))
 		for _, r := range batch {
