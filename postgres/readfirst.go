@@ -295,6 +295,12 @@ func keyRecStatements(q func(string) string) (task, wake, tasks, wakes string) {
 // A caller waits for its answer or for its context: one that leaves stops waiting at once,
 // and a round whose callers have all left is cancelled (a server that stopped answering holds
 // no one beyond their own contexts, as each caller's own read did).
+//
+// A read that finds no round running and none pending (one goroutine's duplicates, W3 from 1
+// goroutine) sends its statement itself, on its own goroutine and context, as a round of one:
+// the reads that come meanwhile wait for it as for any round, and the next round, started
+// when it ends, takes them. Handing a lone read to a round's goroutine and its answer back
+// cost two goroutine switches, a goroutine and a context per duplicate.
 type keyReads struct {
 	mu      sync.Mutex
 	pending []*keyRead
@@ -329,15 +335,17 @@ type keyRound struct {
 
 // read asks for k's key (wake: a wake key) and waits for the answer.
 func (kr *keyReads) read(ctx context.Context, e *engine, wake bool, k skey) (keyAnswer, error) {
-	r := &keyRead{k: k, done: make(chan struct{})}
 	kr.mu.Lock()
-	kr.pending = append(kr.pending, r)
-	start := !kr.running
-	kr.running = true
-	kr.mu.Unlock()
-	if start {
-		go kr.rounds(e, wake)
+	if !kr.running { // nothing pending either: rounds stops only when none is
+		kr.running = true
+		kr.mu.Unlock()
+		return kr.readAlone(ctx, e, wake, k)
 	}
+	// A round, or a lone read, is on the wire: the next round takes this read (the one
+	// running sends it, or the lone read starts it when it ends).
+	r := &keyRead{k: k, done: make(chan struct{})}
+	kr.pending = append(kr.pending, r)
+	kr.mu.Unlock()
 	select {
 	case <-r.done:
 		return r.keyAnswer, r.err
@@ -360,6 +368,29 @@ func (kr *keyReads) read(ctx context.Context, e *engine, wake bool, k skey) (key
 	default:
 		return keyAnswer{}, ctx.Err()
 	}
+}
+
+// readAlone sends k's read as a round of one on the caller's goroutine (kr.running set by the
+// caller): its statement ends with ctx, or at Close. It then starts a round for the reads
+// that came meanwhile, if any.
+func (kr *keyReads) readAlone(ctx context.Context, e *engine, wake bool, k skey) (keyAnswer, error) {
+	sctx, stop := e.untilClose(ctx)
+	answers, err := e.readKeys(sctx, wake, []*keyRead{{k: k}})
+	stop()
+	kr.mu.Lock()
+	more := len(kr.pending) > 0
+	kr.running = more
+	kr.mu.Unlock()
+	if more {
+		go kr.rounds(e, wake)
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return keyAnswer{}, cerr // as a caller that left a round
+		}
+		return keyAnswer{}, err
+	}
+	return answers[0], nil
 }
 
 // rounds sends rounds until no read is pending.
