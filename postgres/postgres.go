@@ -192,6 +192,7 @@ type engine struct {
 
 	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
 	head headStats  // the log head's hold per committed group (headstats.go), read by benchmarks
+	plan claimPlan  // what the writer's recent claims read, read by its next begins (claimpre.go)
 
 	changed     chan struct{}
 	watcherDone chan struct{}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
@@ -237,6 +238,7 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 			return fnFailed, ran, ferr
 		}
 	}
+	e.plan.learn(tx) // what the next begins read for claims (claimpre.go)
 	wrote := tx.seq != tx.startSeq || tx.pruned || tx.sideWrites || len(tx.evs) > 0
 	if !wrote {
 		// The group wrote nothing (duplicates, claims that found nothing): every answer
@@ -347,6 +349,8 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 			return err
 		})
 	}
+	var pols map[string]*projection.KindPolicy
+	pre := e.queuePrefetch(b, &pols) // a claim's reads, when the writer's recent groups claimed (claimpre.go)
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -377,6 +381,9 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes, tx.last = tx.seq, uint64(prunes), last
+	if pre != nil {
+		tx.pre, tx.pols = pre, pols
+	}
 	return tx, nil
 }
 
