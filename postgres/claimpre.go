@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/worklog/worklog/projection"
 )
@@ -334,6 +336,7 @@ func (t *txn) overlay(ix projection.Index, part string, pri int64, page *prePage
 				if err != nil {
 					return after, false, err
 				}
+				t.undo.task(t.c, x.ID) // a group run before the lock may be taken back
 				m[x.ID] = r
 				noteBig(t, taskTable, r)
 			}
@@ -376,6 +379,74 @@ func (t *txn) scanSchedulesPrefetched(maxAt int64, fn func(projection.ScheduleEn
 	if !t.pre.schedFull {
 		return true, nil
 	}
+	if t.optimistic {
+		return true, t.refuseRead()
+	}
 	last := t.pre.sched[len(t.pre.sched)-1]
 	return true, scanScheduleDueAfter(t.ctx, t.conn, t.st, maxAt, &last, fn)
+}
+
+// Claims in one round trip: the reads of the next claim after the COMMIT.
+//
+// The writer's fast path (fast.go) runs a group before the lock against its cache, and
+// commits it in one round trip with a check that the head is still the cache's; a claim
+// needed reads, so it ran the ordinary way, in two. A commit batch of a writer that claims
+// (the plan) and was alone (no other writer committed since its last group) now also reads,
+// after its COMMIT and in the same round trip, what the next claim reads (the begin's
+// reads above) in a read-only REPEATABLE READ transaction of its own, with the log head:
+// one snapshot, of the stored state at that head. When that head is the cache's — the
+// group's own, nobody committed in between — the next group runs before the lock with
+// those reads (and its own overlay, as under the lock), and its head check proves them
+// still true when it commits; a read past them needs the server and sends the group the
+// ordinary way, as every read before the lock does. So a runner's SettleAndClaim is one
+// round trip while one process writes.
+
+// claimReads is what a commit batch read after its COMMIT for the next group's claims.
+type claimReads struct {
+	seq, prunes uint64
+	last        []byte
+	pols        map[string]*projection.KindPolicy
+	pre         *prefetched
+}
+
+// queueClaimReads queues, after the COMMIT of b, the next claim's reads (nil: no plan).
+func (e *engine) queueClaimReads(b *pgx.Batch) *claimReads {
+	if len(e.plan.scans) == 0 {
+		return nil
+	}
+	r := &claimReads{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	b.Queue(e.st.headNow).QueryRow(func(row pgx.Row) error {
+		var seq, prunes int64
+		err := row.Scan(&seq, &prunes, &r.last)
+		r.seq, r.prunes = uint64(seq), uint64(prunes)
+		return err
+	})
+	r.pre = e.queuePrefetch(b, &r.pols)
+	b.Queue("COMMIT")
+	return r
+}
+
+// useClaimReads gives the optimistic group tx the reads of the last commit batch when they
+// are of the cache's head c (the group's checkHead then proves them current).
+func (e *engine) useClaimReads(tx *txn, r *claimReads, c *cache) {
+	if r == nil || r.seq != c.seq || r.prunes != c.prunes || !bytes.Equal(r.last, c.last) {
+		return
+	}
+	pre := *r.pre
+	pre.ops = [projection.NumIndexes]map[idxKey]idxOp{}
+	tx.pre, tx.pols = &pre, make(map[string]*projection.KindPolicy, len(r.pols))
+	for k, p := range r.pols {
+		cp := *p
+		tx.pols[k] = &cp
+	}
+}
+
+// committedTag notes COMMIT's answer: a batch whose COMMIT answered "COMMIT" committed,
+// whatever the claim reads after it answered.
+func committedTag(b *pgx.Batch, ok *bool) {
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+		*ok = ct.String() == "COMMIT"
+		return nil
+	})
 }

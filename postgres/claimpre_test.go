@@ -13,16 +13,20 @@ import (
 	"github.com/worklog/worklog/work"
 )
 
-// TestClaimIsTwoRoundTrips (issue 24 §1, W2): once the writer has claimed, a claim reads
-// what it needs — the schedules' due ticks, the kind policies, the due index's priorities
-// and first entries with their tasks — in the begin's round trip, so a runner's
-// SettleAndClaim, a ClaimKinds and a ClaimDue are each two round trips: the begin and the
-// commit. They were six: the begin, one each for the schedules, the policies, the greatest
-// priority and the page, then the commit.
-func TestClaimIsTwoRoundTrips(t *testing.T) {
-	e, q, tc := openCounted(t, pgtest.Schema(t))
+// TestClaimRoundTrips (issue 24 §1, W2): a claim's reads — the schedules' due ticks, the
+// kind policies, the due index's priorities and first entries with their tasks — were one
+// round trip each under the log head: a runner's SettleAndClaim, a ClaimKinds or a ClaimDue
+// took seven (the begin, four reads, the commit, and one more). Now, while the writer is
+// alone, its last commit batch read them after its COMMIT, and the claim runs before the
+// lock and commits in one round trip (its head check proves those reads current); while
+// another process writes between the claims, the begin reads them under the lock, and a
+// claim is two round trips, the begin and the commit.
+func TestClaimRoundTrips(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	_, q, tc := openCounted(t, dsn)
+	_, other := openEngine(t, dsn, nil) // another process's writer, not counted
 	ctx := context.Background()
-	rs := make([]work.TaskRequest, 300)
+	rs := make([]work.TaskRequest, 1500)
 	for i := range rs {
 		rs[i] = work.TaskRequest{Kind: []string{"a", "b"}[i%2], Input: json.RawMessage(fmt.Sprint(i))}
 	}
@@ -68,23 +72,85 @@ func TestClaimIsTwoRoundTrips(t *testing.T) {
 			}
 		}},
 	}
-	for _, c := range calls {
-		for range 2 { // the plan learns the call's scan; its statements get prepared
-			c.call()
+	for _, alone := range []bool{true, false} {
+		for _, c := range calls {
+			call := c.call
+			want := 1
+			if !alone {
+				want = 2
+				call = func() {
+					if _, err := other.Session("o").Submit(ctx, work.TaskRequest{Kind: "c"}); err != nil {
+						t.Fatal(err)
+					}
+					c.call()
+				}
+			}
+			for range 3 { // the plan learns the call's scan; its statements get prepared
+				call()
+			}
+			const n = 5
+			tc.n.Store(0)
+			for range n {
+				call()
+			}
+			if got := tc.n.Load(); got != int64(want*n) {
+				t.Errorf("alone %v: %d calls of %s took %d round trips, want %d", alone, n, c.name, got, want*n)
+			}
 		}
-		const n = 5
-		tc.n.Store(0)
-		for range n {
-			c.call()
-		}
-		if got := tc.n.Load(); got != 2*n {
-			t.Errorf("%d calls of %s took %d round trips, want %d", n, c.name, got, 2*n)
-		}
-	}
-	if len(e.plan.scans) == 0 {
-		t.Error("no claim plan")
 	}
 	mustVerify(t, q)
+}
+
+// TestClaimReadsAfterAnotherWriter: the reads a commit batch made for the next claim are of
+// its head; another writer that commits before that claim makes them stale. The claim's head
+// check then fails, and it runs under the lock: it takes the other writer's new task of a
+// higher priority, and never a task the other writer claimed meanwhile (a double claim).
+func TestClaimReadsAfterAnotherWriter(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	e, a := openEngine(t, dsn, nil)
+	_, b := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	rs := make([]work.TaskRequest, 40)
+	for i := range rs {
+		rs[i] = work.TaskRequest{Kind: "k", Input: json.RawMessage(fmt.Sprint(i))}
+	}
+	if _, err := a.Session("s").SubmitMany(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(q *work.Queue) string {
+		t.Helper()
+		ds, err := q.ClaimDue(ctx, time.Minute, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("claim: %d, %v", len(ds), err)
+		}
+		return string(ds[0].Task.Input)
+	}
+	for range 3 {
+		claim(a) // a's writer claims alone: its commits read the next claim's
+	}
+	if e.claimReads == nil {
+		t.Fatal("a's last commit read nothing for the next claim")
+	}
+	fast, stale := e.head.fast.Load(), e.head.fastStale.Load()
+	if got := claim(b); got != "3" {
+		t.Fatalf("b claimed %s, want 3", got)
+	}
+	if got := claim(a); got != "4" {
+		t.Fatalf("a claimed %s after b claimed 3, want 4", got)
+	}
+	if e.head.fastStale.Load() != stale+1 || e.head.fast.Load() != fast {
+		t.Fatalf("a's claim after b's: %d fast, %d stale; want its head check to fail", e.head.fast.Load()-fast, e.head.fastStale.Load()-stale)
+	}
+	for range 3 {
+		claim(a)
+	}
+	if _, err := b.Session("s").Submit(ctx, work.TaskRequest{Kind: "k", Input: json.RawMessage(`"urgent"`), Priority: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(a); got != `"urgent"` {
+		t.Fatalf("a claimed %s after b submitted a task of priority 9, want it", got)
+	}
+	mustVerify(t, a)
 }
 
 // TestClaimPrefetchDecidesAsPebble runs one random history of submits (priorities, run
@@ -220,4 +286,58 @@ func TestClaimPrefetchDecidesAsPebble(t *testing.T) {
 		t.Fatal("the claims did not use the begin's reads")
 	}
 	mustVerify(t, pg)
+}
+
+// TestClaimReadsFailAfterCommit: the reads for the next claim follow the COMMIT in the
+// commit batch, so their failure comes after the group committed. The group is a success,
+// answered once: a keyless submit whose batch's reads failed is stored once (taken for a
+// failed batch, it ran again the ordinary way and was stored twice), and the connection,
+// left in the reads' failed transaction, is rolled back before the pool hands it out again.
+func TestClaimReadsFailAfterCommit(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if ds, err := q.ClaimDue(ctx, time.Minute, 1); err != nil || len(ds) != 1 {
+			t.Fatalf("claim: %v, %v", ds, err)
+		}
+	}
+	if len(e.plan.scans) == 0 || e.claimReads == nil {
+		t.Fatal("no claim plan: the test proves nothing")
+	}
+	schema := e.schema
+	srv := pgtest.Need(t)
+	if err := srv.Exec(fmt.Sprintf(`ALTER TABLE %q.schedules RENAME TO schedules_away`, schema)); err != nil {
+		t.Fatal(err)
+	}
+	fast := e.head.fast.Load()
+	if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "once"}); err != nil {
+		t.Fatal(err)
+	}
+	if e.head.fast.Load() != fast+1 || e.claimReads != nil {
+		t.Fatalf("the submit's batch: fast %d, reads kept %v; want one fast commit whose reads failed", e.head.fast.Load()-fast, e.claimReads != nil)
+	}
+	if err := srv.Exec(fmt.Sprintf(`ALTER TABLE %q.schedules_away RENAME TO schedules`, schema)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range st.Kinds {
+		if k.Kind == "once" && k.Pending != 1 {
+			t.Fatalf("the submit was stored %d times", k.Pending)
+		}
+	}
+	for range 8 { // every pooled connection still works
+		if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustVerify(t, q)
 }

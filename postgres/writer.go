@@ -202,8 +202,10 @@ func (e *engine) runAlone(c *command, mayFast bool) {
 func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran []*command, err error) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.opts.WriteTimeout) // deadlines on the connection's I/O
 	defer cancel()
+	prior := e.claimReads // of the last commit's head: only the next group may use them
+	e.claimReads = nil
 	if mayFast && e.fastOK() {
-		if out, ran, err, done := e.attemptFast(ctx, group); done {
+		if out, ran, err, done := e.attemptFast(ctx, group, prior); done {
 			return out, ran, err
 		}
 	}
@@ -259,7 +261,14 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 	tx.queueCommit(b, e.channel)
 	e.mark.n++
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
-	b.Queue("COMMIT")
+	var didCommit bool
+	var reads *claimReads
+	if e.cache.alone && !e.savepointEach && e.hookBeforeCommit == nil && e.hookAfterCommitSent == nil && e.hookCommitBatch == nil {
+		committedTag(b, &didCommit)
+		reads = e.queueClaimReads(b) // the next claim's, after the COMMIT (claimpre.go)
+	} else {
+		b.Queue("COMMIT")
+	}
 	if e.hookCommitBatch != nil {
 		e.hookCommitBatch(b)
 	}
@@ -271,9 +280,15 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 		e.hookAfterCommitSent(conn.Conn())
 	}
 	cerr := br.Close()
+	if cerr != nil && didCommit {
+		// The claim reads after the COMMIT failed; the group committed.
+		rollback(conn)
+		cerr, reads = nil, nil
+	}
 	if cerr == nil {
 		e.head.record(start, locked, time.Now(), tx.reads)
 		e.adopt(tx)
+		e.claimReads = reads
 		return committed, ran, nil
 	}
 	e.cache = newCache()
