@@ -409,9 +409,16 @@ type claimReads struct {
 	pre         *prefetched
 }
 
-// queueClaimReads queues, after the COMMIT of b, the next claim's reads (nil: no plan).
+// aloneBeforeReads is how many groups in a row the writer must have found no other
+// writer's commit before it reads for the next claim after its COMMIT: while other
+// processes write, the reads would be stale and the next claim's fast batch would fail its
+// head check (a round trip lost, and the head held until its ROLLBACK).
+const aloneBeforeReads = 4
+
+// queueClaimReads queues, after the COMMIT of b, the next claim's reads (nil: no plan, or
+// the writer has not been alone long).
 func (e *engine) queueClaimReads(b *pgx.Batch) *claimReads {
-	if len(e.plan.scans) == 0 {
+	if len(e.plan.scans) == 0 || e.alone < aloneBeforeReads {
 		return nil
 	}
 	r := &claimReads{}

@@ -196,7 +196,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claim
 		err := conn.QueryRow(ctx, e.st.headNow).Scan(&seq, &prunes, &last)
 		if err != nil || uint64(seq) != c.seq || uint64(prunes) != c.prunes || !bytes.Equal(last, c.last) {
 			e.takeBack(tx)
-			c.alone = false
+			c.alone, e.alone = false, 0
 			e.head.fastMissed(false, true)
 			return 0, nil, nil, false
 		}
@@ -247,6 +247,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claim
 		e.adopt(tx)
 		e.claimReads = next
 		e.plan.learn(tx)
+		e.alone++
 		return committed, ran, nil, true
 	}
 	if rolledBack(conn.Conn(), cerr) {
@@ -258,6 +259,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claim
 		stale := errors.As(cerr, &pe) && pe.Code == "22012" // checkHead's division by zero
 		if stale {
 			e.cache.alone = false
+			e.alone = 0
 		}
 		e.head.fastMissed(false, stale)
 		return 0, nil, nil, false
@@ -309,6 +311,7 @@ func (e *engine) beginFastCopy(conn *pgxpool.Conn, tx *txn, c *cache) bool {
 	e.takeBack(tx)
 	if stale {
 		c.alone = false
+		e.alone = 0
 	}
 	e.head.fastMissed(false, stale)
 	return false

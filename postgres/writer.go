@@ -384,6 +384,9 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	if stale {
 		e.head.caughtUp(keep, dropped)
+		e.alone = 0
+	} else {
+		e.alone++
 	}
 	alone := c.valid && !stale
 	if !keep {
