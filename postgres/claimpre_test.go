@@ -16,7 +16,8 @@ import (
 // TestClaimRoundTrips (issue 24 §1, W2): a claim's reads — the schedules' due ticks, the
 // kind policies, the due index's priorities and first entries with their tasks — were one
 // round trip each under the log head: a runner's SettleAndClaim, a ClaimKinds or a ClaimDue
-// took seven (the begin, four reads, the commit, and one more). Now, while the writer is
+// took six (the begin, four reads, the commit; this counter reads seven on the old code: it
+// also counts the fast path's refused read, which fails on its ended context). Now, while the writer is
 // alone, its last commit batch read them after its COMMIT, and the claim runs before the
 // lock and commits in one round trip (its head check proves those reads current); while
 // another process writes between the claims, the begin reads them under the lock, and a
