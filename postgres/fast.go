@@ -153,7 +153,7 @@ var ended = func() context.Context {
 // attemptFast runs the group before the lock and commits it in one round trip. done is
 // false when the group must run the ordinary way (nothing of it is in the database then);
 // otherwise out, ran and err are attempt's.
-func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOutcome, ran []*command, err error, done bool) {
+func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claimReads) (out groupOutcome, ran []*command, err error, done bool) {
 	start := time.Now()
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -166,6 +166,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	tx.optimistic, tx.undo, tx.hints, tx.rf = true, newCacheUndo(), &e.hints, &e.readFirst
 	tx.seq, tx.startSeq, tx.prunes = c.seq, c.seq, c.prunes
 	tx.maxTask, tx.maxWake, tx.last = c.maxTask, c.maxWake, c.last
+	e.useClaimReads(tx, reads, c) // a claim's reads at the cache's head (claimpre.go)
 	ran = make([]*command, 0, len(group))
 	for _, cm := range group {
 		ferr, ok := cm.runWithin(ended, tx)
@@ -203,7 +204,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 		err := conn.QueryRow(ctx, e.st.headNow).Scan(&seq, &prunes, &last)
 		if err != nil || uint64(seq) != c.seq || uint64(prunes) != c.prunes || !bytes.Equal(last, c.last) {
 			e.takeBack(tx)
-			c.alone = false
+			c.alone, e.alone = false, 0
 			e.head.fastMissed(false, true)
 			return 0, nil, nil, false
 		}
@@ -213,7 +214,8 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	}
 	b := &pgx.Batch{}
 	tx.ctx = ctx
-	if tx.copyWanted() {
+	copied := tx.copyWanted()
+	if copied {
 		// A large group (a SubmitMany): its rows go by COPY (copy.go), which no batch can
 		// carry. BEGIN, the lock and the check take a round trip of their own, then the
 		// COPYs, then the commit batch: the ordinary path's round trips, without running
@@ -229,16 +231,31 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 	tx.queueCommit(b, e.channel)
 	e.mark.n++
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
-	b.Queue("COMMIT")
+	var didCommit bool
+	var next *claimReads
+	if !copied && e.hookFastBatch == nil {
+		committedTag(b, &didCommit)
+		next = e.queueClaimReads(b) // the next claim's, after the COMMIT (claimpre.go)
+	} else {
+		b.Queue("COMMIT")
+	}
 	if e.hookFastBatch != nil {
 		e.hookFastBatch(conn.Conn(), b)
 	}
 	locked := time.Now()
 	cerr := conn.Conn().SendBatch(ctx, b).Close()
+	if cerr != nil && didCommit {
+		// The claim reads after the COMMIT failed; the group committed.
+		rollback(conn)
+		cerr, next = nil, nil
+	}
 	if cerr == nil {
 		e.head.record(start, locked, time.Now(), 0)
 		e.head.fast.Add(1)
 		e.adopt(tx)
+		e.claimReads = next
+		e.plan.learn(tx)
+		e.alone++
 		return committed, ran, nil, true
 	}
 	if rolledBack(conn.Conn(), cerr) {
@@ -251,6 +268,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command) (out groupOu
 		stale := errors.As(cerr, &pe) && pe.Code == "22012" // checkHead's division by zero
 		if stale {
 			e.cache.alone = false
+			e.alone = 0
 		}
 		e.head.fastMissed(false, stale)
 		return 0, nil, nil, false
@@ -303,6 +321,7 @@ func (e *engine) beginFastCopy(conn *pgxpool.Conn, tx *txn, c *cache) bool {
 	e.takeBack(tx)
 	if stale {
 		c.alone = false
+		e.alone = 0
 	}
 	e.head.fastMissed(false, stale)
 	return false

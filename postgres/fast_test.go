@@ -140,13 +140,17 @@ func TestSubmitIsOneRoundTrip(t *testing.T) {
 	mustVerify(t, q)
 }
 
-// TestFastPathNeedsARead: a claim scans the due index (and the schedules, and reads the
-// kind policies), reads the cache cannot answer. The group's run before the lock is given up
-// before anything is sent — its statements fail on their ended context, none reaches the
-// server — and the claim runs the ordinary way and claims what it should.
+// TestFastPathNeedsARead: a claim of a kind under MaxRunning counts the kind's leases, a
+// read neither the cache nor the last commit's reads for the next claim (claimpre.go) can
+// answer. The group's run before the lock is given up before anything is sent — its
+// statements fail on their ended context, none reaches the server — and the claim runs the
+// ordinary way and claims what it should.
 func TestFastPathNeedsARead(t *testing.T) {
 	e, q, tc := openCounted(t, pgtest.Schema(t))
 	ctx := context.Background()
+	if err := q.SetKindPolicy(ctx, "k", work.KindPolicy{MaxRunning: 100}); err != nil {
+		t.Fatal(err)
+	}
 	for range 6 {
 		if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
 			t.Fatal(err)

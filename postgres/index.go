@@ -145,6 +145,14 @@ func (t *txn) ScanIndex(ix projection.Index, part string, from, to int64, fn fun
 	if from > to {
 		return nil
 	}
+	if ix == projection.IndexDue || ix == projection.IndexKindDue {
+		return t.scanDue(ix, part, from, to, fn) // claimpre.go
+	}
+	return t.scanIndexServer(ix, part, from, to, fn)
+}
+
+// scanIndexServer is ScanIndex from the server, the group's pending writes sent first.
+func (t *txn) scanIndexServer(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
 	return scanIndexOf(t.st, ix, part, fn, func(sql string, args ...any) ([]int64, error) {
 		return txnPage(t, scanInt, sql, args...)
 	}, func(d pgIndex, first, next string, pre []any, fn func(projection.IndexEntry) bool) error {
@@ -154,9 +162,9 @@ func (t *txn) ScanIndex(ix projection.Index, part string, from, to int64, fn fun
 				return txnPage(t, scanBareRow, sql, args...)
 			}, first, next, pre, from, to, fn)
 		case d.wakes:
-			return scanJoined(t, wakeTable, first, next, pre, from, to, fn)
+			return scanJoined(t, wakeTable, first, next, pre, from, to, nil, fn)
 		}
-		return scanJoined(t, taskTable, first, next, pre, from, to, fn)
+		return scanJoined(t, taskTable, first, next, pre, from, to, nil, fn)
 	})
 }
 
@@ -224,11 +232,14 @@ func (t *txn) PutIndex(ix projection.Index, part string, e projection.IndexEntry
 	m, k := t.idx[ix], idxKey{part, e.At, e.Seq}
 	op, ok := m[k]
 	m[k] = idxOp{put: true, id: e.ID, pri: e.Pri, replaces: op.replaces || ok && !op.put}
+	t.noteIndexWrite(ix, k, idxOp{put: true, id: e.ID, pri: e.Pri})
 	return nil
 }
 
 func (t *txn) DeleteIndex(ix projection.Index, part string, e projection.IndexEntry) error {
-	netDelete(t.idx[ix], idxKey{part, e.At, e.Seq})
+	k := idxKey{part, e.At, e.Seq}
+	netDelete(t.idx[ix], k)
+	t.noteIndexWrite(ix, k, idxOp{})
 	return nil
 }
 

@@ -193,6 +193,11 @@ type engine struct {
 
 	mark commitMark // the writer's row in commit_marks: the proof of a lost COMMIT (writer.go)
 	head headStats  // the log head's hold per committed group (headstats.go), read by benchmarks
+	plan claimPlan  // what the writer's recent claims read, read by its next begins (claimpre.go)
+	// claimReads: the next claim's reads, made after the last commit (claimpre.go); alone:
+	// the writer's groups in a row that found no other writer's commit before them.
+	claimReads *claimReads
+	alone      int
 
 	changed     chan struct{}
 	watcherDone chan struct{}

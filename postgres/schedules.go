@@ -114,7 +114,11 @@ const schedulePage = 16
 
 // scanScheduleDue pages through the due entries in (next, session, name) order.
 func scanScheduleDue(ctx context.Context, q querier, st *statements, maxAt int64, fn func(projection.ScheduleEntry) bool) error {
-	var last *projection.ScheduleEntry
+	return scanScheduleDueAfter(ctx, q, st, maxAt, nil, fn)
+}
+
+// scanScheduleDueAfter is scanScheduleDue after the entry last (nil: from the first).
+func scanScheduleDueAfter(ctx context.Context, q querier, st *statements, maxAt int64, last *projection.ScheduleEntry, fn func(projection.ScheduleEntry) bool) error {
 	for {
 		var rows pgx.Rows
 		var err error
@@ -161,6 +165,9 @@ func (t *txn) ScanSessionSchedules(session string, fn func(*projection.Schedule)
 }
 
 func (t *txn) ScanScheduleDue(maxAt int64, fn func(projection.ScheduleEntry) bool) error {
+	if ok, err := t.scanSchedulesPrefetched(maxAt, fn); ok { // claimpre.go
+		return err
+	}
 	return scanScheduleDue(t.ctx, t.conn, t.st, maxAt, fn)
 }
 
@@ -175,6 +182,9 @@ func (t *txn) PutSchedule(sc *projection.Schedule) error {
 		next = &e.At
 	}
 	t.sideWrites = true
+	if t.pre != nil {
+		t.pre.schedOK = false // the begin's read of the schedules is no longer theirs
+	}
 	_, err = t.conn.Exec(t.ctx, t.st.sc.put, []byte(sc.SessionID), []byte(sc.Name), rec, next)
 	return err
 }

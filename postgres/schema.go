@@ -82,6 +82,7 @@ type statements struct {
 	sc  scheduleStatements                     // the schedules (schedules.go)
 	kp  kindPolicyStatements                   // the kind policies and lease index (kind_policies.go)
 	cp  copyStatements                         // a large group's inserts (copy.go)
+	pre preStatements                          // a claim's reads in the begin (claimpre.go)
 }
 
 func newStatements(schema string) *statements {
@@ -157,6 +158,7 @@ func newStatements(schema string) *statements {
 		sc:  newScheduleStatements(q),
 		kp:  newKindPolicyStatements(q),
 		cp:  newCopyStatements(q),
+		pre: newPreStatements(q),
 		setMark: q(`INSERT INTO {s}.commit_marks AS m VALUES ($1, $2, now())
 			ON CONFLICT (writer) DO UPDATE SET n = excluded.n, at = excluded.at`),
 		getMark:  q(`SELECT n FROM {s}.commit_marks WHERE writer = $1`),

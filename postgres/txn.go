@@ -128,6 +128,11 @@ type txn struct {
 	unread []keyOf
 	rf     *readFirst // told of the repeats the optimistic group's cache answers (readfirst.go)
 
+	// pre: what the begin read for the group's claims (claimpre.go), nil when it read none;
+	// scans: the due index partitions the group scanned, and the entries each gave (the plan).
+	pre   *prefetched
+	scans map[preKey]int
+
 	seq        uint64 // the last sequence, the group's appends included
 	last       []byte // the first bytes of the event at startSeq, read by the begin (cache.last)
 	startSeq   uint64 // the log head when the group began
@@ -333,8 +338,10 @@ func txnPage[R any](t *txn, scan func(pgx.Rows) (R, error), sql string, args ...
 
 // scanJoined runs a paged scan of an index whose rows join tb's records (first and next: the
 // statements for the first page and the next ones; pre: the kind scan's kind), keeping the
-// records read in the cache, and calls fn with each entry.
-func scanJoined[R any](t *txn, tb *recordTable[R], first, next string, pre []any, from, to int64, fn func(projection.IndexEntry) bool) error {
+// records read in the cache, and calls fn with each entry; after: start after this entry.
+func scanJoined[R any](t *txn, tb *recordTable[R], first, next string, pre []any, from, to int64, after *projection.IndexEntry,
+	fn func(projection.IndexEntry) bool,
+) error {
 	m := tb.cached(t.c)
 	scan := func(rows pgx.Rows) (projection.IndexEntry, error) {
 		x, err := scanIndexRow(tb, rows)
@@ -352,6 +359,9 @@ func scanJoined[R any](t *txn, tb *recordTable[R], first, next string, pre []any
 		return x.IndexEntry, nil
 	}
 	return keyset(indexPages, func(last *projection.IndexEntry, n int) ([]projection.IndexEntry, error) {
+		if last == nil {
+			last = after // after an entry the begin read (claimpre.go), or nil
+		}
 		sql, args := indexArgs(first, next, pre, from, to, last, n)
 		return txnPage(t, scan, sql, args...)
 	}, func(e projection.IndexEntry) (bool, error) { return fn(e), nil })

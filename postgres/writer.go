@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
@@ -205,8 +206,10 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 	defer func() { // before the callers are answered: whether the next group may take keys unread (readfirst.go)
 		e.readFirst.fast.Store(e.fastOK() && e.head.fastRead.Load() == read)
 	}()
+	prior := e.claimReads // of the last commit's head: only the next group may use them
+	e.claimReads = nil
 	if mayFast && e.fastOK() {
-		if out, ran, err, done := e.attemptFast(ctx, group); done {
+		if out, ran, err, done := e.attemptFast(ctx, group, prior); done {
 			return out, ran, err
 		}
 	}
@@ -241,6 +244,7 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 			return fnFailed, ran, ferr
 		}
 	}
+	e.plan.learn(tx) // what the next begins read for claims (claimpre.go)
 	wrote := tx.seq != tx.startSeq || tx.pruned || tx.sideWrites || len(tx.evs) > 0
 	if !wrote {
 		// The group wrote nothing (duplicates, claims that found nothing): every answer
@@ -261,7 +265,14 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 	tx.queueCommit(b, e.channel)
 	e.mark.n++
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
-	b.Queue("COMMIT")
+	var didCommit bool
+	var reads *claimReads
+	if e.cache.alone && !e.savepointEach && e.hookBeforeCommit == nil && e.hookAfterCommitSent == nil && e.hookCommitBatch == nil {
+		committedTag(b, &didCommit)
+		reads = e.queueClaimReads(b) // the next claim's, after the COMMIT (claimpre.go)
+	} else {
+		b.Queue("COMMIT")
+	}
 	if e.hookCommitBatch != nil {
 		e.hookCommitBatch(b)
 	}
@@ -273,9 +284,15 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 		e.hookAfterCommitSent(conn.Conn())
 	}
 	cerr := br.Close()
+	if cerr != nil && didCommit {
+		// The claim reads after the COMMIT failed; the group committed.
+		rollback(conn)
+		cerr, reads = nil, nil
+	}
 	if cerr == nil {
 		e.head.record(start, locked, time.Now(), tx.reads)
 		e.adopt(tx)
+		e.claimReads = reads
 		return committed, ran, nil
 	}
 	e.cache = newCache()
@@ -351,6 +368,8 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 			return err
 		})
 	}
+	var pols map[string]*projection.KindPolicy
+	pre := e.queuePrefetch(b, &pols) // a claim's reads, when the writer's recent groups claimed (claimpre.go)
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -369,6 +388,9 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	}
 	if stale {
 		e.head.caughtUp(keep, dropped)
+		e.alone = 0
+	} else {
+		e.alone++
 	}
 	alone := c.valid && !stale
 	if !keep {
@@ -381,6 +403,9 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes, tx.last = tx.seq, uint64(prunes), last
+	if pre != nil {
+		tx.pre, tx.pols = pre, pols
+	}
 	return tx, nil
 }
 
