@@ -31,13 +31,15 @@ const schedulesDDL = `CREATE TABLE IF NOT EXISTS {s}.schedules (session bytea, n
 CREATE INDEX IF NOT EXISTS schedules_next ON {s}.schedules (next, session, name) WHERE next IS NOT NULL`
 
 type scheduleStatements struct {
-	get, bySession, due, dueAfter, put, all string
-	table                                   string
+	get, getIn, bySession, due, dueAfter, put, all string
+	table                                          string
 }
 
 func newScheduleStatements(q func(string) string) scheduleStatements {
 	return scheduleStatements{
-		get:       q(`SELECT rec FROM {s}.schedules WHERE session = $1 AND name = $2`),
+		get: q(`SELECT rec FROM {s}.schedules WHERE session = $1 AND name = $2`),
+		getIn: q(`SELECT session, name, rec FROM {s}.schedules
+			WHERE (session, name) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
 		bySession: q(`SELECT rec FROM {s}.schedules WHERE session = $1 ORDER BY name`),
 		due:       q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL AND next <= $1 ORDER BY next, session, name LIMIT $2`),
 		dueAfter: q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL AND next <= $1
@@ -152,8 +154,67 @@ func scanScheduleDue(ctx context.Context, q querier, st *statements, maxAt int64
 	}
 }
 
+// Schedule reads through the group's schedules (scheds): a schedule is read from the
+// server at most once per group (under the head lock, so it stays exact), and the group's
+// own writes are read back without a round trip. It returns a copy.
 func (t *txn) Schedule(session, name string) (*projection.Schedule, error) {
-	return readSchedule(t.ctx, t.conn, t.st, session, name)
+	k := skey{session, name}
+	if sc, ok := t.scheds[k]; ok {
+		return copySchedule(sc), nil
+	}
+	sc, err := readSchedule(t.ctx, t.conn, t.st, session, name)
+	if err != nil {
+		return nil, err
+	}
+	t.keepSchedule(k, sc)
+	return copySchedule(sc), nil
+}
+
+func copySchedule(sc *projection.Schedule) *projection.Schedule {
+	if sc == nil {
+		return nil
+	}
+	c := *sc
+	return &c
+}
+
+func (t *txn) keepSchedule(k skey, sc *projection.Schedule) {
+	if t.scheds == nil {
+		t.scheds = map[skey]*projection.Schedule{}
+	}
+	t.scheds[k] = sc
+}
+
+// readSchedules reads the schedules of keys the group has not read yet, in one statement:
+// absent ones are kept as absent.
+func (t *txn) readSchedules(keys []skey) error {
+	var ss, ns [][]byte
+	for _, k := range keys {
+		if _, ok := t.scheds[k]; !ok {
+			ss, ns = append(ss, []byte(k.session)), append(ns, []byte(k.key))
+			t.keepSchedule(k, nil)
+		}
+	}
+	if len(ss) == 0 {
+		return nil
+	}
+	rows, err := t.conn.Query(t.ctx, t.st.sc.getIn, ss, ns)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s, n, rec []byte
+		if err := rows.Scan(&s, &n, &rec); err != nil {
+			return err
+		}
+		sc, err := decodeScheduleRow(rec)
+		if err != nil {
+			return err
+		}
+		t.keepSchedule(skey{string(s), string(n)}, sc)
+	}
+	return rows.Err()
 }
 
 func (t *txn) ScanSessionSchedules(session string, fn func(*projection.Schedule) bool) error {
@@ -175,8 +236,11 @@ func (t *txn) PutSchedule(sc *projection.Schedule) error {
 		next = &e.At
 	}
 	t.sideWrites = true
-	_, err = t.conn.Exec(t.ctx, t.st.sc.put, []byte(sc.SessionID), []byte(sc.Name), rec, next)
-	return err
+	if _, err = t.conn.Exec(t.ctx, t.st.sc.put, []byte(sc.SessionID), []byte(sc.Name), rec, next); err != nil {
+		return err
+	}
+	t.keepSchedule(skey{sc.SessionID, sc.Name}, sc)
+	return nil
 }
 
 // PutScheduleDue and DeleteScheduleDue: the index is the next column, which PutSchedule

@@ -151,6 +151,8 @@ type txn struct {
 	delTaskKeys, delWakeKeys []skey
 	delSessions              []sessKey
 	prunable                 map[dueKey]idxOp
+
+	scheds map[skey]*projection.Schedule // schedules read or written by the group (schedules.go)
 }
 
 var _ projection.State = (*txn)(nil)

@@ -47,12 +47,12 @@ const MaxTicksPerClaim = 1000
 
 // schedulePrefix starts the idempotency key of a tick's task: schedule:<name>:<tick, RFC 3339
 // in UTC>. Keys with this prefix are the queue's own: a Submit may not use one.
-const schedulePrefix = "schedule:"
+const schedulePrefix = projection.TickPrefix
 
 // TickKey is the idempotency key of the task of the schedule name's tick (Session.TaskByKey
 // finds it).
 func TickKey(name string, tick time.Time) string {
-	return schedulePrefix + name + ":" + tick.UTC().Format(time.RFC3339)
+	return schedulePrefix + name + ":" + tick.UTC().Format(time.RFC3339) // projection.TickKey for a tick in nanoseconds
 }
 
 // ScheduleBackend is implemented by a backend that keeps schedules. worklog's own backends
