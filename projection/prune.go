@@ -366,8 +366,10 @@ func (m *Mem) ScanPrunable(before int64, fn func(PruneEntry) bool) error {
 			return false
 		}
 		var held bool
-		if held, err = PruneHeld(m, e); err != nil {
-			return false
+		if t := m.tasks[e.ID]; !e.Wake && t != nil { // PruneHeld without Task's copy
+			if _, held, err = LatestTick(m, t); err != nil {
+				return false
+			}
 		}
 		return held || fn(e)
 	})
