@@ -161,7 +161,10 @@ func TickOf(t *Task) (string, bool) {
 	}
 	suffix := ":" + time.Unix(0, t.RunAt).UTC().Format(time.RFC3339)
 	name, ok := strings.CutSuffix(t.IdempotencyKey[len(TickPrefix):], suffix)
-	return name, ok && name != ""
+	if !ok || name == "" {
+		return "", false
+	}
+	return name, true
 }
 
 // Retention and the ticks (docs/design.md §4.6, §11). A tick's task_submitted is also the
