@@ -45,7 +45,7 @@ func prunedKey(from uint64) []byte {
 func (s reader) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) (err error) {
 	var herr error
 	err = s.scanPrunable([]byte{prefixPrunable}, before, func(_ []byte, e projection.PruneEntry) bool {
-		held, err := projection.PruneHeld(s, e)
+		held, err := s.pruneHeld(e)
 		if err != nil {
 			herr = err
 			return false
@@ -53,6 +53,21 @@ func (s reader) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) 
 		return held || fn(e)
 	})
 	return errors.Join(err, herr)
+}
+
+// pruneHeld is projection.PruneHeld from the stored record alone: Task would read the task's
+// input from its event, which the rule does not need (and the archive's plan reads through a
+// reader without the blob files).
+func (s reader) pruneHeld(e projection.PruneEntry) (bool, error) {
+	if e.Wake {
+		return false, nil
+	}
+	t, err := s.taskRecord(e.ID)
+	if err != nil || t == nil {
+		return false, err
+	}
+	_, held, err := projection.LatestTick(s, t)
+	return held, err
 }
 
 // scanPrunable is ScanPrunable from lower on, handing fn each entry's key too.

@@ -2,6 +2,7 @@ package pebblelog_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,13 +15,15 @@ import (
 // TestPrunedTicksReopenAndImport: ticks of a CatchupAll schedule, settled and pruned; the
 // latest tick's task stays (docs/design.md §4.6). The schedule record the live fold wrote,
 // the one a reopened store reads, Verify's rebuild from the retained log and a fresh store
-// that imports the retained log (AppendLog, as replay import does) all agree: same cursor,
+// that imports the retained log (AppendLog, as replay import does) all agree (the prune
+// archives, so the archive's plan holds the latest tick too): same cursor,
 // next tick and tick count, the latest tick's key taken; the reopened store submits no
 // tick again at the same now, and the next one once.
 func TestPrunedTicksReopenAndImport(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	q, err := work.Open(dir, nil)
+	// With an archive: its plan reads the retention index through a reader of its own.
+	q, err := work.Open(filepath.Join(dir, "store"), &work.Options{ArchiveDir: filepath.Join(dir, "archive")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +60,7 @@ func TestPrunedTicksReopenAndImport(t *testing.T) {
 	}
 
 	// Reopened: the stored record, Verify (the rebuild from the retained log), no tick again.
-	st, err := pebblelog.Open(dir, nil)
+	st, err := pebblelog.Open(filepath.Join(dir, "store"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +101,7 @@ func TestPrunedTicksReopenAndImport(t *testing.T) {
 		return nil
 	})
 
-	q, err = work.Open(dir, nil)
+	q, err = work.Open(filepath.Join(dir, "store"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
