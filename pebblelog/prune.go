@@ -40,9 +40,34 @@ func prunedKey(from uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{prefixPruned}, from)
 }
 
-// ScanPrunable walks the retention index from its oldest entry while At < before.
+// ScanPrunable walks the retention index from its oldest entry while At < before, passing
+// over held entries (projection.PruneHeld).
 func (s reader) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) (err error) {
-	return s.scanPrunable([]byte{prefixPrunable}, before, func(_ []byte, e projection.PruneEntry) bool { return fn(e) })
+	var herr error
+	err = s.scanPrunable([]byte{prefixPrunable}, before, func(_ []byte, e projection.PruneEntry) bool {
+		held, err := s.pruneHeld(e)
+		if err != nil {
+			herr = err
+			return false
+		}
+		return held || fn(e)
+	})
+	return errors.Join(err, herr)
+}
+
+// pruneHeld is projection.PruneHeld from the stored record alone: Task would read the task's
+// input from its event, which the rule does not need (and the archive's plan reads through a
+// reader without the blob files).
+func (s reader) pruneHeld(e projection.PruneEntry) (bool, error) {
+	if e.Wake {
+		return false, nil
+	}
+	t, err := s.taskRecord(e.ID)
+	if err != nil || t == nil {
+		return false, err
+	}
+	_, held, err := projection.LatestTick(s, t)
+	return held, err
 }
 
 // scanPrunable is ScanPrunable from lower on, handing fn each entry's key too.
@@ -125,6 +150,14 @@ func (w *writer) PutPrunable(e projection.PruneEntry) error {
 	return w.b.Set(k, pruneValue(e), nil)
 }
 
+// LowerPrunable lowers the retention index's low to a held entry that is released
+// (projection.PruneLowerer): a scan passed over it, and the next one must meet it.
+func (w *writer) LowerPrunable(e projection.PruneEntry) {
+	if w.lows != nil {
+		lower(&w.lows.prunable, pruneKey(e.At, e.Seq))
+	}
+}
+
 func (w *writer) DeletePrunable(e projection.PruneEntry) error {
 	return w.b.DeleteSized(pruneKey(e.At, e.Seq), uint32(1+len(e.ID)), nil)
 }
@@ -132,10 +165,26 @@ func (w *writer) DeletePrunable(e projection.PruneEntry) error {
 // ScanPrunable reads through the batch: a subject may have become prunable in it. It starts
 // at the index's low (indexLows): every group removes the oldest entries, and a scan from the
 // index's first key stepped over the tombstones of every group before it, so the groups of
-// one large prune grew dearer one after the other (BenchmarkPruneLatency).
+// one large prune grew dearer one after the other (BenchmarkPruneLatency). It passes over
+// held entries (projection.PruneHeld) and raises the low past them, as if they were absent:
+// a schedule's latest tick may stay held for ever (a removed schedule's), and a low pinned
+// at it would bring the tombstones back. Releasing one lowers the low to it (LowerPrunable).
 func (w *writer) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
+	var herr error
+	take := func(e projection.PruneEntry) (held, more bool) {
+		held, err := projection.PruneHeld(w, e)
+		if err != nil {
+			herr = err
+			return false, false
+		}
+		return held, held || fn(e)
+	}
 	if w.lows == nil {
-		return w.reader.ScanPrunable(before, fn)
+		err := w.reader.scanPrunable([]byte{prefixPrunable}, before, func(_ []byte, e projection.PruneEntry) bool {
+			_, more := take(e)
+			return more
+		})
+		return errors.Join(err, herr)
 	}
 	lower, upper := []byte{prefixPrunable}, pruneKey(before, 0)
 	if w.lows.prunable != nil {
@@ -147,14 +196,15 @@ func (w *writer) ScanPrunable(before int64, fn func(projection.PruneEntry) bool)
 	var first []byte
 	stopped := false
 	err := w.reader.scanPrunable(lower, before, func(k []byte, e projection.PruneEntry) bool {
-		if first == nil {
+		held, more := take(e)
+		if first == nil && !held {
 			first = bytes.Clone(k)
 		}
-		stopped = !fn(e)
-		return !stopped
+		stopped = !more
+		return more
 	})
-	if err != nil {
-		return err
+	if err != nil || herr != nil {
+		return errors.Join(err, herr)
 	}
 	switch {
 	case first != nil:

@@ -258,20 +258,53 @@ func (t *txn) DeletePrunable(e projection.PruneEntry) error {
 	return nil
 }
 
-// ScanPrunable pages through the retention index after sending the group's pending writes.
+// ScanPrunable pages through the retention index after sending the group's pending writes,
+// passing over held entries (projection.PruneHeld).
 func (t *txn) ScanPrunable(before int64, fn func(projection.PruneEntry) bool) error {
 	return t.scanPrunable(indexPages, before, fn)
 }
 
 // scanPrunable pages through the retention index (p: the page sizes) after sending the
-// group's pending writes.
+// group's pending writes. Each page's records are read for PruneHeld before fn sees its
+// entries, in at most three round trips a page (prefetch, then the schedules of its ticks'
+// tasks), not one per entry; PruneSubject then finds them in the cache.
 func (t *txn) scanPrunable(p pages, before int64, fn func(projection.PruneEntry) bool) error {
 	return keyset(p, func(last *projection.PruneEntry, n int) ([]projection.PruneEntry, error) {
+		var page []projection.PruneEntry
+		var err error
 		if last == nil {
-			return txnPage(t, scanPruneRow, t.st.scanPrunable, before, n)
+			page, err = txnPage(t, scanPruneRow, t.st.scanPrunable, before, n)
+		} else {
+			page, err = txnPage(t, scanPruneRow, t.st.scanPrunableFrom, before, n, last.At, int64(last.Seq))
 		}
-		return txnPage(t, scanPruneRow, t.st.scanPrunableFrom, before, n, last.At, int64(last.Seq))
-	}, func(e projection.PruneEntry) (bool, error) { return fn(e), nil })
+		if err == nil {
+			err = t.prefetchHeld(page)
+		}
+		return page, err
+	}, func(e projection.PruneEntry) (bool, error) {
+		held, err := projection.PruneHeld(t, e)
+		if err != nil {
+			return false, err
+		}
+		return held || fn(e), nil
+	})
+}
+
+// prefetchHeld reads what PruneHeld reads for a page of entries: the records (prefetch),
+// then the schedules of the ticks' tasks among them.
+func (t *txn) prefetchHeld(page []projection.PruneEntry) error {
+	if err := t.prefetch(page); err != nil {
+		return err
+	}
+	var keys []skey
+	for _, e := range page {
+		if r := t.c.tasks[e.ID]; !e.Wake && r != nil {
+			if name, ok := projection.TickOf(r); ok {
+				keys = append(keys, skey{r.SessionID, name})
+			}
+		}
+	}
+	return t.readSchedules(keys)
 }
 
 func scanPruneRow(rows pgx.Rows) (projection.PruneEntry, error) {

@@ -20,8 +20,12 @@ import (
 // the column together (PutSchedule, from the record's Entry); the index's own writes
 // (PutScheduleDue, DeleteScheduleDue) have nothing left to do.
 //
-// The writes go to the server at once, inside the group's transaction (a failed closure
-// rolls the group back, as for every write): a schedule's reads in the same group see them.
+// The group keeps the schedules it read or wrote (txn.scheds): each is read from the server
+// at most once per group, under the head lock. Its writes are sent with the group's other
+// pending writes (flushSchedules, from flushIndexes: before a scan of the table, and in the
+// commit batch), not one statement per write: a claim that submits 1,000 ticks of a
+// CatchupAll schedule writes its row once (it was a round trip per tick, issue 23). A failed
+// closure rolls the whole group back, and the next attempt begins with a new txn.
 //
 // The table came after format 1 without changing it, like session_wakes: a read-write Open
 // creates it when it is missing (ensureSchedules). A read-only view of a schema without it
@@ -31,18 +35,22 @@ const schedulesDDL = `CREATE TABLE IF NOT EXISTS {s}.schedules (session bytea, n
 CREATE INDEX IF NOT EXISTS schedules_next ON {s}.schedules (next, session, name) WHERE next IS NOT NULL`
 
 type scheduleStatements struct {
-	get, bySession, due, dueAfter, put, all string
-	table                                   string
+	get, getIn, bySession, due, dueAfter, put, putMany, all string
+	table                                                   string
 }
 
 func newScheduleStatements(q func(string) string) scheduleStatements {
 	return scheduleStatements{
-		get:       q(`SELECT rec FROM {s}.schedules WHERE session = $1 AND name = $2`),
+		get: q(`SELECT rec FROM {s}.schedules WHERE session = $1 AND name = $2`),
+		getIn: q(`SELECT session, name, rec FROM {s}.schedules
+			WHERE (session, name) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
 		bySession: q(`SELECT rec FROM {s}.schedules WHERE session = $1 ORDER BY name`),
 		due:       q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL AND next <= $1 ORDER BY next, session, name LIMIT $2`),
 		dueAfter: q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL AND next <= $1
 			AND (next, session, name) > ($3, $4, $5) ORDER BY next, session, name LIMIT $2`),
 		put: q(`INSERT INTO {s}.schedules VALUES ($1, $2, $3, $4)
+			ON CONFLICT (session, name) DO UPDATE SET rec = excluded.rec, next = excluded.next`),
+		putMany: q(`INSERT INTO {s}.schedules SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::bigint[])
 			ON CONFLICT (session, name) DO UPDATE SET rec = excluded.rec, next = excluded.next`),
 		all:   q(`SELECT rec FROM {s}.schedules ORDER BY session, name`),
 		table: q(`{s}.schedules`),
@@ -156,11 +164,73 @@ func scanScheduleDueAfter(ctx context.Context, q querier, st *statements, maxAt 
 	}
 }
 
+// Schedule reads through the group's schedules (scheds): a schedule is read from the
+// server at most once per group (under the head lock, so it stays exact), and the group's
+// own writes are read back without a round trip. It returns a copy.
 func (t *txn) Schedule(session, name string) (*projection.Schedule, error) {
-	return readSchedule(t.ctx, t.conn, t.st, session, name)
+	k := skey{session, name}
+	if sc, ok := t.scheds[k]; ok {
+		return copySchedule(sc), nil
+	}
+	sc, err := readSchedule(t.ctx, t.conn, t.st, session, name)
+	if err != nil {
+		return nil, err
+	}
+	t.keepSchedule(k, sc)
+	return copySchedule(sc), nil
+}
+
+func copySchedule(sc *projection.Schedule) *projection.Schedule {
+	if sc == nil {
+		return nil
+	}
+	c := *sc
+	return &c
+}
+
+func (t *txn) keepSchedule(k skey, sc *projection.Schedule) {
+	if t.scheds == nil {
+		t.scheds = map[skey]*projection.Schedule{}
+	}
+	t.scheds[k] = sc
+}
+
+// readSchedules reads the schedules of keys the group has not read yet, in one statement:
+// absent ones are kept as absent.
+func (t *txn) readSchedules(keys []skey) error {
+	var ss, ns [][]byte
+	for _, k := range keys {
+		if _, ok := t.scheds[k]; !ok {
+			ss, ns = append(ss, []byte(k.session)), append(ns, []byte(k.key))
+			t.keepSchedule(k, nil)
+		}
+	}
+	if len(ss) == 0 {
+		return nil
+	}
+	rows, err := t.conn.Query(t.ctx, t.st.sc.getIn, ss, ns)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s, n, rec []byte
+		if err := rows.Scan(&s, &n, &rec); err != nil {
+			return err
+		}
+		sc, err := decodeScheduleRow(rec)
+		if err != nil {
+			return err
+		}
+		t.keepSchedule(skey{string(s), string(n)}, sc)
+	}
+	return rows.Err()
 }
 
 func (t *txn) ScanSessionSchedules(session string, fn func(*projection.Schedule) bool) error {
+	if err := t.sendSchedules(); err != nil {
+		return err
+	}
 	return scanSessionSchedules(t.ctx, t.conn, t.st, session, fn)
 }
 
@@ -168,25 +238,98 @@ func (t *txn) ScanScheduleDue(maxAt int64, fn func(projection.ScheduleEntry) boo
 	if ok, err := t.scanSchedulesPrefetched(maxAt, fn); ok { // claimpre.go
 		return err
 	}
+	if err := t.sendSchedules(); err != nil { // a scan of the table follows: the pending writes first
+		return err
+	}
 	return scanScheduleDue(t.ctx, t.conn, t.st, maxAt, fn)
 }
 
-// PutSchedule writes the record and its next tick (NULL: not in the index).
+// PutSchedule keeps the record for the group's next flush (flushSchedules); the state takes
+// ownership.
 func (t *txn) PutSchedule(sc *projection.Schedule) error {
 	rec, err := json.Marshal(sc)
 	if err != nil {
 		return err
 	}
-	var next *int64
-	if e, ok := sc.Entry(); ok {
-		next = &e.At
+	k := skey{sc.SessionID, sc.Name}
+	t.keepSchedule(k, sc)
+	if t.schedDirty == nil {
+		t.schedDirty = map[skey][]byte{}
 	}
+	t.schedDirty[k] = rec
 	t.sideWrites = true
 	if t.pre != nil {
 		t.pre.schedOK = false // the begin's read of the schedules is no longer theirs
 	}
-	_, err = t.conn.Exec(t.ctx, t.st.sc.put, []byte(sc.SessionID), []byte(sc.Name), rec, next)
-	return err
+	return nil
+}
+
+// flushSchedules queues the group's pending schedule writes into b (flushIndexes): the
+// records and their next ticks (NULL: not in the index), in one statement.
+func (t *txn) flushSchedules(b *pgx.Batch) {
+	if len(t.schedDirty) == 0 {
+		return
+	}
+	var ss, ns, recs [][]byte
+	var next []*int64
+	for k, rec := range t.schedDirty {
+		var at *int64
+		if e, ok := t.scheds[k].Entry(); ok {
+			at = &e.At
+		}
+		ss, ns, recs, next = append(ss, []byte(k.session)), append(ns, []byte(k.key)), append(recs, rec), append(next, at)
+	}
+	b.Queue(t.st.sc.putMany, ss, ns, recs, next)
+	clear(t.schedDirty)
+}
+
+// sendSchedules sends the pending schedule writes now: a scan of the table follows.
+func (t *txn) sendSchedules() error {
+	if len(t.schedDirty) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	t.flushSchedules(b)
+	return t.conn.SendBatch(t.ctx, b).Close()
+}
+
+// PrefetchTaskKeys reads the session's task keys that the cache does not hold in one
+// statement (engineapi.KeyPrefetcher: the ticks a claim submits), under the head lock: the
+// absent ones are cached as absent, so TaskKey answers every one without a read.
+func (t *txn) PrefetchTaskKeys(sessionID string, keys []string) error {
+	var ss, ks [][]byte
+	for _, k := range keys {
+		if _, ok := t.c.taskKeys[skey{sessionID, k}]; !ok {
+			ss, ks = append(ss, []byte(sessionID)), append(ks, []byte(k))
+		}
+	}
+	if len(ks) == 0 {
+		return nil
+	}
+	if t.optimistic {
+		return t.refuseRead()
+	}
+	found := make(map[string]string, 1)
+	rows, err := t.conn.Query(t.ctx, t.st.taskKeysIn, ss, ks)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s, k, id []byte
+		if err := rows.Scan(&s, &k, &id); err != nil {
+			return err
+		}
+		found[string(k)] = string(id)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	t.reads += len(ks)
+	for _, k := range ks {
+		t.c.taskKeys[skey{sessionID, string(k)}] = found[string(k)] // "": absent
+	}
+	return nil
 }
 
 // PutScheduleDue and DeleteScheduleDue: the index is the next column, which PutSchedule

@@ -166,6 +166,9 @@ type txn struct {
 	delTaskKeys, delWakeKeys []skey
 	delSessions              []sessKey
 	prunable                 map[dueKey]idxOp
+
+	scheds     map[skey]*projection.Schedule // schedules read or written by the group (schedules.go)
+	schedDirty map[skey][]byte               // of them, those written and not yet sent (their JSON)
 }
 
 var _ projection.State = (*txn)(nil)
@@ -308,6 +311,7 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 	t.flushPrune(b)
 	t.queueIndexes(b)
 	t.flushKindPolicies(b)
+	t.flushSchedules(b)
 	if len(t.sessions) > 0 {
 		ss, qs := make([][]byte, len(t.sessions)), make([]int64, len(t.sessions))
 		ids := make([][]byte, len(t.sessions))

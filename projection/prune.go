@@ -22,7 +22,8 @@ import (
 //   - a requested (direct) wake, once acknowledged, from its AckedAt.
 //
 // Unfinished tasks and unacknowledged wakes are never prunable. A completion wake is never a
-// subject of its own: it goes with its task.
+// subject of its own: it goes with its task. The task of a schedule's latest tick is held
+// while it is the latest (PruneHeld, schedules.go): its task_submitted holds the cursor.
 
 // PruneAt is the time from which t is prunable together with w, its completion wake (nil
 // when it has none or it is unknown), and whether it is prunable at all.
@@ -97,7 +98,8 @@ type PruneState interface {
 	State
 	PruneIndexer
 	// ScanPrunable calls fn with the retention index's entries with At < before, in order,
-	// until fn returns false.
+	// until fn returns false, passing over the entries PruneHeld holds (a schedule's latest
+	// tick): they stay in the index, but no prune takes them while they are held.
 	ScanPrunable(before int64, fn func(PruneEntry) bool) error
 	DeleteTask(id string) error
 	DeleteWake(id string) error
@@ -218,6 +220,9 @@ func PruneSubject(s PruneState, e PruneEntry, before int64) (Pruned, error) {
 	}
 	if at, ok := t.PruneAt(w); !ok || at != e.At || t.SubmitSeq != e.Seq {
 		return Pruned{}, bad("the task is not prunable from then")
+	}
+	if err := pruneTick(s, t, bad); err != nil {
+		return Pruned{}, err
 	}
 	p := Pruned{SessionID: t.SessionID, TaskID: t.ID, FirstSeq: t.SubmitSeq, LastSeq: t.UpdatedSeq}
 	if t.IdempotencyKey != "" {
@@ -352,10 +357,23 @@ func (m *Mem) DeletePrunable(e PruneEntry) error {
 	return nil
 }
 
+// ScanPrunable passes over held entries (PruneHeld).
 func (m *Mem) ScanPrunable(before int64, fn func(PruneEntry) bool) error {
 	m.BuildIndexes()
-	m.prune.Ascend(func(e PruneEntry) bool { return PrunableBefore(e.At, before) && fn(e) })
-	return nil
+	var err error
+	m.prune.Ascend(func(e PruneEntry) bool {
+		if !PrunableBefore(e.At, before) {
+			return false
+		}
+		var held bool
+		if t := m.tasks[e.ID]; !e.Wake && t != nil { // PruneHeld without Task's copy
+			if _, held, err = LatestTick(m, t); err != nil {
+				return false
+			}
+		}
+		return held || fn(e)
+	})
+	return err
 }
 
 func (m *Mem) DeleteTask(id string) error { delete(m.tasks, id); return nil }

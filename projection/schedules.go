@@ -2,6 +2,8 @@ package projection
 
 import (
 	"maps"
+	"strings"
+	"time"
 
 	"github.com/worklog/worklog/events"
 )
@@ -90,6 +92,11 @@ func applyScheduleSet(s State, e *events.ScheduleSet, fail failFunc) error {
 	if e.Next != 0 && e.Next <= e.From {
 		return fail("schedule %q: next %d is not after from %d", e.Name, e.Next, e.From)
 	}
+	if old != nil {
+		if err := releaseLatestTick(s, old); err != nil { // From carries its cursor now
+			return err
+		}
+	}
 	sc := &Schedule{
 		SessionID: e.SessionID, Name: e.Name, Cron: e.Cron, TimeZone: e.TimeZone, Catchup: e.Catchup,
 		Kind: e.Kind, Input: e.Input, Priority: e.Priority, Headers: maps.Clone(e.Headers),
@@ -127,10 +134,133 @@ func tickRule(s State, e *events.TaskSubmitted, fail failFunc) (old, sc *Schedul
 	if old.Next == 0 || e.Tick < old.Next {
 		return nil, nil, fail("schedule %q: tick %d is before its next tick %d", e.Schedule, e.Tick, old.Next)
 	}
+	if err := releaseLatestTick(s, old); err != nil {
+		return nil, nil, err
+	}
 	c := *old
 	c.Cursor, c.Next = e.Tick, e.ScheduleNext
 	c.Ticks++
 	return old, &c, nil
+}
+
+// TickPrefix starts the idempotency key of a tick's task: schedule:<name>:<tick, RFC 3339 in
+// UTC, whole seconds>. Keys with it are the queue's own (Submit refuses them), so a task with
+// one is a tick.
+const TickPrefix = "schedule:"
+
+// TickKey is the idempotency key of the task of schedule name's tick (Unix nanoseconds).
+func TickKey(name string, tick int64) string {
+	return TickPrefix + name + ":" + time.Unix(0, tick).UTC().Format(time.RFC3339)
+}
+
+// TickOf returns the name of the schedule whose tick t is (its key TickKey(name, t.RunAt)),
+// and whether t is a tick's task at all.
+func TickOf(t *Task) (string, bool) {
+	if !t.HasRunAt || !strings.HasPrefix(t.IdempotencyKey, TickPrefix) {
+		return "", false
+	}
+	suffix := ":" + time.Unix(0, t.RunAt).UTC().Format(time.RFC3339)
+	name, ok := strings.CutSuffix(t.IdempotencyKey[len(TickPrefix):], suffix)
+	if !ok || name == "" {
+		return "", false
+	}
+	return name, true
+}
+
+// Retention and the ticks (docs/design.md §4.6, §11). A tick's task_submitted is also the
+// event that moved its schedule's cursor (Cursor, Next, Ticks): the fold of a log without it
+// would have the schedule a tick back and the tick's key free. So the task of a schedule's
+// latest tick — the tick that is its Cursor, submitted after its SetSeq — is held: a prune
+// passes over it (PruneHeld) however long it has been prunable. Once a later tick is
+// submitted, or the schedule is set again (schedule_set carries the cursor, From), it is an
+// ordinary prunable task. Pruning an earlier tick of the schedule since its SetSeq counts
+// Ticks down, so Ticks is the ticks since SetSeq still in the log, which is what the fold of
+// the retained log counts.
+
+// LatestTick returns the schedule t is a tick of (nil when none: not a tick, or its schedule
+// is unknown), and whether t is that schedule's latest tick, the one a prune holds.
+func LatestTick(r ScheduleReader, t *Task) (*Schedule, bool, error) {
+	name, ok := TickOf(t)
+	if !ok {
+		return nil, false, nil
+	}
+	sc, err := r.Schedule(t.SessionID, name)
+	if err != nil || sc == nil {
+		return nil, false, err
+	}
+	return sc, t.SubmitSeq > sc.SetSeq && t.RunAt == sc.Cursor, nil
+}
+
+// PruneHeld reports whether the retention index entry e is held back from a prune now: its
+// task is its schedule's latest tick (LatestTick). Every ScanPrunable passes over such
+// entries, so a prune makes progress whatever it holds (at most one entry per schedule).
+func PruneHeld(r Reader, e PruneEntry) (bool, error) {
+	if e.Wake {
+		return false, nil
+	}
+	t, err := r.Task(e.ID)
+	if err != nil || t == nil {
+		return false, err // a missing task is PruneSubject's to report
+	}
+	_, held, err := LatestTick(r, t)
+	return held, err
+}
+
+// PruneLowerer is a PruneIndexer whose scans of the retention index start at a low mark
+// above the entries they passed over (Pebble's writer: indexLows). When a held entry is
+// released (its schedule's next tick, or the schedule set again), LowerPrunable lowers the
+// mark to it, so the next prune meets it. Mem and PostgreSQL scan from the start.
+type PruneLowerer interface {
+	LowerPrunable(PruneEntry)
+}
+
+// releaseLatestTick tells a PruneLowerer that sc's latest tick (when it has one since its
+// SetSeq) is no longer held: sc's next tick or a new set is being applied.
+func releaseLatestTick(s State, sc *Schedule) error {
+	l, ok := s.(PruneLowerer)
+	if !ok || sc.Ticks == 0 {
+		return nil
+	}
+	id, err := s.TaskKey(sc.SessionID, TickKey(sc.Name, sc.Cursor))
+	if err != nil || id == "" {
+		return err
+	}
+	t, err := s.Task(id)
+	if err != nil || t == nil {
+		return err
+	}
+	var w *Wake
+	if t.CompletionWakeID != "" {
+		if w, err = s.Wake(t.CompletionWakeID); err != nil {
+			return err
+		}
+	}
+	if at, ok := t.PruneAt(w); ok {
+		l.LowerPrunable(PruneEntry{At: at, Seq: t.SubmitSeq, ID: t.ID})
+	}
+	return nil
+}
+
+// pruneTick is PruneSubject's part for a tick's task t: a latest tick is refused (the scans
+// pass over it, so only a damaged index names one); an earlier tick since its schedule's
+// SetSeq counts the schedule's Ticks down.
+func pruneTick(s PruneState, t *Task, bad func(string, ...any) error) error {
+	sc, held, err := LatestTick(s, t)
+	if err != nil || sc == nil {
+		return err
+	}
+	if held {
+		return bad("the latest tick of schedule %q is held (its task_submitted holds the cursor)", sc.Name)
+	}
+	if t.SubmitSeq <= sc.SetSeq {
+		return nil // a tick of the schedule before it was set again: not counted
+	}
+	if sc.Ticks == 0 {
+		return bad("schedule %q counts no tick to prune", sc.Name)
+	}
+	c := *sc
+	c.Ticks--
+	return s.PutSchedule(&c)
 }
 
 // moveSchedule stores sc and moves its index entry from old's.

@@ -101,8 +101,8 @@
 //	           something (about half do)
 //	schedule   (work-api-3.md) set (new, replacing, again after its ticks: @every 1s, 2s or
 //	           a year, catch-up all or latest) and remove; every task claim first submits the
-//	           due ticks' tasks (ops_schedules_test.go), which it may then take. A prune that
-//	           would remove a tick's task is left out (a known bug: PruneOp.valid)
+//	           due ticks' tasks (ops_schedules_test.go), which it may then take; prunes
+//	           take ticks' tasks but a schedule's latest tick (model.prunableTask)
 //	reopen     (restartable backends) Close, then Open the same directory
 //	crash      (restartable backends) open a vfs.CrashClone holding exactly the synced data,
 //	           without closing first

@@ -712,10 +712,17 @@ func (m *model) ack(h int, attempt uint32, forged bool) {
 // FinishedAt is before before, together with its completion wake if it has one, and then
 // only if that wake was acknowledged and the acknowledgment was recorded before before.
 // (A task with WakeOnCompletion that is terminal always has its completion wake.)
+// The task of a schedule's latest tick since it was set is held (docs/design.md §4.6): its
+// task_submitted is what moved the schedule's cursor.
 func (m *model) prunableTask(h int, before int64) bool {
 	t := m.tasks[h]
 	if t.pruned || !t.state.terminal() || t.finished >= before {
 		return false
+	}
+	if t.isTick {
+		if x := m.schedule(t.sess, t.sched); x != nil && x.latest == h {
+			return false
+		}
 	}
 	if !t.wake {
 		return true

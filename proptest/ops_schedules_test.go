@@ -40,6 +40,9 @@ type mSchedule struct {
 	cursor                  int64 // the last tick submitted, or the set's from
 	next                    int64 // the next tick
 	ticks                   int   // ticks submitted since the schedule was set (LastTick)
+	// latest is the task of the last tick submitted since the schedule was set (-1: none):
+	// retention holds it (model.prunableTask), since its task_submitted holds the cursor.
+	latest int
 }
 
 // SetScheduleOp sets session S's schedule Name: @every scheduleEvery[Every], catch-up all or
@@ -161,12 +164,13 @@ func tickAfter(t, every int64) int64 {
 func (m *model) setSchedule(sess, name, kind, input int, every int64, all bool) {
 	x := m.schedule(sess, name)
 	if x == nil {
-		m.schedules = append(m.schedules, mSchedule{sess: sess, name: name, cursor: m.now})
+		m.schedules = append(m.schedules, mSchedule{sess: sess, name: name, cursor: m.now, latest: -1})
 		x = &m.schedules[len(m.schedules)-1]
 	}
 	from := max(m.now, x.cursor)
 	x.kind, x.input, x.every, x.all, x.removed = kind, input, every, all, false
 	x.cursor, x.next, x.ticks = from, tickAfter(from, every), 0 // LastTick: since the set
+	x.latest = -1                                               // the set carries the cursor: no tick is held
 	m.exp.events = 1
 }
 
@@ -201,6 +205,7 @@ func (m *model) submitTicks() {
 			})
 			m.exp.events++
 			due.cursor, due.ticks, due.next = tick, due.ticks+1, tickAfter(tick, due.every)
+			due.latest = len(m.tasks) - 1
 			budget--
 			tick = due.next
 		}

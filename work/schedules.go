@@ -12,6 +12,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/worklog/worklog/events"
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -47,12 +48,12 @@ const MaxTicksPerClaim = 1000
 
 // schedulePrefix starts the idempotency key of a tick's task: schedule:<name>:<tick, RFC 3339
 // in UTC>. Keys with this prefix are the queue's own: a Submit may not use one.
-const schedulePrefix = "schedule:"
+const schedulePrefix = projection.TickPrefix
 
 // TickKey is the idempotency key of the task of the schedule name's tick (Session.TaskByKey
 // finds it).
 func TickKey(name string, tick time.Time) string {
-	return schedulePrefix + name + ":" + tick.UTC().Format(time.RFC3339)
+	return schedulePrefix + name + ":" + tick.UTC().Format(time.RFC3339) // projection.TickKey for a tick in nanoseconds
 }
 
 // ScheduleBackend is implemented by a backend that keeps schedules. worklog's own backends
@@ -434,9 +435,22 @@ func (b *logBackend) tickSchedule(tx txn, e projection.ScheduleEntry, at int64, 
 		tick = r.latest(tick, at)
 		budget = 1
 	}
+	// The ticks first, then their keys in one read where reads are round trips
+	// (engineapi.KeyPrefetcher: PostgreSQL), not one read per tick under the log head.
+	var keys []string
+	var times, nexts []int64 // each tick and the one after it (its schedule_next)
+	for t := tick; len(times) < budget && t != 0 && t <= at; t = nexts[len(nexts)-1] {
+		times, nexts = append(times, t), append(nexts, r.after(t))
+		keys = append(keys, TickKey(sc.Name, fromNanos(t)))
+	}
+	if p := keyPrefetcher(tx); p != nil && len(keys) > 1 {
+		if err := p.PrefetchTaskKeys(sc.SessionID, keys); err != nil {
+			return 0, err
+		}
+	}
 	n := 0
-	for ; n < budget && tick != 0 && tick <= at; n++ {
-		key := TickKey(sc.Name, fromNanos(tick))
+	for ; n < len(times); n++ {
+		tick, key := times[n], keys[n]
 		if id, err := tx.TaskKey(sc.SessionID, key); err != nil || id != "" {
 			return n, err
 		}
@@ -444,7 +458,7 @@ func (b *logBackend) tickSchedule(tx txn, e projection.ScheduleEntry, at int64, 
 		if err != nil {
 			return n, err
 		}
-		next := r.after(tick)
+		next := nexts[n]
 		err = tx.Append(&events.TaskSubmitted{
 			Header: events.Header{SessionID: sc.SessionID, At: at},
 			TaskID: id, Kind: sc.Kind, Input: sc.Input, HasRunAt: true, RunAt: tick,
@@ -455,9 +469,18 @@ func (b *logBackend) tickSchedule(tx txn, e projection.ScheduleEntry, at int64, 
 		if err != nil {
 			return n, err
 		}
-		tick = next
 	}
 	return n, nil
+}
+
+// keyPrefetcher is tx's engine transaction as an engineapi.KeyPrefetcher (through the
+// command's watchCall, which wraps it), or nil when it is none.
+func keyPrefetcher(tx txn) engineapi.KeyPrefetcher {
+	if w, ok := tx.(*watchCall); ok {
+		tx = w.txn
+	}
+	p, _ := tx.(engineapi.KeyPrefetcher)
+	return p
 }
 
 // nextTickOf calls first with the next tick of the first schedule (in tick order) whose

@@ -127,7 +127,7 @@ type scheduleJSON struct {
 	Kind     string `json:"kind"`
 	Catchup  string `json:"catchup"` // latest or all
 	Next     string `json:"next"`
-	Ticks    uint64 `json:"ticks"` // ticks submitted since it was set
+	Ticks    uint64 `json:"ticks"` // ticks submitted since it was set whose tasks are still in the log (retention takes earlier ones, never the latest)
 }
 
 // flowStats reads the kind policies and the live schedules (the schedule index: those with a
@@ -462,7 +462,7 @@ func writeFlowText(w io.Writer, s *statsJSON) {
 			zone = "UTC"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%q in %s\tkind %s, catchup %s, %s\tnext %s\n", word(x.Session), word(x.Name), x.Cron, zone,
-			word(x.Kind), x.Catchup, plural(int(x.Ticks), "tick", "ticks"), x.Next)
+			word(x.Kind), x.Catchup, plural(int(x.Ticks), "tick", "ticks")+" in the log", x.Next)
 	}
 	tw.Flush()
 }

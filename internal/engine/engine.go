@@ -52,6 +52,14 @@ type Txn interface {
 	Append(ev events.Event) error
 }
 
+// KeyPrefetcher is a Txn whose reads are round trips (PostgreSQL's): a command that will read
+// many task idempotency keys of one session (the ticks a claim submits: work.submitTicks)
+// names them first, and they are read in one statement; TaskKey then answers them without a
+// read. A Txn without it (Pebble's, memory's) reads each when asked.
+type KeyPrefetcher interface {
+	PrefetchTaskKeys(sessionID string, keys []string) error
+}
+
 // Config is what a queue over an Engine needs besides the engine.
 type Config struct {
 	MaxValueBytes int       // the largest input, payload or output accepted, in bytes

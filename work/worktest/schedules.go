@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
@@ -23,6 +24,7 @@ func scheduleScenarios() []scenario {
 		{"schedules/list", scheduleList},
 		{"schedules/claim_kinds_and_settle", scheduleOtherClaims},
 		{"schedules/validation", scheduleValidation},
+		{"schedules/prune_holds_the_latest_tick", schedulePruneHoldsLatestTick},
 	}
 }
 
@@ -312,5 +314,103 @@ func scheduleValidation(e *env) {
 	e.nothingAppended("refused calls", n)
 	if !errors.Is(e.session(s).SetScheduleAt(e.ctx, ok(), at(0)), nil) {
 		e.t.Error("the valid schedule was refused")
+	}
+}
+
+// schedulePruneHoldsLatestTick: retention never takes the task of a schedule's latest tick
+// (its task_submitted is the event that moved the cursor, docs/design.md §4.6); it takes the
+// earlier ticks' tasks, and the latest one once a later tick is submitted or the schedule is
+// set again, but not after a remove. After each prune the fold of the retained log (what
+// Verify, a rebuild or an import folds) has the live cursor, next tick and tick count, so it
+// would submit no tick again.
+func schedulePruneHoldsLatestTick(e *env) {
+	const s = "session_sched_prune"
+	sc := every("p", "60s", "k")
+	sc.Catchup = work.CatchupAll
+	e.setSchedule(s, sc, at(0))
+	settle := func(ds []work.TaskDelivery, now time.Time) {
+		e.t.Helper()
+		for _, d := range ds {
+			e.finish(d, work.Success(js(`{"ok":true}`)), now)
+		}
+	}
+	settle(e.claim(at(185), hour, 10), at(186)) // ticks 60, 120, 180
+	e.prune(at(1000), 2, 0)                     // 60 and 120; 180 is held
+	e.tickTasks("after the first prune", s, "p", []int{180}, []int{60, 120})
+	e.foldedSchedule("after the first prune", s, "p", at(180), at(240), 1)
+	e.claimNone(at(186)) // no tick again
+	e.ok("Verify", e.q.Verify(e.ctx))
+
+	settle(e.claim(at(245), hour, 10), at(246)) // tick 240 releases 180
+	e.prune(at(1000), 1, 0)
+	e.tickTasks("after the next tick", s, "p", []int{240}, []int{180})
+	e.foldedSchedule("after the next tick", s, "p", at(240), at(300), 1)
+
+	// A removed schedule keeps its latest tick; set again, the set carries the cursor. The
+	// prune of a task that finished after the held one passes over it (Pebble's writer then
+	// scans from above it), and the set releases it to the next prune.
+	e.ok("RemoveScheduleAt", e.session(s).RemoveScheduleAt(e.ctx, "p", at(250)))
+	e.done(s, work.TaskRequest{Kind: "other"}, at(260))
+	e.prune(at(1000), 1, 0)
+	e.tickTasks("removed", s, "p", []int{240}, nil)
+	e.foldedSchedule("removed", s, "p", at(240), at(300), 1)
+	e.setSchedule(s, sc, at(250))
+	e.prune(at(1000), 1, 0)
+	e.tickTasks("set again", s, "p", nil, []int{240})
+	e.foldedSchedule("set again", s, "p", at(250), at(310), 0)
+	ds := e.claim(at(315), hour, 10)
+	e.sameKeys("set again", tickKeys(ds), "schedule:p:2026-03-01T12:05:10Z")
+	e.ok("Verify", e.q.Verify(e.ctx))
+}
+
+// tickTasks requires the tasks of schedule name's ticks kept (found by TaskByKey) and gone.
+func (e *env) tickTasks(what, session, name string, kept, gone []int) {
+	e.t.Helper()
+	for _, sec := range kept {
+		if _, err := e.session(session).TaskByKey(e.ctx, work.TickKey(name, at(sec))); err != nil {
+			e.t.Errorf("%s: the task of tick %d: %v, want it kept", what, sec, err)
+		}
+	}
+	for _, sec := range gone {
+		if _, err := e.session(session).TaskByKey(e.ctx, work.TickKey(name, at(sec))); !errors.Is(err, work.ErrTaskNotFound) {
+			e.t.Errorf("%s: the task of tick %d: %v, want it pruned", what, sec, err)
+		}
+	}
+}
+
+// foldedSchedule folds the retained log (ReadLog, across its pruned gaps: what a rebuild or
+// an import folds) and requires schedule name's cursor, next tick and tick count, and the
+// live Schedules' LastTick and Next to agree with them.
+func (e *env) foldedSchedule(what, session, name string, cursor, next time.Time, ticks uint64) {
+	e.t.Helper()
+	m := projection.NewMem()
+	err := e.q.ReadLog(e.ctx, 0, func(ev events.Event) error {
+		if last, _ := m.LastSeq(); ev.Head().Seq > last+1 {
+			if err := m.SetLastSeq(ev.Head().Seq - 1); err != nil { // a pruned gap (Verify checks it is one)
+				return err
+			}
+		}
+		return projection.Apply(m, ev)
+	})
+	e.ok("folding the retained log", err)
+	sc, err := m.Schedule(session, name)
+	if err != nil || sc == nil {
+		e.t.Fatalf("%s: the fold has no schedule %q (%v)", what, name, err)
+	}
+	if sc.Cursor != cursor.UnixNano() || sc.Next != next.UnixNano() || sc.Ticks != ticks {
+		e.t.Errorf("%s: the fold of the retained log has cursor %v, next %v, %d ticks; want %v, %v, %d",
+			what, time.Unix(0, sc.Cursor).UTC(), time.Unix(0, sc.Next).UTC(), sc.Ticks, cursor.UTC(), next.UTC(), ticks)
+	}
+	if ticks > 0 {
+		if id, _ := m.TaskKey(session, work.TickKey(name, cursor)); id == "" {
+			e.t.Errorf("%s: the fold has the latest tick's key free", what)
+		}
+	}
+	list, err := e.session(session).Schedules(e.ctx)
+	e.ok("Schedules", err)
+	for _, x := range list {
+		if x.Name == name && (!x.Next.Equal(next) || (ticks > 0) != !x.LastTick.IsZero() || ticks > 0 && !x.LastTick.Equal(cursor)) {
+			e.t.Errorf("%s: Schedules lists next %v last tick %v; the fold: next %v, cursor %v, %d ticks", what, x.Next, x.LastTick, next, cursor, ticks)
+		}
 	}
 }
