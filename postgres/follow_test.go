@@ -218,12 +218,13 @@ func storeFollower(t *testing.T, dsn, app string) (*followed, *Store) {
 }
 
 // listenerPID is the server process of the follower's listening connection (app's session
-// whose last statement was the LISTEN), other than not; 0 when there is none.
+// whose last statement was the LISTEN, or pgx's ping of a recheck), other than not; 0 when
+// there is none.
 func listenerPID(t *testing.T, admin *pgx.Conn, app string, not int32) int32 {
 	t.Helper()
 	var pid int32
 	err := admin.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
-		WHERE application_name = $1 AND query LIKE 'LISTEN %' AND pid <> $2`, app, not).Scan(&pid)
+		WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query = '-- ping') AND pid <> $2`, app, not).Scan(&pid)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}
@@ -277,6 +278,52 @@ func TestStoreFollowListenerStopped(t *testing.T) {
 	}
 	if ev := f.take(t, "a commit after the new listener", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
 		t.Fatalf("the follower handed out %s, want the heard submit", ev.Type())
+	}
+}
+
+// A follower's recheck after silence keeps a listener that answers: the wait's timeout
+// leaves the connection usable, the ping is answered on it, and the next commit's
+// notification arrives on that same connection (followRecheck shortened to 50 ms, so that
+// many rechecks run before the commit).
+func TestStoreFollowQuietListenerKept(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, dsn)
+	was := followRecheck
+	followRecheck = 50 * time.Millisecond
+	t.Cleanup(func() { followRecheck = was }) // after the follower ended (cleanups run last first)
+	f, _ := storeFollower(t, dsn, "follow-quiet")
+	f.take(t, "history", 1)
+	var pid int32
+	waitFor(t, time.Minute, "the listener to answer a recheck's ping", func() bool {
+		var query string
+		err := admin.QueryRow(ctx, `SELECT pid, query FROM pg_stat_activity WHERE application_name = 'follow-quiet'
+			AND (query LIKE 'LISTEN %' OR query = '-- ping')`).Scan(&pid, &query)
+		return err == nil && query == "-- ping"
+	})
+	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit after the rechecks", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the submit after the rechecks", ev.Type())
+	}
+	if now := listenerPID(t, admin, "follow-quiet", 0); now != pid {
+		t.Errorf("the listener is server process %d, was %d: a listener that answered was replaced", now, pid)
+	}
+	select {
+	case ev := <-f.evs:
+		t.Errorf("the follower handed out seq %d twice or more", ev.Head().Seq)
+	default:
 	}
 }
 
