@@ -109,10 +109,10 @@ func (s *Store) Follow(ctx context.Context, from uint64, fn func(events.Event) e
 // followRecheck is how long a follower waits on its listening connection for a notification
 // before it reads the log again and pings the listener (Follow). It bounds how late a commit
 // whose notification was lost is handed out, and how long a listener that stopped answering
-// is kept. It is the order of the keepalive's bound on a vanished peer (about 30 s, open's
-// dialer) divided by six: a stuck listener is noticed well before a dead network would be,
-// and an idle follower costs the server one indexed read that finds nothing and one empty
-// statement every 5 s, against a notification's one read per commit.
+// is kept. 5 s is a sixth of the keepalives' bound on a vanished peer (about 30 s: open's
+// dialer), so a stuck listener is noticed well before a dead network would be, and an idle
+// follower costs the server one indexed read that finds nothing and one empty statement
+// every 5 s, against a notification's one read per commit.
 var followRecheck = 5 * time.Second
 
 // waitOrRecheck waits on conn for the next notification. After followRecheck of silence it
