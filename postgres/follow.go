@@ -31,7 +31,7 @@ import (
 // or, across a failover, a listener left on a server the writers no longer use. So a wait
 // that hears nothing for followRecheck ends: the log is read again (a commit whose
 // notification was lost is handed out then), and the listener must answer a ping within
-// followRecheck, or it is made again. Only silence costs this; a follower that is woken
+// followPingWait, or it is made again. Only silence costs this; a follower that is woken
 // more often never reaches it.
 func (s *Store) Follow(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	e := s.e
@@ -115,8 +115,14 @@ func (s *Store) Follow(ctx context.Context, from uint64, fn func(events.Event) e
 // every 5 s, against a notification's one read per commit.
 var followRecheck = 5 * time.Second
 
+// followPingWait bounds the recheck's ping of the listener: a listener that does not answer
+// within it is made again. As long as the recheck's interval, for the same reasons; a
+// variable of its own so that a test may recheck often without taking a slow answer (a
+// loaded machine) for a stuck listener.
+var followPingWait = 5 * time.Second
+
 // waitOrRecheck waits on conn for the next notification. After followRecheck of silence it
-// pings conn, bounded by followRecheck too, and returns nil when conn answered: the caller
+// pings conn, bounded by followPingWait, and returns nil when conn answered: the caller
 // reads the log again. An error is ctx's end or a listener that failed or did not answer.
 func waitOrRecheck(ctx context.Context, conn *pgx.Conn) error {
 	wctx, cancel := context.WithTimeout(ctx, followRecheck)
@@ -128,7 +134,7 @@ func waitOrRecheck(ctx context.Context, conn *pgx.Conn) error {
 	// Silence for followRecheck: a timeout leaves the connection usable (pgx closes it only
 	// on other errors). A notification that arrives during the ping is kept by pgx and
 	// returned by the next wait.
-	pctx, cancel := context.WithTimeout(ctx, followRecheck)
+	pctx, cancel := context.WithTimeout(ctx, followPingWait)
 	defer cancel()
 	return conn.Ping(pctx)
 }

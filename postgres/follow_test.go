@@ -284,7 +284,8 @@ func TestStoreFollowListenerStopped(t *testing.T) {
 // A follower's recheck after silence keeps a listener that answers: the wait's timeout
 // leaves the connection usable, the ping is answered on it, and the next commit's
 // notification arrives on that same connection (followRecheck shortened to 50 ms, so that
-// many rechecks run before the commit).
+// many rechecks run before the commit; the ping's bound is left at its 5 s, which a loaded
+// machine's round trip stays under).
 func TestStoreFollowQuietListenerKept(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
