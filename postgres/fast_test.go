@@ -295,22 +295,7 @@ func TestFastPathDeadPooledConnections(t *testing.T) {
 	// nothing: terminate and submit again until the fast path meets a dead one.
 	submits, met := 3, false
 	for attempt := 0; attempt < 10 && !met; attempt++ {
-		var pids []int32
-		for _, c := range e.pool.AcquireAllIdle(ctx) {
-			pids = append(pids, int32(c.Conn().PgConn().PID()))
-			c.Release()
-		}
-		if len(pids) == 0 {
-			t.Fatal("no idle connection")
-		}
-		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(p) FROM unnest($1::int[]) AS p", pids); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, time.Minute, "the terminated server processes to exit", func() bool {
-			var n int
-			err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&n)
-			return err == nil && n == 0
-		})
+		terminateIdle(t, admin, e.pool, 1)
 		other := e.head.fastOther.Load()
 		if _, err := s.Submit(ctx, work.TaskRequest{Kind: "after"}); err != nil {
 			t.Fatalf("submit on dead pooled connections: %v", err)

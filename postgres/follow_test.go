@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"errors"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +181,194 @@ func TestFollowNeverSeesAFailedGroup(t *testing.T) {
 		if !ok || sub.TaskID != after.ID || ev.Head().Seq != 2 {
 			t.Fatalf("follower %s handed out seq %d %s (%+v), want seq 2, the submit after the failed group", name, ev.Head().Seq, ev.Type(), ev)
 		}
+	}
+}
+
+// storeFollower is a read-only Store following the log in its own goroutine (replay log
+// --follow), its connections named app in pg_stat_activity, so that the test can find the
+// server process of its listening connection.
+func storeFollower(t *testing.T, dsn, app string) (*followed, *Store) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := u.Query()
+	v.Set("application_name", app)
+	u.RawQuery = v.Encode()
+	store, err := OpenReadOnly(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &followed{evs: make(chan events.Event, 1<<12), done: make(chan error, 1), cancel: cancel}
+	go func() {
+		f.done <- store.Follow(ctx, 0, func(ev events.Event) error { f.evs <- ev; return nil })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-f.done:
+		case <-time.After(time.Minute):
+			t.Error("the Store's follower did not end within a minute of its context")
+		}
+		store.Close()
+	})
+	return f, store
+}
+
+// listenerPID is the server process of the follower's listening connection (app's session
+// whose last statement was the LISTEN, or pgx's ping of a recheck), other than not; 0 when
+// there is none.
+func listenerPID(t *testing.T, admin *pgx.Conn, app string, not int32) int32 {
+	t.Helper()
+	var pid int32
+	err := admin.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query = '-- ping') AND pid <> $2`, app, not).Scan(&pid)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// Issue 25: a listening connection whose server process stops without the socket closing (a
+// stuck or stopped backend; TCP keepalives are answered by the kernel) delivers nothing and
+// fails nothing. Store.Follow used to wait on it forever, missing every commit; it now reads
+// the log again after followRecheck of silence (the commit is handed out), and makes a new
+// listener when the old one does not answer its ping. The listener's process is stopped
+// with SIGSTOP: the commit's notification is queued for it and never sent.
+func TestStoreFollowListenerStopped(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, dsn)
+	f, _ := storeFollower(t, dsn, "follow-stopped")
+	f.take(t, "history", 1)
+	var stopped int32
+	waitFor(t, time.Minute, "the follower's listener", func() bool {
+		stopped = listenerPID(t, admin, "follow-stopped", 0)
+		return stopped != 0
+	})
+	if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(int(stopped), syscall.SIGCONT) })
+
+	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "unheard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit whose notification the stopped listener never sends", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the unheard submit", ev.Type())
+	}
+	// The stopped listener does not answer its ping: a new one listens, and a commit's
+	// notification reaches the follower again.
+	waitFor(t, time.Minute, "a new listener", func() bool { return listenerPID(t, admin, "follow-stopped", stopped) != 0 })
+	tk, err = s.Submit(ctx, work.TaskRequest{Kind: "heard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit after the new listener", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the heard submit", ev.Type())
+	}
+}
+
+// A follower's recheck after silence keeps a listener that answers: the wait's timeout
+// leaves the connection usable, the ping is answered on it, and the next commit's
+// notification arrives on that same connection (followRecheck shortened to 50 ms, so that
+// many rechecks run before the commit; the ping's bound is left at its 5 s, which a loaded
+// machine's round trip stays under).
+func TestStoreFollowQuietListenerKept(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, dsn)
+	was := followRecheck
+	followRecheck = 50 * time.Millisecond
+	t.Cleanup(func() { followRecheck = was }) // after the follower ended (cleanups run last first)
+	f, _ := storeFollower(t, dsn, "follow-quiet")
+	f.take(t, "history", 1)
+	var pid int32
+	waitFor(t, time.Minute, "the listener to answer a recheck's ping", func() bool {
+		var query string
+		err := admin.QueryRow(ctx, `SELECT pid, query FROM pg_stat_activity WHERE application_name = 'follow-quiet'
+			AND (query LIKE 'LISTEN %' OR query = '-- ping')`).Scan(&pid, &query)
+		return err == nil && query == "-- ping"
+	})
+	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit after the rechecks", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the submit after the rechecks", ev.Type())
+	}
+	if now := listenerPID(t, admin, "follow-quiet", 0); now != pid {
+		t.Errorf("the listener is server process %d, was %d: a listener that answered was replaced", now, pid)
+	}
+	select {
+	case ev := <-f.evs:
+		t.Errorf("the follower handed out seq %d twice or more", ev.Head().Seq)
+	default:
+	}
+}
+
+// Issue 25: the listener's server process is terminated (pg_terminate_backend, as an
+// administrator or a restart does): it sends a FATAL error, a *PgError, before its socket
+// closes. Store.Follow took that for a server refusing the LISTEN and ended with the error;
+// it is a lost connection: the follower listens again, reads the log again, and goes on.
+func TestStoreFollowListenerTerminated(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	s := q.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, dsn)
+	f, _ := storeFollower(t, dsn, "follow-terminated")
+	f.take(t, "history", 1)
+	var old int32
+	waitFor(t, time.Minute, "the follower's listener", func() bool {
+		old = listenerPID(t, admin, "follow-terminated", 0)
+		return old != 0
+	})
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "a new listener", func() bool {
+		select {
+		case err := <-f.done:
+			t.Fatalf("the follower ended when its listener was terminated: %v", err)
+		default:
+		}
+		return listenerPID(t, admin, "follow-terminated", old) != 0
+	})
+	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit after the listener was terminated", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the submit after the termination", ev.Type())
 	}
 }
 

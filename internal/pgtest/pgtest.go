@@ -208,8 +208,13 @@ func Start() (*Server, error) {
 		}
 		s.asUser = []string{"runuser", "-u", "postgres", "--"}
 	}
-	s.dir, err = os.MkdirTemp("", "worklog-pgtest-")
+	ReapOrphans() // servers of test binaries that were killed
+	s.dir, err = os.MkdirTemp("", dirPrefix)
 	if err != nil {
+		return nil, err
+	}
+	if err := writeOwner(s.dir); err != nil {
+		os.RemoveAll(s.dir)
 		return nil, err
 	}
 	os.Chmod(s.dir, 0o755)

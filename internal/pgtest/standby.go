@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,8 +47,12 @@ func StartPair(sync bool) (*Pair, error) {
 	}
 
 	st := &Server{bin: primary.bin, owned: true, asUser: primary.asUser}
-	st.dir, err = os.MkdirTemp("", "worklog-pgtest-standby-")
+	st.dir, err = os.MkdirTemp("", dirPrefix+"standby-")
 	if err != nil {
+		return fail(err)
+	}
+	if err := writeOwner(st.dir); err != nil {
+		os.RemoveAll(st.dir)
 		return fail(err)
 	}
 	p.Standby = st
@@ -118,8 +121,10 @@ func (p *Pair) DSN(schema string) string {
 	return dsn
 }
 
-// KillPrimary kills every process of the primary with SIGKILL, postmaster first: a machine
-// that died. It returns once they are gone. The primary's data stays (Stop removes it).
+// KillPrimary kills every process of the primary with SIGKILL: a machine that died. It
+// returns once the postmaster and every child of it are gone (killServer: the postmaster is
+// stopped before its children are listed, so that none forked meanwhile is missed). The
+// primary's data stays (Stop removes it).
 func (p *Pair) KillPrimary() error {
 	s := p.Primary
 	b, err := os.ReadFile(filepath.Join(s.data, "postmaster.pid"))
@@ -130,20 +135,8 @@ func (p *Pair) KillPrimary() error {
 	if err != nil {
 		return fmt.Errorf("pgtest: postmaster.pid: %v", err)
 	}
-	children := childrenOf(pm)
-	syscall.Kill(pm, syscall.SIGKILL)
-	for _, c := range children {
-		syscall.Kill(c, syscall.SIGKILL)
-	}
-	for _, c := range childrenOf(pm) { // forked between the listing and the kill
-		syscall.Kill(c, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pm, 0) == nil && parentOf(pm) != 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pgtest: postmaster %d still alive 10 s after SIGKILL", pm)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !killServer(pm) {
+		return fmt.Errorf("pgtest: a process of the primary (postmaster %d) still alive 30 s after SIGKILL", pm)
 	}
 	s.stopped = true
 	return nil
