@@ -87,7 +87,7 @@ func (s *Store) Follow(ctx context.Context, from uint64, fn func(events.Event) e
 					conn.Close(context.Background())
 					return ended(rerr) // a read that fails ends the follower, as ReadLog's caller sees it
 				}
-				err = waitOrRecheck(lctx, conn)
+				_, err = waitOrRecheck(lctx, conn, followRecheck)
 			}
 			conn.Close(context.Background())
 		}
@@ -121,20 +121,27 @@ var followRecheck = 5 * time.Second
 // loaded machine) for a stuck listener.
 var followPingWait = 5 * time.Second
 
-// waitOrRecheck waits on conn for the next notification. After followRecheck of silence it
-// pings conn, bounded by followPingWait, and returns nil when conn answered: the caller
-// reads the log again. An error is ctx's end or a listener that failed or did not answer.
-func waitOrRecheck(ctx context.Context, conn *pgx.Conn) error {
-	wctx, cancel := context.WithTimeout(ctx, followRecheck)
-	_, err := conn.WaitForNotification(wctx)
+// watchRecheck is followRecheck for the queue's own watcher (postgres.go watch), for the
+// same reasons; a variable of its own, read by a watcher that runs from Open to Close, so
+// that a test may shorten a follower's without racing the watcher.
+var watchRecheck = 5 * time.Second
+
+// waitOrRecheck waits on conn for the next notification and returns it. After recheck
+// (followRecheck, watchRecheck) of silence it pings conn, bounded by followPingWait, and returns no
+// notification and no error when conn answered: the caller reads the log again (Follow) or
+// wakes its waiters (the queue's watcher). An error is ctx's end or a listener that failed
+// or did not answer.
+func waitOrRecheck(ctx context.Context, conn *pgx.Conn, recheck time.Duration) (*pgconn.Notification, error) {
+	wctx, cancel := context.WithTimeout(ctx, recheck)
+	n, err := conn.WaitForNotification(wctx)
 	cancel()
 	if err == nil || ctx.Err() != nil || !errors.Is(wctx.Err(), context.DeadlineExceeded) || conn.IsClosed() {
-		return err
+		return n, err
 	}
 	// Silence for followRecheck: a timeout leaves the connection usable (pgx closes it only
 	// on other errors). A notification that arrives during the ping is kept by pgx and
 	// returned by the next wait.
 	pctx, cancel := context.WithTimeout(ctx, followPingWait)
 	defer cancel()
-	return conn.Ping(pctx)
+	return nil, conn.Ping(pctx)
 }

@@ -407,3 +407,63 @@ func BenchmarkFollowLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "submit-to-follower-p50-µs")
 	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds()), "submit-to-follower-p99-µs")
 }
+
+// Issue 25: the queue's own watcher (postgres.go watch), which wakes Queue.Follow, WaitTasks
+// and the inbox of this process on the other processes' commits, waited on its listening
+// connection without a bound, as Store.Follow did: with its server process stopped (the
+// socket open, nothing delivered, nothing failing) a Queue.Follow of a process that does not
+// write itself never saw another process's commit. It now wakes its waiters after
+// followRecheck of silence and makes a new listener when the old one does not answer.
+func TestQueueWatcherListenerStopped(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := u.Query()
+	v.Set("application_name", "watch-stopped")
+	u.RawQuery = v.Encode()
+	reader, err := Open(ctx, u.String(), nil) // follows, writes nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	writer, err := Open(ctx, dsn, nil) // another process's queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	s := writer.Session("s")
+	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	f := startFollow(t, reader, 0)
+	f.take(t, "history", 1)
+	admin := connect(t, dsn)
+	var stopped int32
+	waitFor(t, time.Minute, "the watcher's listener", func() bool {
+		stopped = listenerPID(t, admin, "watch-stopped", 0)
+		return stopped != 0
+	})
+	if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(int(stopped), syscall.SIGCONT) })
+
+	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "unheard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit whose notification the stopped listener never sends", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the unheard submit", ev.Type())
+	}
+	waitFor(t, time.Minute, "a new listener", func() bool { return listenerPID(t, admin, "watch-stopped", stopped) != 0 })
+	tk, err = s.Submit(ctx, work.TaskRequest{Kind: "heard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit after the new listener", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the heard submit", ev.Type())
+	}
+}

@@ -494,9 +494,21 @@ func (e *engine) watch() {
 				e.signal()
 				e.signalInbox() // a SubmitTx may have committed while nobody listened
 				for {
+					// Bounded like Store.Follow's wait (follow.go): a listener whose server
+					// process stopped with its socket open delivers nothing and fails nothing,
+					// and every waiter and Queue.Follow of this process would miss the other
+					// processes' commits for as long. After followRecheck of silence, the
+					// waiters and the inbox are woken (they read again: a lost notification
+					// costs at most that long) and the listener must answer a ping, or it is
+					// made again (follow.go).
 					var n *pgconn.Notification
-					if n, err = conn.WaitForNotification(e.ctx); err != nil {
+					if n, err = waitOrRecheck(e.ctx, conn, watchRecheck); err != nil {
 						break
+					}
+					if n == nil {
+						e.signal()
+						e.signalInbox()
+						continue
 					}
 					if n.Payload == inboxPayload {
 						e.signalInbox()
