@@ -252,33 +252,7 @@ func TestStoreFollowListenerStopped(t *testing.T) {
 	admin := connect(t, dsn)
 	f, _ := storeFollower(t, dsn, "follow-stopped")
 	f.take(t, "history", 1)
-	var stopped int32
-	waitFor(t, time.Minute, "the follower's listener", func() bool {
-		stopped = listenerPID(t, admin, "follow-stopped", 0)
-		return stopped != 0
-	})
-	if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(int(stopped), syscall.SIGCONT) })
-
-	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "unheard"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev := f.take(t, "a commit whose notification the stopped listener never sends", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
-		t.Fatalf("the follower handed out %s, want the unheard submit", ev.Type())
-	}
-	// The stopped listener does not answer its ping: a new one listens, and a commit's
-	// notification reaches the follower again.
-	waitFor(t, time.Minute, "a new listener", func() bool { return listenerPID(t, admin, "follow-stopped", stopped) != 0 })
-	tk, err = s.Submit(ctx, work.TaskRequest{Kind: "heard"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev := f.take(t, "a commit after the new listener", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
-		t.Fatalf("the follower handed out %s, want the heard submit", ev.Type())
-	}
+	stopListener(t, admin, "follow-stopped", s, f)
 }
 
 // A follower's recheck after silence keeps a listener that answers: the wait's timeout
@@ -441,9 +415,19 @@ func TestQueueWatcherListenerStopped(t *testing.T) {
 	f := startFollow(t, reader, 0)
 	f.take(t, "history", 1)
 	admin := connect(t, dsn)
+	stopListener(t, admin, "watch-stopped", s, f)
+}
+
+// stopListener stops the server process of app's listening connection with SIGSTOP (its
+// socket stays open; a commit's notification is queued for it and never sent), then checks
+// that f hands out a commit of s all the same, that a new listener is made, and that a
+// commit after it reaches f.
+func stopListener(t *testing.T, admin *pgx.Conn, app string, s *work.Session, f *followed) {
+	t.Helper()
+	ctx := context.Background()
 	var stopped int32
-	waitFor(t, time.Minute, "the watcher's listener", func() bool {
-		stopped = listenerPID(t, admin, "watch-stopped", 0)
+	waitFor(t, time.Minute, "the listener", func() bool {
+		stopped = listenerPID(t, admin, app, 0)
 		return stopped != 0
 	})
 	if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
@@ -458,7 +442,9 @@ func TestQueueWatcherListenerStopped(t *testing.T) {
 	if ev := f.take(t, "a commit whose notification the stopped listener never sends", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
 		t.Fatalf("the follower handed out %s, want the unheard submit", ev.Type())
 	}
-	waitFor(t, time.Minute, "a new listener", func() bool { return listenerPID(t, admin, "watch-stopped", stopped) != 0 })
+	// The stopped listener does not answer its ping: a new one listens, and a commit's
+	// notification reaches the follower again.
+	waitFor(t, time.Minute, "a new listener", func() bool { return listenerPID(t, admin, app, stopped) != 0 })
 	tk, err = s.Submit(ctx, work.TaskRequest{Kind: "heard"})
 	if err != nil {
 		t.Fatal(err)
