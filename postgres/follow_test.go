@@ -189,14 +189,7 @@ func TestFollowNeverSeesAFailedGroup(t *testing.T) {
 // server process of its listening connection.
 func storeFollower(t *testing.T, dsn, app string) (*followed, *Store) {
 	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := u.Query()
-	v.Set("application_name", app)
-	u.RawQuery = v.Encode()
-	store, err := OpenReadOnly(context.Background(), u.String())
+	store, err := OpenReadOnly(context.Background(), withApp(t, dsn, app))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,18 +231,7 @@ func listenerPID(t *testing.T, admin *pgx.Conn, app string, not int32) int32 {
 // listener when the old one does not answer its ping. The listener's process is stopped
 // with SIGSTOP: the commit's notification is queued for it and never sent.
 func TestStoreFollowListenerStopped(t *testing.T) {
-	dsn := pgtest.Schema(t)
-	ctx := context.Background()
-	q, err := Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	s := q.Session("s")
-	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
-		t.Fatal(err)
-	}
-	admin := connect(t, dsn)
+	dsn, s, admin := queueWithHistory(t)
 	f, _ := storeFollower(t, dsn, "follow-stopped")
 	f.take(t, "history", 1)
 	stopListener(t, admin, "follow-stopped", s, f)
@@ -261,18 +243,8 @@ func TestStoreFollowListenerStopped(t *testing.T) {
 // many rechecks run before the commit; the ping's bound is left at its 5 s, which a loaded
 // machine's round trip stays under).
 func TestStoreFollowQuietListenerKept(t *testing.T) {
-	dsn := pgtest.Schema(t)
+	dsn, s, admin := queueWithHistory(t)
 	ctx := context.Background()
-	q, err := Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	s := q.Session("s")
-	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
-		t.Fatal(err)
-	}
-	admin := connect(t, dsn)
 	was := followRecheck
 	followRecheck = 50 * time.Millisecond
 	t.Cleanup(func() { followRecheck = was }) // after the follower ended (cleanups run last first)
@@ -307,18 +279,8 @@ func TestStoreFollowQuietListenerKept(t *testing.T) {
 // closes. Store.Follow took that for a server refusing the LISTEN and ended with the error;
 // it is a lost connection: the follower listens again, reads the log again, and goes on.
 func TestStoreFollowListenerTerminated(t *testing.T) {
-	dsn := pgtest.Schema(t)
+	dsn, s, admin := queueWithHistory(t)
 	ctx := context.Background()
-	q, err := Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	s := q.Session("s")
-	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
-		t.Fatal(err)
-	}
-	admin := connect(t, dsn)
 	f, _ := storeFollower(t, dsn, "follow-terminated")
 	f.take(t, "history", 1)
 	var old int32
@@ -389,32 +351,15 @@ func BenchmarkFollowLatency(b *testing.B) {
 // write itself never saw another process's commit. It now wakes its waiters after
 // followRecheck of silence and makes a new listener when the old one does not answer.
 func TestQueueWatcherListenerStopped(t *testing.T) {
-	dsn := pgtest.Schema(t)
-	ctx := context.Background()
-	u, err := url.Parse(dsn)
+	// s writes, as another process's queue; reader only follows.
+	dsn, s, admin := queueWithHistory(t)
+	reader, err := Open(context.Background(), withApp(t, dsn, "watch-stopped"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := u.Query()
-	v.Set("application_name", "watch-stopped")
-	u.RawQuery = v.Encode()
-	reader, err := Open(ctx, u.String(), nil) // follows, writes nothing
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Close()
-	writer, err := Open(ctx, dsn, nil) // another process's queue
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	s := writer.Session("s")
-	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "before"}); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { reader.Close() })
 	f := startFollow(t, reader, 0)
 	f.take(t, "history", 1)
-	admin := connect(t, dsn)
 	stopListener(t, admin, "watch-stopped", s, f)
 }
 
@@ -452,4 +397,36 @@ func stopListener(t *testing.T, admin *pgx.Conn, app string, s *work.Session, f 
 	if ev := f.take(t, "a commit after the new listener", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
 		t.Fatalf("the follower handed out %s, want the heard submit", ev.Type())
 	}
+}
+
+// queueWithHistory opens a queue on a schema of its own (closed at the test's end), submits
+// one task of kind "before" in session "s", and returns the schema's DSN, that session and an
+// administrator's connection: the history a follower's tests start from.
+func queueWithHistory(t *testing.T) (string, *work.Session, *pgx.Conn) {
+	t.Helper()
+	dsn := pgtest.Schema(t)
+	q, err := Open(context.Background(), dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	s := q.Session("s")
+	if _, err := s.Submit(context.Background(), work.TaskRequest{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, s, connect(t, dsn)
+}
+
+// withApp is dsn with application_name set to app, so that the test finds the connections of
+// that queue or store in pg_stat_activity.
+func withApp(t *testing.T, dsn, app string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := u.Query()
+	v.Set("application_name", app)
+	u.RawQuery = v.Encode()
+	return u.String()
 }
