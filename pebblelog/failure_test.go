@@ -87,15 +87,22 @@ func outcome(what string, err error) string {
 // helper must exit 0 (it does not end by a panic or a fatal error).
 func runHelper(t *testing.T, name, env, dir string) string {
 	t.Helper()
+	stdout, stderr, err := startHelper(name, env, dir)
+	if err != nil {
+		t.Fatalf("%s ended with %v\nstdout:\n%s\nstderr (tail):\n%s", name, err, stdout, tail(stderr, 3000))
+	}
+	return stdout
+}
+
+// startHelper runs the test binary's helper name with env=dir and returns what it wrote and
+// how it ended, for a caller that tells a round that did not reach its state from a failure.
+func startHelper(name, env, dir string) (stdout, stderr string, err error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), env+"="+dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
-		t.Fatalf("%s ended with %v\nstdout:\n%s\nstderr (tail):\n%s", name, err, stdout.String(), tail(stderr.String(), 3000))
-	}
-	return stdout.String()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // A failed WAL fsync leaves the store's state on disk unknown. The command whose sync failed

@@ -84,8 +84,27 @@ func TestHelperCompactRotationAfterFailedWrite(t *testing.T) {
 func TestCompactRotationAfterFailedWrite(t *testing.T) {
 	for _, mode := range []string{"pruned", "range"} {
 		t.Run(mode, func(t *testing.T) {
-			dir := t.TempDir()
-			out := runHelper(t, "TestHelperCompactRotationAfterFailedWrite", compactRotationEnv, mode+":"+dir)
+			// The helper's store has a 1 s StallTimeout. Under load a WAL fsync of its setup,
+			// before the write is held, can take longer and fail the store there (issue 25's
+			// race-built count=5 run, 2 rounds in 5): such a round never reached the state
+			// asserted (nothing said after "seeded"), so it is tried again on a new store; the
+			// test fails only if five rounds in a row never do.
+			var dir, out string
+			for round := 1; ; round++ {
+				dir = t.TempDir()
+				stdout, stderr, err := startHelper("TestHelperCompactRotationAfterFailedWrite", compactRotationEnv, mode+":"+dir)
+				setupStalled := err != nil && !strings.Contains(stdout, "refused") &&
+					strings.Contains(stdout+stderr, "a WAL sync has waited")
+				if setupStalled && round < 5 {
+					t.Logf("round %d: a WAL sync of the setup outwaited the 1 s StallTimeout; again", round)
+					continue
+				}
+				if err != nil {
+					t.Fatalf("helper ended with %v\nstdout:\n%s\nstderr (tail):\n%s", err, stdout, tail(stderr, 3000))
+				}
+				out = stdout
+				break
+			}
 			want := "seeded\nrefused small\nrefused compact\nrefused close\n"
 			if mode == "pruned" {
 				want = "seeded\nrefused small\nrefused close\n"
