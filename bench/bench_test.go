@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -35,12 +36,18 @@ func TestSmoke(t *testing.T) {
 // benchmarkWorklogW2 times W2 alone on a store of 2·n submitted tasks, for
 // go test -bench . -cpuprofile cpu.out (profiles every phase but the submissions).
 func benchmarkWorklogW2(b *testing.B, sys, pool string) {
-	const n = 2000
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_W2_N")); err == nil && v > 0 {
+		n = v // W2 runs over 2·n tasks
+	}
 	s, _ := systemByName(sys)
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		q, err := s.open(ctx, b.TempDir(), childConfig{Workers: 16, WorklogPool: pool})
+		if s.needsPG && os.Getenv("BENCH_PG_DSN") == "" {
+			b.Skip("no BENCH_PG_DSN (run.sh sets it)")
+		}
+		q, err := s.open(ctx, b.TempDir(), childConfig{Workers: 16, WorklogPool: pool, PGDSN: os.Getenv("BENCH_PG_DSN")})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -62,6 +69,11 @@ func benchmarkWorklogW2(b *testing.B, sys, pool string) {
 }
 
 func BenchmarkWorklogW2Runner(b *testing.B) { benchmarkWorklogW2(b, "worklog", "runner") }
+
+// BenchmarkWorklogPGW2Runner is W2 on PostgreSQL alone, for a profile of the client:
+//
+//	BENCH_PG_DSN=... go test -run '^$' -bench WorklogPGW2Runner -benchtime 5x -cpuprofile cpu.out
+func BenchmarkWorklogPGW2Runner(b *testing.B) { benchmarkWorklogW2(b, "worklog-pg", "runner") }
 func BenchmarkWorklogW2RunnerNoPrefetch(b *testing.B) {
 	benchmarkWorklogW2(b, "worklog", "runner-noprefetch")
 }

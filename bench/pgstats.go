@@ -206,3 +206,66 @@ func atoi(s string) int64 {
 	n, _ := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	return n
 }
+
+// phaseCounters are cumulative counters read at a phase's start and end, whose differences
+// say what else the phase paid for (issue 24: one tree's W2 spread 1.7× between runs): the
+// WAL written (the server's insert position: exact; full-page images from pg_stat_wal, which
+// backends report at most once a second, so approximate), the checkpoints begun (after one,
+// the first change to every page writes the whole page to the WAL again), the server's
+// processes' CPU, this process's CPU, and the time the hypervisor gave the machine's CPUs to
+// others (steal, /proc/stat).
+type phaseCounters struct {
+	walLSN      int64
+	walFPI      int64
+	checkpoints int64
+	serverCPU   float64
+	clientCPU   float64
+	steal       float64
+	ok          bool // the server's counters were read
+}
+
+// readPhaseCounters reads the counters; the server's only when srv is set (PostgreSQL rows).
+func readPhaseCounters(ctx context.Context, dsn string, srv *pgServerStats) phaseCounters {
+	c := phaseCounters{clientCPU: selfCPU(), steal: stealSeconds()}
+	if srv == nil {
+		return c
+	}
+	c.serverCPU = srv.cpu()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return c
+	}
+	defer conn.Close(ctx)
+	err = conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn,
+		(SELECT wal_fpi FROM pg_stat_wal), (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)`).
+		Scan(&c.walLSN, &c.walFPI, &c.checkpoints)
+	c.ok = err == nil
+	return c
+}
+
+// stealSeconds is the machine's steal time so far, every CPU together (/proc/stat's first
+// line, eighth value, in USER_HZ ticks).
+func stealSeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	return float64(atoi(f[8])) / clockTicks
+}
+
+// w2Phase fills r's W2 figures from the counters read before and after the phase.
+func (r *result) w2Phase(before, after phaseCounters, tasks int) {
+	r.W2ClientCPU = after.clientCPU - before.clientCPU
+	r.W2Steal = after.steal - before.steal
+	if before.ok && after.ok {
+		r.W2ServerCPU = after.serverCPU - before.serverCPU
+		r.W2WALPerTask = float64(after.walLSN-before.walLSN) / float64(tasks)
+		r.W2FPI = after.walFPI - before.walFPI
+		r.W2Checkpoints = after.checkpoints - before.checkpoints
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,10 @@ func openWorklogPG(ctx context.Context, _ string, cfg childConfig) (queue, error
 		return nil, err
 	}
 	drop := func(ctx context.Context) error {
+		if os.Getenv("BENCH_PG_KEEP") != "" { // kept for a look afterwards (pg_stat_user_tables, sizes)
+			fmt.Fprintf(os.Stderr, "bench: database %s kept\n", dbName)
+			return nil
+		}
 		admin, err := pgx.Connect(ctx, cfg.PGDSN)
 		if err != nil {
 			return err

@@ -66,7 +66,16 @@ type result struct {
 	// thread of its own: taken out of WorkCPU and CPU, which are the system's client alone.
 	SamplerCPU float64 `json:"sampler_cpu_s"`
 	W2Pool     string  `json:"w2_pool,omitempty"` // how W2 ran (w2How)
-	Error      string  `json:"error,omitempty"`
+	// What W2 cost besides its time (phaseCounters): the client's and, on PostgreSQL, the
+	// server's CPU seconds, the WAL bytes per task, the full-page images and checkpoints
+	// begun during it, and the hypervisor's steal, every CPU together.
+	W2ClientCPU   float64 `json:"w2_client_cpu_s,omitempty"`
+	W2ServerCPU   float64 `json:"w2_server_cpu_s,omitempty"`
+	W2WALPerTask  float64 `json:"w2_wal_bytes_per_task,omitempty"`
+	W2FPI         int64   `json:"w2_fpi,omitempty"`
+	W2Checkpoints int64   `json:"w2_checkpoints,omitempty"`
+	W2Steal       float64 `json:"w2_steal_s,omitempty"`
+	Error         string  `json:"error,omitempty"`
 
 	// Filled by the parent from the child's rusage.
 	MaxRSSKiB int64   `json:"maxrss_kib"`
@@ -205,6 +214,7 @@ func runPhases(ctx context.Context, sys system, cfg childConfig, r *result) erro
 	logf("%s run %d: W1 %d goroutines %8.0f tasks/s", sys.name, cfg.Run, g, r.W1Many)
 
 	// W2: every task claimed and completed by g workers.
+	before := readPhaseCounters(ctx, cfg.PGDSN, srv)
 	start := time.Now()
 	err = q.Work(ctx, 2*n, g)
 	switch {
@@ -213,7 +223,9 @@ func runPhases(ctx context.Context, sys system, cfg childConfig, r *result) erro
 		return fmt.Errorf("W2: %w", err)
 	default:
 		r.W2 = float64(2*n) / time.Since(start).Seconds()
-		logf("%s run %d: W2 %d workers    %8.0f tasks/s", sys.name, cfg.Run, g, r.W2)
+		r.w2Phase(before, readPhaseCounters(ctx, cfg.PGDSN, srv), 2*n)
+		logf("%s run %d: W2 %d workers    %8.0f tasks/s (CPU client %.1f s, server %.1f s; WAL %.0f B a task, %d full-page images, %d checkpoints; steal %.2f s)",
+			sys.name, cfg.Run, g, r.W2, r.W2ClientCPU, r.W2ServerCPU, r.W2WALPerTask, r.W2FPI, r.W2Checkpoints, r.W2Steal)
 	}
 
 	// W3: the same keys again; each must come back as the existing task.
