@@ -65,7 +65,9 @@ func TestStorageParameters(t *testing.T) {
 	if _, err := c.Exec(ctx, `ALTER TABLE `+sid+`.events RESET (autovacuum_vacuum_insert_scale_factor, autovacuum_analyze_scale_factor);
 		ALTER TABLE `+sid+`.events SET (autovacuum_vacuum_scale_factor = 0.1);
 		ALTER TABLE `+sid+`.tasks RESET (fillfactor, autovacuum_vacuum_scale_factor, autovacuum_vacuum_insert_scale_factor, autovacuum_analyze_scale_factor);
-		ALTER TABLE `+sid+`.log_head RESET (fillfactor, autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold)`); err != nil {
+		ALTER TABLE `+sid+`.log_head RESET (fillfactor, autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold);
+		ALTER TABLE `+sid+`.wakes SET (fillfactor = 90);
+		ALTER TABLE `+sid+`.kind_policies SET (fillfactor = 90)`); err != nil {
 		t.Fatal(err)
 	}
 	_, q = openEngine(t, dsn, nil)
@@ -75,7 +77,13 @@ func TestStorageParameters(t *testing.T) {
 		want[table] = params
 	}
 	want["events"] = []string{"autovacuum_vacuum_scale_factor=0.1", "autovacuum_vacuum_insert_scale_factor=0.02", "autovacuum_analyze_scale_factor=0.02"}
+	// wakes had an earlier build's default (supersededParams): replaced. kind_policies had
+	// the same value, an operator's choice there: kept.
+	want["kind_policies"] = []string{"fillfactor=90", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=1000"}
 	check("reopened after a reset", want)
+	if got := reloptions(t, c, schema)["wakes"]; slices.Contains(got, "fillfactor=90") {
+		t.Errorf("wakes: %v: an earlier build's default fillfactor=90 was kept", got)
+	}
 	if got := reloptions(t, c, schema)["events"]; slices.ContainsFunc(got, func(o string) bool {
 		return strings.HasSuffix(o, "scale_factor=0.02") && strings.HasPrefix(o, "autovacuum_vacuum_scale")
 	}) {
