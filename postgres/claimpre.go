@@ -114,6 +114,13 @@ type preStatements struct {
 	sched string
 }
 
+// The scan's p ends with a row whose pri is NULL (the walk found no lower priority); the
+// outer WHERE keeps the page's lateral read from running for it. Without it, when the
+// planner reads a partition of one priority by its primary key (at, seq) and filters on the
+// priority, as it does when the statistics show one, the NULL row's read walked every entry
+// of the partition to find none: 1 ms a claim with 5,000 due tasks, 5.6 ms with 10,000
+// (2,188 buffers; 154 with the WHERE), and W2 claims once a group
+// (TestPreScanSkipsTheEndOfTheWalk).
 func newPreStatements(q func(string) string) preStatements {
 	var st preStatements
 	for _, ix := range []projection.Index{projection.IndexDue, projection.IndexKindDue} {
@@ -130,6 +137,7 @@ func newPreStatements(q func(string) string) preStatements {
 		SELECT p.pri, x.at, x.seq, x.task_id, x.rec, x.input FROM p CROSS JOIN LATERAL (
 			SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.%[1]s d LEFT JOIN {s}.tasks t ON t.id = d.task_id
 			WHERE %[2]s d.priority = p.pri ORDER BY d.at, d.seq LIMIT $1) x
+		WHERE p.pri IS NOT NULL
 		ORDER BY p.pri DESC, x.at, x.seq`, d.table, part))
 	}
 	st.sched = q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL ORDER BY next, session, name LIMIT $1`)

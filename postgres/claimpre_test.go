@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
@@ -341,4 +344,66 @@ func TestClaimReadsFailAfterCommit(t *testing.T) {
 		}
 	}
 	mustVerify(t, q)
+}
+
+// TestPreScanSkipsTheEndOfTheWalk: the begin's scan of a due index partition reads a page for
+// each priority its walk found, and not for the NULL that ends the walk. The planner reads a
+// partition whose statistics show one priority by its primary key, filtering on the priority;
+// the NULL row's page then walked every entry of the partition to find none (1 ms a claim at
+// 5,000 due tasks in W2, 5.6 ms at 10,000 on a table grown by claims). Counted as the rows
+// the plan's filters removed (EXPLAIN ANALYZE, with the generic plan a prepared statement
+// gets): every due task on the old statement, none now.
+func TestPreScanSkipsTheEndOfTheWalk(t *testing.T) {
+	const tasks = 10000
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	e, q := openEngine(t, dsn, nil)
+	s := q.Session("s")
+	for i := 0; i < tasks; i += work.MaxSubmitMany {
+		rs := make([]work.TaskRequest, min(work.MaxSubmitMany, tasks-i))
+		for j := range rs {
+			rs[j] = work.TaskRequest{Kind: "k", Input: json.RawMessage(`{"n":1}`)}
+		}
+		if _, err := s.SubmitMany(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := connect(t, dsn)
+	for _, sql := range []string{
+		"ANALYZE " + pgx.Identifier{e.schema, "kind_due"}.Sanitize(),
+		"SET plan_cache_mode = force_generic_plan",
+		"PREPARE scan(bigint, bigint, bytea) AS " + e.st.pre.scan[projection.IndexKindDue],
+	} {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	var out []byte
+	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan(48, 3, 'k')").Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct{ Plan map[string]any }
+	if err := json.Unmarshal(out, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", out, err)
+	}
+	if rows := plan[0].Plan["Actual Rows"]; rows != float64(48) {
+		t.Fatalf("the scan returned %v rows, want a page of 48", rows)
+	}
+	// removed sums the rows each node's filter removed (EXPLAIN gives a mean per loop).
+	var removed func(n map[string]any) float64
+	removed = func(n map[string]any) float64 {
+		r, _ := n["Rows Removed by Filter"].(float64)
+		loops, _ := n["Actual Loops"].(float64)
+		sum := r * loops
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				sum += removed(m)
+			}
+		}
+		return sum
+	}
+	if got := removed(plan[0].Plan); got > 100 {
+		t.Errorf("the scan's filters removed %.0f rows for a page of 48 of %d due tasks of one priority, want none: it walked the partition\n%s", got, tasks, out)
+	}
 }
