@@ -28,11 +28,24 @@ func TestWaitSessionWakesIgnoresOtherSessions(t *testing.T) {
 			ctx := context.Background()
 			q := c.open(t)
 			defer q.Close()
+			// The hook never holds the waiter: it may block more often than the test reads
+			// (a commit can signal it twice, at its publication and at its sync), and a send
+			// that waited for a reader left the waiter stuck in the hook, deaf to a's wake
+			// (scripts/stress.sh ./work: hung in run 7 of 20 under load).
 			blocked := make(chan struct{}, 1)
-			defer work.SetWaitBlocks(func() { blocked <- struct{}{} })()
+			defer work.SetWaitBlocks(func() {
+				select {
+				case blocked <- struct{}{}:
+				default:
+				}
+			})()
 			done := make(chan error, 1)
 			go func() { done <- q.WaitSessionWakes(ctx, []string{"a"}) }()
 			<-blocked // blocked with no wake of a
+			select {
+			case <-blocked: // an earlier block's: the next one read must come after b's wake
+			default:
+			}
 			if _, err := q.Session("b").Wake(ctx, work.WakeRequest{}); err != nil {
 				t.Fatal(err)
 			}
@@ -40,6 +53,11 @@ func TestWaitSessionWakesIgnoresOtherSessions(t *testing.T) {
 			case <-blocked: // b's signal taken, a's index read again: nothing, blocked again
 			case err := <-done:
 				t.Fatalf("the waiter on a returned for b's wake (err %v)", err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the waiter on a returned for b's wake (err %v)", err)
+			default:
 			}
 			if _, err := q.Session("a").Wake(ctx, work.WakeRequest{}); err != nil {
 				t.Fatal(err)
