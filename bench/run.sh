@@ -60,7 +60,7 @@ while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); d
 # Default settings (fsync=on, synchronous_commit=on, shared_buffers=128MB) but for where it
 # listens: 127.0.0.1 only, the socket in the temporary directory, and enough connections.
 "${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$tmp/server.log" -w \
-	-o "-c listen_addresses=127.0.0.1 -p $port -k $tmp -c max_connections=200 ${BENCH_PG_LOG:+-c log_checkpoints=on -c log_autovacuum_min_duration=0 -c log_line_prefix=%m|%p|}" start >/dev/null ||
+	-o "-c listen_addresses=127.0.0.1 -p $port -k $tmp -c max_connections=200 ${BENCH_PG_LOG:+-c log_checkpoints=on -c log_autovacuum_min_duration=0 -c log_line_prefix=%m:%p:}" start >/dev/null ||
 	{ cat "$tmp/server.log" >&2; exit 1; }
 echo "run.sh: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data in $pgdata)" >&2
 
