@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -204,9 +205,13 @@ func terminateIdle(t *testing.T, admin *pgx.Conn, pool *pgxpool.Pool, atLeast in
 			t.Fatalf("after %d rounds of terminations the pool has %d idle connections, %d of them alive; want at least %d, all dead",
 				round, len(idle), len(live), atLeast)
 		}
-		if len(live) == 0 { // fewer than atLeast: a background read used up dead ones
-			var held []*pgxpool.Conn
-			for range atLeast - len(idle) {
+		if len(live) == 0 {
+			// Fewer than atLeast: a background read used up dead ones, or holds one. The new
+			// connections are made while every idle one is held: an Acquire beside an idle
+			// connection takes it (a dead one, unpinged) rather than make one, and this loop
+			// went its ten rounds without a new connection (2 of 30 runs, unloaded).
+			held := pool.AcquireAllIdle(ctx)
+			for range atLeast - len(held) {
 				c, err := pool.Acquire(ctx)
 				if err != nil {
 					t.Fatal(err)
@@ -247,13 +252,34 @@ var terminateIdleMeanwhile func()
 // connections after the terminations, want the 3 dead ones), and the rows after it counted
 // events never submitted: its Store.Follow row waited for one forever. terminateIdle
 // terminates the newcomer in a second round.
+//
+// The hook's state depends on what the queue's background reads do meanwhile (one that
+// returns a connection to the pool between the hook's two acquisitions lets the second take
+// it rather than make one; one that takes a connection adds a round): a scenario that did
+// not reach the state the old check refused is run again on a new queue, at most five
+// times (it failed its guard once in 20 whole-package runs under stress).
 func TestTerminateIdleConnectionMadeMeanwhile(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		if terminateIdleMadeMeanwhile(t) {
+			return
+		}
+		if attempt == 5 {
+			t.Fatalf("in %d scenarios the hook never made a connection the old check would refuse", attempt)
+		}
+		t.Logf("scenario %d: the background reads moved the pool's connections under the hook; again", attempt)
+	}
+}
+
+// terminateIdleMadeMeanwhile is one scenario of TestTerminateIdleConnectionMadeMeanwhile; it
+// reports false, having checked nothing, when the hook did not make the state it is for.
+func terminateIdleMadeMeanwhile(t *testing.T) bool {
 	dsn := pgtest.Schema(t)
 	testConfigHook = func(c *pgxpool.Config) {
 		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	}
-	t.Cleanup(func() { testConfigHook = nil })
-	e, _ := openEngine(t, dsn, nil)
+	defer func() { testConfigHook = nil }()
+	e, q := openEngine(t, dsn, nil)
+	defer q.Close()
 	ctx := context.Background()
 	admin := connect(t, dsn)
 	var held []*pgxpool.Conn
@@ -267,7 +293,7 @@ func TestTerminateIdleConnectionMadeMeanwhile(t *testing.T) {
 	for _, c := range held {
 		c.Release()
 	}
-	rounds, oldCheck := 0, true
+	rounds, oldCheck, newcomer := 0, true, int32(0)
 	terminateIdleMeanwhile = func() {
 		if rounds++; rounds > 1 {
 			return
@@ -278,16 +304,17 @@ func TestTerminateIdleConnectionMadeMeanwhile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		newcomer = int32(c.Conn().PgConn().PID())
 		c.Release()
 		for _, c := range idle {
 			c.Release()
 		}
 		oldCheck = int(e.pool.Stat().IdleConns()) == len(idle)
 	}
-	t.Cleanup(func() { terminateIdleMeanwhile = nil })
+	defer func() { terminateIdleMeanwhile = nil }()
 	pids := terminateIdle(t, admin, e.pool, 3)
-	if oldCheck || rounds != 2 {
-		t.Fatalf("the hook made no connection the old check would refuse (rounds %d)", rounds)
+	if oldCheck || rounds < 2 {
+		return false
 	}
 	var idle []int32
 	for _, c := range e.pool.AcquireAllIdle(ctx) {
@@ -298,7 +325,17 @@ func TestTerminateIdleConnectionMadeMeanwhile(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", idle).Scan(&alive); err != nil {
 		t.Fatal(err)
 	}
-	if alive != 0 || len(idle) < 4 || len(pids) != len(idle) {
-		t.Fatalf("after terminateIdle: %d idle connections (%d alive), %d terminated; want 4 or more, none alive, all terminated", len(idle), alive, len(pids))
+	// A background read may have taken a dead connection out of the pool meanwhile (it
+	// fails and is closed), so the idle ones are at least terminateIdle's 3, not always the
+	// 3 and the newcomer; the newcomer was terminated with the others.
+	if alive != 0 || len(idle) < 3 || !slices.Contains(pids, newcomer) {
+		t.Fatalf("after terminateIdle: %d idle connections (%d alive), %d terminated (%v), the newcomer %d; want 3 or more, none alive, the newcomer terminated",
+			len(idle), alive, len(pids), pids, newcomer)
 	}
+	for _, pid := range idle {
+		if !slices.Contains(pids, pid) {
+			t.Fatalf("idle connection %d was not terminated (terminated %v)", pid, pids)
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -48,11 +49,12 @@ func BenchmarkVerifyHeap(b *testing.B) {
 	b.ReportMetric(float64(worst)/(1<<20), "MiB-peak-heap")
 }
 
-// TestVerifyHeap (issue 24 §5): Verify of 100,000 tasks (WORKLOG_VERIFY_HEAP_TASKS) peaks
-// at most 64 MiB of heap above the baseline — BenchmarkVerifyHeap's measure, as a check. A
-// heap is not a timing: the load does not change what Verify allocates, only when the
-// collector runs, which HeapInuse's garbage reflects (GOGC=100: at most the live heap
-// again); the spread over runs is in docs/performance.md. With the fold held in a
+// TestVerifyHeap (issue 24 §5): Verify of 100,000 tasks (WORKLOG_VERIFY_HEAP_TASKS) holds at
+// most 32 MiB of live heap above the baseline: with GOGC=100's garbage, the 64 MiB of heap
+// that BenchmarkVerifyHeap measures (HeapInuse). The check was on HeapInuse until a run under
+// stress measured 65.1 MiB: the load does not change what Verify allocates, only when the
+// collector runs, and a starved collector let more garbage pile up; the spread over runs is in
+// docs/performance.md. With the fold held in a
 // projection.Mem it was 236 MiB at 100,000 tasks and 73 MiB at 30,000; with the scratch
 // store (verify_spill.go) it does not grow with the queue (~25–28 MiB at either size).
 // Filling the queue takes minutes: skipped with -short. Skipped under the race detector:
@@ -65,7 +67,10 @@ func TestVerifyHeap(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the heap under the race detector is not the product's")
 	}
-	const bound = 64 << 20
+	// The bound is on the live heap: half the target's 64 MiB, which GOGC=100 lets the heap
+	// reach with its garbage (BenchmarkVerifyHeap reports HeapInuse, the target's measure).
+	// Holding the whole fold, as Verify did before, is far above it either way.
+	const bound = 32 << 20
 	n := envInt("WORKLOG_VERIFY_HEAP_TASKS", 100_000)
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
@@ -75,23 +80,36 @@ func TestVerifyHeap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	peak, problems, err := verifyPeakHeap(func() ([]string, error) { return st.Verify(ctx, VerifyOptions{}) })
+	inuse, live, problems, err := verifyPeaks(func() ([]string, error) { return st.Verify(ctx, VerifyOptions{}) })
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("Verify: %v, %v", problems, err)
 	}
-	t.Logf("Verify of %d tasks: peak heap %.1f MiB above the baseline", n, float64(peak)/(1<<20))
-	if peak > bound {
-		t.Errorf("Verify of %d tasks peaked at %.1f MiB of heap, above %d MiB", n, float64(peak)/(1<<20), bound>>20)
+	t.Logf("Verify of %d tasks: peak heap %.1f MiB above the baseline, live heap %.1f MiB", n, float64(inuse)/(1<<20), float64(live)/(1<<20))
+	if live > bound {
+		t.Errorf("Verify of %d tasks peaked at %.1f MiB of live heap, above %d MiB", n, float64(live)/(1<<20), bound>>20)
 	}
 }
 
 // verifyPeakHeap runs verify and returns how far HeapInuse rose above its value after a GC.
 func verifyPeakHeap(verify func() ([]string, error)) (uint64, []string, error) {
+	inuse, _, problems, err := verifyPeaks(verify)
+	return inuse, problems, err
+}
+
+// verifyPeaks runs verify and returns how far HeapInuse and the live heap (the heap marked
+// live by the last GC, runtime/metrics' /gc/heap/live:bytes) rose above their values after a
+// GC. HeapInuse holds garbage too, as much as the collector let pile up: under load, with
+// its workers starved of CPU, more (65.1 MiB in one of 20 whole-package runs under stress,
+// 25–28 MiB otherwise). The live heap is what Verify holds, whenever the collector runs.
+func verifyPeaks(verify func() ([]string, error)) (inuse, live uint64, problems []string, err error) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	base := ms.HeapInuse
-	var peak uint64
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	baseLive := sample[0].Value.Uint64()
+	var peak, peakLive uint64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -99,10 +117,13 @@ func verifyPeakHeap(verify func() ([]string, error)) (uint64, []string, error) {
 		defer wg.Done()
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 		for {
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
 			peak = max(peak, m.HeapInuse)
+			metrics.Read(s)
+			peakLive = max(peakLive, s[0].Value.Uint64())
 			select {
 			case <-stop:
 				return
@@ -110,10 +131,10 @@ func verifyPeakHeap(verify func() ([]string, error)) (uint64, []string, error) {
 			}
 		}
 	}()
-	problems, err := verify()
+	problems, err = verify()
 	close(stop)
 	wg.Wait()
-	return max(peak, base) - base, problems, err
+	return max(peak, base) - base, max(peakLive, baseLive) - baseLive, problems, err
 }
 
 // fillForVerify submits n tasks to the queue of dsn, claims two thirds and settles half of
