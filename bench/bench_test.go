@@ -57,6 +57,13 @@ func benchmarkWorklogW2(b *testing.B, sys, pool string) {
 		}); err != nil {
 			b.Fatal(err)
 		}
+		// BENCH_W2_BEFORE: a shell command run just before the timed phase, e.g. to reset
+		// pg_stat_statements so that it counts W2's statements alone.
+		if f := os.Getenv("BENCH_W2_BEFORE"); f != "" {
+			if out, err := exec.Command("sh", "-c", f).CombinedOutput(); err != nil {
+				b.Fatal(err, string(out))
+			}
+		}
 		b.StartTimer()
 		start := time.Now()
 		if err := q.Work(ctx, 2*n, 16); err != nil {

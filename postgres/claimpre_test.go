@@ -372,14 +372,14 @@ func TestPreScanSkipsTheEndOfTheWalk(t *testing.T) {
 	for _, sql := range []string{
 		"ANALYZE " + pgx.Identifier{e.schema, "kind_due"}.Sanitize(),
 		"SET plan_cache_mode = force_generic_plan",
-		"PREPARE scan(bigint, bigint, bytea) AS " + e.st.pre.scan[projection.IndexKindDue],
+		"PREPARE scan(bytea) AS " + e.st.pre.scan[projection.IndexKindDue][slices.Index(prePages, 48)],
 	} {
 		if _, err := c.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 	var out []byte
-	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan(48, 3, 'k')").Scan(&out); err != nil {
+	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan('k')").Scan(&out); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct{ Plan map[string]any }
@@ -405,5 +405,68 @@ func TestPreScanSkipsTheEndOfTheWalk(t *testing.T) {
 	}
 	if got := removed(plan[0].Plan); got > 100 {
 		t.Errorf("the scan's filters removed %.0f rows for a page of 48 of %d due tasks of one priority, want none: it walked the partition\n%s", got, tasks, out)
+	}
+}
+
+// TestPreScanKeepsItsGenericPlan: the claim reads' statements are planned once per
+// connection, not at every claim. With the page a parameter (LIMIT $1), the generic plan's
+// cost took the limit for a tenth of the partition and the plan cache chose a custom plan at
+// every execution (custom_plans = executions, generic_plans = 0: the server planned each
+// claim's read again). Run as the writer runs them, prepared on one connection with the
+// default plan_cache_mode, twelve times over a partition of 2,000 due tasks.
+func TestPreScanKeepsItsGenericPlan(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := context.Background()
+	e, q := openEngine(t, dsn, nil)
+	rs := make([]work.TaskRequest, 2000)
+	for j := range rs {
+		rs[j] = work.TaskRequest{Kind: "k", Input: json.RawMessage(`{"n":1}`)}
+	}
+	if _, err := q.Session("s").SubmitMany(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, dsn)
+	if _, err := c.Exec(ctx, "ANALYZE "+pgx.Identifier{e.schema, "kind_due"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	for _, ix := range []projection.Index{projection.IndexKindDue, projection.IndexDue} {
+		for _, c2 := range []struct{ n, page int }{{10, 16}, {31, 48}, {700, 1024}} {
+			i, page := prePageFor(c2.n)
+			if page != c2.page {
+				t.Fatalf("prePageFor(%d) = %d, want %d", c2.n, page, c2.page)
+			}
+			name := fmt.Sprintf("scan_%d_%d", ix, i)
+			param := ""
+			if ix == projection.IndexKindDue {
+				param = "(bytea)"
+			}
+			if _, err := c.Exec(ctx, "PREPARE "+name+param+" AS "+e.st.pre.scan[ix][i]); err != nil {
+				t.Fatal(err)
+			}
+			exec := "EXECUTE " + name
+			if param != "" {
+				exec += "('k')"
+			}
+			for range 12 {
+				rows, err := c.Query(ctx, exec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for rows.Next() {
+					n++
+				}
+				if rows.Close(); rows.Err() != nil || n != page {
+					t.Fatalf("%s returned %d rows (%v), want a page of %d", name, n, rows.Err(), page)
+				}
+			}
+			var generic, custom int64
+			if err := c.QueryRow(ctx, "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1", name).Scan(&generic, &custom); err != nil {
+				t.Fatal(err)
+			}
+			if generic < 6 || custom > 5 {
+				t.Errorf("%s (the %s, page %d): %d generic and %d custom plans in 12 executions: the server plans the claim's read at each claim", name, projection.Indexes[ix].Name, page, generic, custom)
+			}
+		}
 	}
 }
