@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,31 @@ import (
 // sentEnded counts the calls begun with an ended context that did not fail: never.
 // batches counts the batches alone: the writer's round trips in a test without reads (the
 // queue's other readers — the listener, the inbox's poll — send single statements).
-type tripCounter struct{ n, batches, sentEnded atomic.Int64 }
+type tripCounter struct {
+	n, batches, sentEnded atomic.Int64
+	inboxChecks           atomic.Int64 // the inbox's checks (InboxPending's statement, and its prepare)
+
+	mu      sync.Mutex
+	counted []string // what each counted round trip sent (the first 60 bytes; "batch"), for a failure's message
+}
+
+// trips returns what the counted round trips since the last reset sent, and resets the list.
+func (c *tripCounter) trips() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.counted
+	c.counted = nil
+	return out
+}
+
+// background reports statements the queue sends on its own, not as a command's part: the
+// clock's refresh (clock.go), the listener's LISTEN, and the inbox's check (work/inbox.go,
+// InboxPending), which the listener's start and every recheck of a silent listener set off
+// at any moment; the first on a connection is two round trips, its prepare and itself.
+func background(sql string) bool {
+	return strings.Contains(sql, "clock_timestamp") || strings.HasPrefix(sql, "LISTEN") ||
+		strings.Contains(sql, "submit_inbox)")
+}
 
 type traceKey struct{}
 
@@ -43,16 +68,26 @@ func (c *tripCounter) end(ctx context.Context, err error) {
 	if tr.ended && err == nil {
 		c.sentEnded.Add(1)
 	}
-	if strings.Contains(tr.sql, "clock_timestamp") || strings.HasPrefix(tr.sql, "LISTEN") {
+	if strings.Contains(tr.sql, "submit_inbox)") {
+		c.inboxChecks.Add(1)
+	}
+	if background(tr.sql) {
 		return
 	}
 	if err != nil && errors.Is(err, context.Canceled) && pgconn.SafeToRetry(err) {
 		return // nothing sent
 	}
 	c.n.Add(1)
+	label := tr.sql
 	if tr.batch {
 		c.batches.Add(1)
+		label = "batch"
 	}
+	c.mu.Lock()
+	if len(c.counted) < 1000 {
+		c.counted = append(c.counted, label[:min(len(label), 60)])
+	}
+	c.mu.Unlock()
 }
 
 func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
