@@ -94,6 +94,7 @@ func TestClaimRoundTrips(t *testing.T) {
 			}
 			const n = 5
 			tc.n.Store(0)
+			tc.prepares.Store(0)
 			tc.trips()
 			for i := range n {
 				call()
@@ -110,8 +111,11 @@ func TestClaimRoundTrips(t *testing.T) {
 					}
 				}
 			}
-			if got := tc.n.Load(); got != int64(want*n) {
-				t.Errorf("alone %v: %d calls of %s took %d round trips, want %d: %q", alone, n, c.name, got, want*n, tc.trips())
+			// A statement new to a connection is prepared in a round trip of its own, once
+			// per connection: the writer takes a pooled connection per group, and under load
+			// another of the queue's reads may hold the one the warm-up prepared. Not a claim's.
+			if got := tc.n.Load() - tc.prepares.Load(); got != int64(want*n) {
+				t.Errorf("alone %v: %d calls of %s took %d round trips besides prepares, want %d: %q", alone, n, c.name, got, want*n, tc.trips())
 			}
 		}
 	}

@@ -28,6 +28,7 @@ import (
 type tripCounter struct {
 	n, batches, sentEnded atomic.Int64
 	inboxChecks           atomic.Int64 // the inbox's checks (InboxPending's statement, and its prepare)
+	prepares              atomic.Int64 // the prepares among n: a statement new to its connection
 
 	mu      sync.Mutex
 	counted []string // what each counted round trip sent (the first 60 bytes; "batch"), for a failure's message
@@ -54,13 +55,14 @@ func background(sql string) bool {
 type traceKey struct{}
 
 type traced struct {
-	sql   string
-	ended bool
-	batch bool
+	sql     string
+	ended   bool
+	batch   bool
+	prepare bool
 }
 
 func (c *tripCounter) start(ctx context.Context, sql string, batch bool) context.Context {
-	return context.WithValue(ctx, traceKey{}, traced{sql, ctx.Err() != nil, batch})
+	return context.WithValue(ctx, traceKey{}, traced{sql: sql, ended: ctx.Err() != nil, batch: batch})
 }
 
 func (c *tripCounter) end(ctx context.Context, err error) {
@@ -79,9 +81,13 @@ func (c *tripCounter) end(ctx context.Context, err error) {
 	}
 	c.n.Add(1)
 	label := tr.sql
-	if tr.batch {
+	switch {
+	case tr.batch:
 		c.batches.Add(1)
 		label = "batch"
+	case tr.prepare:
+		c.prepares.Add(1)
+		label = "prepare " + label
 	}
 	c.mu.Lock()
 	if len(c.counted) < 1000 {
@@ -104,7 +110,7 @@ func (c *tripCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	c.end(ctx, d.Err)
 }
 func (c *tripCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
-	return c.start(ctx, d.SQL, false)
+	return context.WithValue(ctx, traceKey{}, traced{sql: d.SQL, ended: ctx.Err() != nil, prepare: true})
 }
 func (c *tripCounter) TracePrepareEnd(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
 	c.end(ctx, d.Err)
