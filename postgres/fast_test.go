@@ -48,9 +48,11 @@ func (c *tripCounter) trips() []string {
 // InboxPending), which the listener's start and every recheck of a silent listener set off
 // at any moment; the first on a connection is two round trips, its prepare and itself.
 func background(sql string) bool {
-	return strings.Contains(sql, "clock_timestamp") || strings.HasPrefix(sql, "LISTEN") ||
-		strings.Contains(sql, "submit_inbox)")
+	return strings.Contains(sql, "clock_timestamp") || strings.HasPrefix(sql, "LISTEN") || inboxCheck(sql)
 }
+
+// inboxCheck reports InboxPending's statement (submittx.go: SELECT EXISTS (… submit_inbox)).
+func inboxCheck(sql string) bool { return strings.Contains(sql, "submit_inbox)") }
 
 type traceKey struct{}
 
@@ -70,7 +72,7 @@ func (c *tripCounter) end(ctx context.Context, err error) {
 	if tr.ended && err == nil {
 		c.sentEnded.Add(1)
 	}
-	if strings.Contains(tr.sql, "submit_inbox)") {
+	if inboxCheck(tr.sql) {
 		c.inboxChecks.Add(1)
 	}
 	if background(tr.sql) {
@@ -110,7 +112,10 @@ func (c *tripCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	c.end(ctx, d.Err)
 }
 func (c *tripCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
-	return context.WithValue(ctx, traceKey{}, traced{sql: d.SQL, ended: ctx.Err() != nil, prepare: true})
+	ctx = c.start(ctx, d.SQL, false)
+	tr := ctx.Value(traceKey{}).(traced)
+	tr.prepare = true
+	return context.WithValue(ctx, traceKey{}, tr)
 }
 func (c *tripCounter) TracePrepareEnd(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
 	c.end(ctx, d.Err)
