@@ -389,14 +389,14 @@ func TestPreScanSkipsTheEndOfTheWalk(t *testing.T) {
 	for _, sql := range []string{
 		"ANALYZE " + pgx.Identifier{e.schema, "kind_due"}.Sanitize(),
 		"SET plan_cache_mode = force_generic_plan",
-		"PREPARE scan(bytea) AS " + e.st.pre.scan[projection.IndexKindDue][slices.Index(prePages, 48)],
+		"PREPARE scan(bytea, bigint[], bigint[], bigint[], bigint, bigint, bytea) AS " + e.st.pre.scan[projection.IndexKindDue][slices.Index(prePages, 48)],
 	} {
 		if _, err := c.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 	var out []byte
-	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan('k')").Scan(&out); err != nil {
+	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan('k', '{}', '{}', '{}', -1, -1, '')").Scan(&out); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct{ Plan map[string]any }
@@ -453,17 +453,16 @@ func TestPreScanKeepsItsGenericPlan(t *testing.T) {
 				t.Fatalf("prePageFor(%d) = %d, want %d", c2.n, page, c2.page)
 			}
 			name := fmt.Sprintf("scan_%d_%d", ix, i)
-			param := ""
+			// The parameters: the partition, if any, then no marks and a head that is not the
+			// stored one (runmarks.go).
+			params, values := "(bigint[], bigint[], bigint[], bigint, bigint, bytea)", "('{}', '{}', '{}', -1, -1, '')"
 			if ix == projection.IndexKindDue {
-				param = "(bytea)"
+				params, values = "(bytea, "+params[1:], "('k', "+values[1:]
 			}
-			if _, err := c.Exec(ctx, "PREPARE "+name+param+" AS "+e.st.pre.scan[ix][i]); err != nil {
+			if _, err := c.Exec(ctx, "PREPARE "+name+params+" AS "+e.st.pre.scan[ix][i]); err != nil {
 				t.Fatal(err)
 			}
-			exec := "EXECUTE " + name
-			if param != "" {
-				exec += "('k')"
-			}
+			exec := "EXECUTE " + name + values
 			for range 12 {
 				rows, err := c.Query(ctx, exec)
 				if err != nil {
