@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,10 +22,11 @@ func (kr *keyReads) pendingLen() int {
 }
 
 // TestConcurrentKeyReadsShareOneStatement (issue 24, W3 from 16 goroutines): read-first's
-// key reads that come while one is on the wire go together in the next statement. 16
-// concurrent keyed submits, 8 of them repeats and 8 new keys, cost 2 statements (the first
-// alone, the 15 that came while it was held), each caller gets its own key's answer, and the
-// new keys are stored once each. Before, each read was a statement of its own: 16.
+// key reads that come while keyRoundsMax are on the wire go together in the next statement.
+// 16 concurrent keyed submits, 8 of them repeats and 8 new keys, cost keyRoundsMax + 1
+// statements (the first keyRoundsMax alone, each held on the wire, then the rest together),
+// each caller gets its own key's answer, and the new keys are stored once each. Before, each
+// read was a statement of its own: 16.
 func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	readFirstAlways(e) // as after a repeat (the writer's cache would answer the repeats)
@@ -38,16 +40,17 @@ func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
 		}
 		existing[fmt.Sprint("old-", i)] = task.ID
 	}
+	held := keyRoundsMax
 	var mu sync.Mutex
 	var rounds []int
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release := make(chan struct{}, held), make(chan struct{})
 	e.hookKeyRead = func(_ context.Context, n int) {
 		mu.Lock()
 		rounds = append(rounds, n)
-		first := len(rounds) == 1
+		hold := len(rounds) <= held
 		mu.Unlock()
-		if first {
-			close(entered)
+		if hold {
+			entered <- struct{}{}
 			<-release
 		}
 	}
@@ -61,20 +64,29 @@ func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
 		task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprint(i)), IdempotencyKey: key})
 		answers <- answer{key, task.ID, err}
 	}
-	go submit("old-0", 0)
-	<-entered
-	for i := 1; i < 16; i++ {
-		key := fmt.Sprint("old-", i)
+	key := func(i int) string {
 		if i >= 8 {
-			key = fmt.Sprint("new-", i)
+			return fmt.Sprint("new-", i)
 		}
-		go submit(key, i)
+		return fmt.Sprint("old-", i)
 	}
-	waitFor(t, 10*time.Second, "15 key reads pending", func() bool { return e.keyReads[0].pendingLen() == 15 })
+	for i := range held { // one at a time: each a round of one, on the wire
+		go submit(key(i), i)
+		<-entered
+	}
+	for i := held; i < 16; i++ {
+		go submit(key(i), i)
+	}
+	waitFor(t, 10*time.Second, fmt.Sprint(16-held, " key reads pending"), func() bool { return e.keyReads[0].pendingLen() == 16-held })
 	close(release)
 	ids := map[string]bool{}
 	for range 16 {
-		a := <-answers
+		var a answer
+		select {
+		case a = <-answers:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a keyed submit did not return in 10 s: its key read was left pending")
+		}
 		switch {
 		case a.err != nil:
 			t.Errorf("submit %s: %v", a.key, a.err)
@@ -86,11 +98,18 @@ func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
 		ids[a.id] = true
 	}
 	mu.Lock()
-	if len(rounds) != 2 || rounds[0] != 1 || rounds[1] != 15 {
-		t.Errorf("key read statements of 16 concurrent submits: %v reads each, want [1 15]", rounds)
+	want := append(slices.Repeat([]int{1}, held), 16-held)
+	if !slices.Equal(rounds, want) {
+		t.Errorf("key read statements of 16 concurrent submits: %v reads each, want %v", rounds, want)
 	}
 	mu.Unlock()
 	e.hookKeyRead = nil
+	waitFor(t, 10*time.Second, "no round on the wire", func() bool {
+		kr := &e.keyReads[0]
+		kr.mu.Lock()
+		defer kr.mu.Unlock()
+		return kr.running == 0
+	})
 	if n := logLen(t, q); n != 16 {
 		t.Errorf("the log has %d events, want 16 (8 submits before, 8 new keys)", n)
 	}
@@ -126,7 +145,7 @@ func TestKeyReadCallerLeaves(t *testing.T) {
 		kr := &e.keyReads[0]
 		kr.mu.Lock()
 		defer kr.mu.Unlock()
-		return !kr.running
+		return kr.running == 0
 	})
 	if !cancelled.Load() {
 		t.Error("the round of a caller that left was not cancelled")

@@ -304,8 +304,15 @@ func keyRecStatements(q func(string) string) (task, wake, tasks, wakes string) {
 type keyReads struct {
 	mu      sync.Mutex
 	pending []*keyRead
-	running bool
+	running int // rounds on the wire (lone reads among them): at most keyRoundsMax
 }
+
+// keyRoundsMax is how many rounds of one kind may be on the wire at once. With one, the
+// reads' throughput was one round per round trip, whatever the machine had to spare: W3 from
+// 16 goroutines left 40% of its two cores idle (2026-12-04, BenchmarkDuplicateSubmit); a
+// second round, sent while the first is answered, fills them. A var for the tests that count
+// rounds.
+var keyRoundsMax = 2
 
 // keyReadsMax bounds the reads of one round.
 const keyReadsMax = 1024
@@ -336,15 +343,20 @@ type keyRound struct {
 // read asks for k's key (wake: a wake key) and waits for the answer.
 func (kr *keyReads) read(ctx context.Context, e *engine, wake bool, k skey) (keyAnswer, error) {
 	kr.mu.Lock()
-	if !kr.running { // nothing pending either: rounds stops only when none is
-		kr.running = true
+	if kr.running < keyRoundsMax && len(kr.pending) == 0 {
+		kr.running++
 		kr.mu.Unlock()
 		return kr.readAlone(ctx, e, wake, k)
 	}
-	// A round, or a lone read, is on the wire: the next round takes this read (the one
-	// running sends it, or the lone read starts it when it ends).
+	// keyRoundsMax rounds are on the wire, or fewer with reads already waiting for one of
+	// them: the next round takes this read. It starts now if there is room for it on the
+	// wire, else when a round on the wire ends (rounds, readAlone).
 	r := &keyRead{k: k, done: make(chan struct{})}
 	kr.pending = append(kr.pending, r)
+	if kr.running < keyRoundsMax {
+		kr.running++
+		go kr.rounds(e, wake)
+	}
 	kr.mu.Unlock()
 	select {
 	case <-r.done:
@@ -370,16 +382,18 @@ func (kr *keyReads) read(ctx context.Context, e *engine, wake bool, k skey) (key
 	}
 }
 
-// readAlone sends k's read as a round of one on the caller's goroutine (kr.running set by the
-// caller): its statement ends with ctx, or at Close. It then starts a round for the reads
-// that came meanwhile, if any.
+// readAlone sends k's read as a round of one on the caller's goroutine (counted in
+// kr.running by the caller): its statement ends with ctx, or at Close. It then starts a round
+// for the reads that came meanwhile, if any, in its place on the wire.
 func (kr *keyReads) readAlone(ctx context.Context, e *engine, wake bool, k skey) (keyAnswer, error) {
 	sctx, stop := e.untilClose(ctx)
 	answers, err := e.readKeys(sctx, wake, []*keyRead{{k: k}})
 	stop()
 	kr.mu.Lock()
 	more := len(kr.pending) > 0
-	kr.running = more
+	if !more {
+		kr.running--
+	}
 	kr.mu.Unlock()
 	if more {
 		go kr.rounds(e, wake)
@@ -399,7 +413,7 @@ func (kr *keyReads) rounds(e *engine, wake bool) {
 		kr.mu.Lock()
 		n := min(len(kr.pending), keyReadsMax)
 		if n == 0 {
-			kr.running = false
+			kr.running--
 			kr.mu.Unlock()
 			return
 		}
