@@ -228,7 +228,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claim
 		b.Queue(e.st.lockHead)
 		b.Queue(e.st.checkHead, int64(c.seq), int64(c.prunes), c.last)
 	}
-	tx.queueCommit(b, e.channel)
+	tx.queueCommit(b, e.queueNotify)
 	e.mark.n++
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
 	var didCommit bool

@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -175,8 +176,12 @@ type engine struct {
 	pool    *pgxpool.Pool
 	schema  string
 	channel string
-	st      *statements
-	opts    Options
+	// listenKeys: the advisory locks of the channel's listeners; watcherSlot: the slot this
+	// process's watcher owns while it listens, -1 when none (listeners.go)
+	listenKeys  listenKeys
+	watcherSlot atomic.Int32
+	st          *statements
+	opts        Options
 
 	ctx     context.Context // ends at Close: every statement in flight stops
 	cancel  context.CancelFunc
@@ -325,11 +330,12 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 		return nil, err
 	}
 	e := &engine{
-		pool: pool, schema: schema, channel: channelName(schema), st: st, opts: o,
+		pool: pool, schema: schema, channel: channelName(schema), listenKeys: newListenKeys(channelName(schema)), st: st, opts: o,
 		ctx: ectx, cancel: cancel, sockets: sockets, cmds: make(chan *command, 4096), closing: make(chan struct{}),
 		writerDone: make(chan struct{}), cache: newCache(), changed: make(chan struct{}, 1),
 		watcherDone: make(chan struct{}), inbox: newInbox(schema),
 	}
+	e.watcherSlot.Store(-1)
 	return e, nil
 }
 
@@ -490,6 +496,11 @@ func (e *engine) watch() {
 		if err == nil {
 			_, err = conn.Exec(e.ctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize())
 			if err == nil {
+				var slot int
+				slot, err = e.registerListener(e.ctx, conn, true)
+				e.watcherSlot.Store(int32(slot))
+			}
+			if err == nil {
 				wait = 50 * time.Millisecond
 				e.signal()
 				e.signalInbox() // a SubmitTx may have committed while nobody listened
@@ -517,6 +528,7 @@ func (e *engine) watch() {
 					}
 				}
 			}
+			e.watcherSlot.Store(-1)
 			conn.Close(context.Background())
 		}
 		select {

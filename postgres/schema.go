@@ -68,7 +68,7 @@ type statements struct {
 	updWakes, insTaskKeys, insWakeKeys, insSession, addCnt                  string
 	readLog, sessionLog, sessions, scanTasks                                string
 	scanWakeRecs, allSession                                                string
-	allTaskKeys, allWakeKeys, notify                                        string
+	allTaskKeys, allWakeKeys                                                string
 	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
 	delSession, insPrunable, delPrunable, scanPrunable                      string
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
@@ -117,7 +117,6 @@ func newStatements(schema string) *statements {
 		insSession:  q(`INSERT INTO {s}.session_tasks SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[])`),
 		addCnt: q(`INSERT INTO {s}.counts AS c SELECT * FROM unnest($1::bytea[], $2::smallint[], $3::bigint[])
 			ON CONFLICT (kind, state) DO UPDATE SET n = c.n + excluded.n`),
-		notify: `SELECT pg_notify($1, '')`,
 
 		readLog:      q(`SELECT seq, body FROM {s}.events WHERE seq >= $1 AND seq <= $2 ORDER BY seq LIMIT $3`),
 		sessionLog:   q(`SELECT seq, body FROM {s}.events WHERE session = $1 AND seq >= $2 ORDER BY seq LIMIT $3`),

@@ -508,8 +508,8 @@ func (t *txn) SetLastSeq(seq uint64) error {
 }
 
 // queueCommit queues every pending write of the group, the log head and the notification
-// into b, ahead of the COMMIT the caller adds.
-func (t *txn) queueCommit(b *pgx.Batch, channel string) {
+// (notify: engine.queueNotify) into b, ahead of the COMMIT the caller adds.
+func (t *txn) queueCommit(b *pgx.Batch, notify func(*pgx.Batch)) {
 	t.flushIndexes(b)
 	if n := len(t.evs); n > 0 && !t.evsCopied {
 		seqs, sess, types, bodies := make([]int64, n), make([][]byte, n), make([]int16, n), make([][]byte, n)
@@ -522,7 +522,7 @@ func (t *txn) queueCommit(b *pgx.Batch, channel string) {
 	}
 	if t.seq != t.startSeq { // a prune of the same group may have taken every event appended
 		b.Queue(t.st.setHead, int64(t.seq))
-		b.Queue(t.st.notify, channel)
+		notify(b)
 	}
 	if t.pruned {
 		b.Queue(t.st.setPrunes, int64(t.prunes))

@@ -262,7 +262,7 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 		return out, ran, err
 	}
 	b := &pgx.Batch{}
-	tx.queueCommit(b, e.channel)
+	tx.queueCommit(b, e.queueNotify)
 	e.mark.n++
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
 	var didCommit bool

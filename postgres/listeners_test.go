@@ -1,0 +1,192 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worklog/worklog/internal/pgtest"
+	"github.com/worklog/worklog/work"
+)
+
+// bareListener is a connection in LISTEN on e's channel that holds none of the listener
+// locks: it hears whatever the groups send, and counts it.
+type bareListener struct {
+	t    *testing.T
+	conn *pgx.Conn
+}
+
+func newBareListener(t *testing.T, e *engine) *bareListener {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return &bareListener{t, conn}
+}
+
+// heard counts the notifications that arrive until 300 ms pass without one.
+func (l *bareListener) heard() int {
+	n := 0
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := l.conn.WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			if l.conn.IsClosed() {
+				l.t.Fatalf("the listener's connection closed: %v", err)
+			}
+			return n
+		}
+		n++
+	}
+}
+
+func submitN(t *testing.T, q *work.Queue, n int) {
+	t.Helper()
+	s := q.Session("s")
+	for i := range n {
+		if _, err := s.Submit(context.Background(), work.TaskRequest{Kind: "k", Input: []byte{'0' + byte(i%10)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitSlot(t *testing.T, e *engine) int {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the watcher to own a slot", func() bool { return e.watcherSlot.Load() >= 0 })
+	return int(e.watcherSlot.Load())
+}
+
+// TestGroupsNotifyOnlyOtherListeners (listeners.go): a writer alone on its queue sends no
+// notification (its own watcher is the only listener); it sends one a group once a follower
+// listens, and once another process's watcher does (each process owning its own slot).
+func TestGroupsNotifyOnlyOtherListeners(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	waitSlot(t, e)
+	bare := newBareListener(t, e)
+	submitN(t, q, 3)
+	if n := bare.heard(); n != 0 {
+		t.Fatalf("a writer alone on its queue sent %d notifications for 3 groups, want 0", n)
+	}
+
+	// A follower: it holds every listener key.
+	ctx := context.Background()
+	follower, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slot, err := e.registerListener(ctx, follower, false); err != nil || slot != -1 {
+		t.Fatalf("a follower's registration: slot %d, %v; want -1, nil", slot, err)
+	}
+	submitN(t, q, 3)
+	if n := bare.heard(); n != 3 {
+		t.Fatalf("with a follower listening, 3 groups sent %d notifications, want 3", n)
+	}
+	follower.Close(ctx)
+	submitN(t, q, 2)
+	if n := bare.heard(); n != 0 {
+		t.Fatalf("after the follower left, 2 groups sent %d notifications, want 0", n)
+	}
+
+	// Another process on the same queue: each notifies the other, in a slot of its own.
+	e2, q2 := openEngine(t, dsn, nil)
+	if s1, s2 := waitSlot(t, e), waitSlot(t, e2); s1 == s2 {
+		t.Fatalf("two processes' watchers own the same slot %d", s1)
+	}
+	submitN(t, q, 3)
+	if n := bare.heard(); n != 3 {
+		t.Fatalf("with another process listening, 3 groups sent %d notifications, want 3", n)
+	}
+	submitN(t, q2, 2)
+	if n := bare.heard(); n != 2 {
+		t.Fatalf("the other process's 2 groups sent %d notifications, want 2", n)
+	}
+	mustVerify(t, q)
+}
+
+// TestWriterWithoutSlotNotifiesEveryGroup: when every slot is owned (more processes than
+// listenSlots), a process's watcher goes without one and its writer notifies at every group.
+func TestWriterWithoutSlotNotifiesEveryGroup(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	e0, _ := openEngine(t, dsn, nil) // for the channel and the keys, and a first slot
+	waitSlot(t, e0)
+	ctx := context.Background()
+	hog, err := pgx.ConnectConfig(ctx, e0.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hog.Close(ctx)
+	for s := range listenSlots {
+		if _, err := hog.Exec(ctx, `SELECT pg_try_advisory_lock($1)`, e0.listenKeys.own+int64(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, q := openEngine(t, dsn, nil)
+	key := e0.listenKeys.listen + int64(e0.watcherSlot.Load()) // held by listeners other than e0's watcher
+	waitFor(t, 10*time.Second, "the watcher to listen", func() bool {
+		var n int
+		err := e0.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = ($1::bigint >> 32)::oid AND objid = ($1::bigint & 4294967295)::oid`, key).Scan(&n)
+		return err == nil && n == 1
+	})
+	bare := newBareListener(t, e)
+	submitN(t, q, 3)
+	if s := e.watcherSlot.Load(); s != -1 {
+		t.Fatalf("a watcher found slot %d free, every one was taken", s)
+	}
+	if n := bare.heard(); n != 3 {
+		t.Fatalf("a writer without a slot sent %d notifications for 3 groups, want 3", n)
+	}
+}
+
+// TestListenerWaitsForAGroupThatDidNotNotifyIt: a listener's registration returns only once a
+// group that took its process's key (and so sent no notification) has committed, so its
+// first read sees that group.
+func TestListenerWaitsForAGroupThatDidNotNotifyIt(t *testing.T) {
+	e, _ := openEngine(t, pgtest.Schema(t), nil)
+	slot := waitSlot(t, e)
+	ctx := context.Background()
+	group, err := e.pool.Begin(ctx) // as a group of slot's process, between its try and its COMMIT
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took bool
+	if err := group.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, e.listenKeys.listen+int64(slot)).Scan(&took); err != nil || !took {
+		t.Fatalf("the group's try: %v, %v; want true (no other listener)", took, err)
+	}
+	listener, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	registered := make(chan error, 1)
+	go func() {
+		_, err := e.registerListener(ctx, listener, false)
+		registered <- err
+	}()
+	select {
+	case err := <-registered:
+		t.Fatalf("the registration returned (%v) while a group that did not notify it was open", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := group.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-registered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the registration did not return after the group committed")
+	}
+}
