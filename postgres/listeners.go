@@ -68,6 +68,12 @@ const (
 	notifyOthers = `SELECT pg_notify($1, '') WHERE NOT pg_try_advisory_xact_lock($2::bigint)`
 )
 
+// The listener's registration statements (registerListener), on its own connection.
+const (
+	takeSlotSQL   = `SELECT pg_try_advisory_lock($1)`
+	holdListenSQL = `SELECT pg_advisory_lock_shared(k) FROM unnest($1::bigint[]) AS k`
+)
+
 // queueNotify queues the group's notification into b.
 func (e *engine) queueNotify(b *pgx.Batch) {
 	if s := e.watcherSlot.Load(); s >= 0 {
@@ -89,7 +95,7 @@ func (e *engine) registerListener(ctx context.Context, conn *pgx.Conn, own bool)
 		for i := range listenSlots {
 			s := (start + i) % listenSlots
 			var ok bool
-			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, e.listenKeys.own+int64(s)).Scan(&ok); err != nil {
+			if err := conn.QueryRow(ctx, takeSlotSQL, e.listenKeys.own+int64(s)).Scan(&ok); err != nil {
 				return -1, err
 			}
 			if ok {
@@ -106,7 +112,7 @@ func (e *engine) registerListener(ctx context.Context, conn *pgx.Conn, own bool)
 	}
 	// A shared lock waits only for a group holding its key exclusively, until that group's
 	// COMMIT; groups never wait for a listener's locks.
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared(k) FROM unnest($1::bigint[]) AS k`, keys); err != nil {
+	if _, err := conn.Exec(ctx, holdListenSQL, keys); err != nil {
 		return -1, err
 	}
 	return slot, nil
