@@ -210,14 +210,20 @@ func storeFollower(t *testing.T, dsn, app string) (*followed, *Store) {
 	return f, store
 }
 
-// listenerPID is the server process of the follower's listening connection (app's session
-// whose last statement was the LISTEN, or pgx's ping of a recheck), other than not; 0 when
-// there is none.
+// listenerPID is the server process of the follower's listening connection, other than not;
+// 0 when there is none: app's session that holds the listeners' shared advisory locks
+// (listeners.go), or whose last statement was the LISTEN (before it took them). Not "its last
+// statement was pgx's ping", as it was: the pool pings a connection idle for a second when it
+// hands it out, so a read's connection matched too, and stopping it instead of the listener
+// hung the follower's next read (1 run in 4 under load, once the listener's last statement
+// was no longer its LISTEN).
 func listenerPID(t *testing.T, admin *pgx.Conn, app string, not int32) int32 {
 	t.Helper()
 	var pid int32
-	err := admin.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
-		WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query = '-- ping') AND pid <> $2`, app, not).Scan(&pid)
+	err := admin.QueryRow(context.Background(), `SELECT a.pid FROM pg_stat_activity a
+		WHERE a.application_name = $1 AND a.pid <> $2 AND (a.query LIKE 'LISTEN %' OR EXISTS (
+			SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted))
+		LIMIT 1`, app, not).Scan(&pid)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}
@@ -253,8 +259,8 @@ func TestStoreFollowQuietListenerKept(t *testing.T) {
 	var pid int32
 	waitFor(t, time.Minute, "the listener to answer a recheck's ping", func() bool {
 		var query string
-		err := admin.QueryRow(ctx, `SELECT pid, query FROM pg_stat_activity WHERE application_name = 'follow-quiet'
-			AND (query LIKE 'LISTEN %' OR query = '-- ping')`).Scan(&pid, &query)
+		pid = listenerPID(t, admin, "follow-quiet", 0)
+		err := admin.QueryRow(ctx, `SELECT query FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&query)
 		return err == nil && query == "-- ping"
 	})
 	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
