@@ -69,14 +69,13 @@ func (s *Store) Follow(ctx context.Context, from uint64, fn func(events.Event) e
 	wait := 50 * time.Millisecond
 	for {
 		// The listener first, then the read: a commit after LISTEN is queued on conn.
-		conn, err := pgx.ConnectConfig(lctx, e.pool.Config().ConnConfig.Copy())
+		conn, err := pgx.ConnectConfig(lctx, e.listenerConfig())
 		if err == nil {
 			if _, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize()); err == nil {
 				_, err = e.registerListener(lctx, conn, false) // every writer notifies it (listeners.go)
 			}
 			if err != nil {
-				var pe *pgconn.PgError
-				refused := errors.As(err, &pe) && !conn.IsClosed() // an ERROR answer, not a lost connection
+				refused := serverRefused(err, conn) // an ERROR answer, not a lost connection
 				conn.Close(context.Background())
 				if refused && ctx.Err() == nil && !e.isClosed() {
 					return ended(backendError(err)) // the server refused the LISTEN: not transient

@@ -2,11 +2,15 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A writing group notifies the queue's channel only when a listener of another process (or a
@@ -40,6 +44,13 @@ import (
 // it; until the first process's watcher notices, its groups do not notify that process,
 // whose waiters fall back to their own recheck. A listener of an older version (no locks)
 // hears only the groups of writers without a slot.
+//
+// A listener whose locks the server refuses (its shared lock table full) or keeps waiting
+// longer than listenerLockWait (a session holding a listener key exclusively: a group holds
+// one for milliseconds, so only another program's advisory lock on the same 63-bit key
+// could) listens without them rather than not at all: the writers with a slot may not notify
+// it, and its waiters fall back to the recheck, as with a lost notification
+// (TestListenerLockedOutListensUnregistered).
 
 // listenSlots bounds the processes whose watchers own a slot; more run correctly, their
 // writers notifying at every group. A watcher holds listenSlots-1 advisory locks, a
@@ -74,6 +85,28 @@ const (
 	holdListenSQL = `SELECT pg_advisory_lock_shared(k) FROM unnest($1::bigint[]) AS k`
 )
 
+// listenerLockWait bounds a listener's wait for its locks (the listening connection's
+// lock_timeout). A var for the test that waits it out.
+var listenerLockWait = 5 * time.Second
+
+// listenerConfig is the configuration of a listening connection: the pool's, with
+// lock_timeout set (sent at connect: no statement of its own).
+func (e *engine) listenerConfig() *pgx.ConnConfig {
+	c := e.pool.Config().ConnConfig.Copy()
+	if c.RuntimeParams == nil {
+		c.RuntimeParams = map[string]string{}
+	}
+	c.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(listenerLockWait.Milliseconds(), 1), 10)
+	return c
+}
+
+// serverRefused reports an ERROR answer on a connection that is still open: the statement
+// failed, the connection did not.
+func serverRefused(err error, conn *pgx.Conn) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && !conn.IsClosed()
+}
+
 // queueNotify queues the group's notification into b.
 func (e *engine) queueNotify(b *pgx.Batch) {
 	if s := e.watcherSlot.Load(); s >= 0 {
@@ -87,7 +120,8 @@ func (e *engine) queueNotify(b *pgx.Batch) {
 // writers notify, and returns once every group that will not notify it has committed (see
 // above). own: take a slot for this process's writer (the watcher), and return it (-1: none
 // free); else hold every listener key (a follower). An error is conn's: the caller makes the
-// listener again.
+// listener again; a refusal of the server is no error: conn then listens without the locks
+// (slot -1; see above).
 func (e *engine) registerListener(ctx context.Context, conn *pgx.Conn, own bool) (int, error) {
 	slot := -1
 	if own {
@@ -96,7 +130,7 @@ func (e *engine) registerListener(ctx context.Context, conn *pgx.Conn, own bool)
 			s := (start + i) % listenSlots
 			var ok bool
 			if err := conn.QueryRow(ctx, takeSlotSQL, e.listenKeys.own+int64(s)).Scan(&ok); err != nil {
-				return -1, err
+				return -1, unlessRefused(err, conn)
 			}
 			if ok {
 				slot = s
@@ -113,7 +147,15 @@ func (e *engine) registerListener(ctx context.Context, conn *pgx.Conn, own bool)
 	// A shared lock waits only for a group holding its key exclusively, until that group's
 	// COMMIT; groups never wait for a listener's locks.
 	if _, err := conn.Exec(ctx, holdListenSQL, keys); err != nil {
-		return -1, err
+		return -1, unlessRefused(err, conn) // a slot taken stays unused until conn closes
 	}
 	return slot, nil
+}
+
+// unlessRefused is err, or nil when it is the server's refusal on a connection still open.
+func unlessRefused(err error, conn *pgx.Conn) error {
+	if serverRefused(err, conn) {
+		return nil
+	}
+	return err
 }

@@ -190,3 +190,49 @@ func TestListenerWaitsForAGroupThatDidNotNotifyIt(t *testing.T) {
 		t.Fatal("the registration did not return after the group committed")
 	}
 }
+
+// TestListenerLockedOutListensUnregistered: a listener that cannot take its locks (here a
+// session holds a listener key exclusively, as only another program's advisory lock on the
+// same key could) listens without them after listenerLockWait instead of waiting for them
+// forever: another process's watcher then wakes on this one's commits, and a follower hands
+// them out. Before the bound, both waited in their registration for as long as the key was
+// held: the watcher never woke its waiters, the follower never read.
+func TestListenerLockedOutListensUnregistered(t *testing.T) {
+	was := listenerLockWait
+	listenerLockWait = 200 * time.Millisecond
+	t.Cleanup(func() { listenerLockWait = was })
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	slot := waitSlot(t, e)
+	ctx := context.Background()
+	hog, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hog.Close(ctx)
+	// Key slot: no listener of this queue holds it yet (e's watcher leaves its own out).
+	if _, err := hog.Exec(ctx, `SELECT pg_advisory_lock($1)`, e.listenKeys.listen+int64(slot)); err != nil {
+		t.Fatal(err)
+	}
+
+	e2, _ := openEngine(t, dsn, nil)
+	time.Sleep(5 * listenerLockWait) // its watcher's registration gives up
+	select {
+	case <-e2.Changed(): // the signal of its (re)connection
+	default:
+	}
+	submitN(t, q, 1)
+	select {
+	case <-e2.Changed():
+	case <-time.After(3 * time.Second): // under watchRecheck: a notification, not a recheck
+		t.Fatal("another process's watcher locked out of its locks did not wake on a commit")
+	}
+	if s := e2.watcherSlot.Load(); s != -1 {
+		t.Errorf("a watcher without its locks owns slot %d, want none (its writer notifies every group)", s)
+	}
+
+	f, _ := storeFollower(t, dsn, "follow-locked-out")
+	f.take(t, "history", 1)
+	submitN(t, q, 1)
+	f.take(t, "a commit after the follower was locked out of its locks", 1)
+}

@@ -492,7 +492,7 @@ func (e *engine) watch() {
 	defer close(e.watcherDone)
 	wait := 50 * time.Millisecond
 	for e.ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(e.ctx, e.pool.Config().ConnConfig.Copy())
+		conn, err := pgx.ConnectConfig(e.ctx, e.listenerConfig())
 		if err == nil {
 			_, err = conn.Exec(e.ctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize())
 			if err == nil {
