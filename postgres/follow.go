@@ -71,9 +71,7 @@ func (s *Store) Follow(ctx context.Context, from uint64, fn func(events.Event) e
 		// The listener first, then the read: a commit after LISTEN is queued on conn.
 		conn, err := pgx.ConnectConfig(lctx, e.listenerConfig())
 		if err == nil {
-			if _, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize()); err == nil {
-				_, err = e.registerListener(lctx, conn, false) // every writer notifies it (listeners.go)
-			}
+			_, err = e.startListening(lctx, conn, false) // every writer notifies it (listeners.go)
 			if err != nil {
 				refused := serverRefused(err, conn) // an ERROR answer, not a lost connection
 				conn.Close(context.Background())

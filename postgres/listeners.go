@@ -116,6 +116,29 @@ func (e *engine) queueNotify(b *pgx.Batch) {
 	b.Queue(notifyAll, e.channel)
 }
 
+// listenerSetupWait bounds a listener's LISTEN and registration together. A server process
+// that stops answering with its socket open (a stuck or stopped backend: TCP keepalives are
+// answered by the kernel) would otherwise hold the watcher or the follower in that statement
+// forever, before the loop whose recheck finds such a listener (waitOrRecheck): the queue's
+// waiters and followers would miss every other process's commit for as long. Past the
+// bound, the connection is closed and the listener made again. Longer than
+// listenerLockWait, so that a registration the server answers (its lock_timeout) is not cut
+// first; a var for the test that stops a listener in its registration.
+var listenerSetupWait = 10 * time.Second
+
+// startListening puts conn in LISTEN on the queue's channel and registers it
+// (registerListener), within listenerSetupWait. An error is the LISTEN's (an ERROR answer of
+// the server on a connection still open is its refusal), or conn's: the caller makes the
+// listener again.
+func (e *engine) startListening(ctx context.Context, conn *pgx.Conn, own bool) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, listenerSetupWait)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize()); err != nil {
+		return -1, err
+	}
+	return e.registerListener(ctx, conn, own)
+}
+
 // registerListener makes conn, already in LISTEN on the queue's channel, a listener the
 // writers notify, and returns once every group that will not notify it has committed (see
 // above). own: take a slot for this process's writer (the watcher), and return it (-1: none

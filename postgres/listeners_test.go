@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,4 +237,76 @@ func TestListenerLockedOutListensUnregistered(t *testing.T) {
 	f.take(t, "history", 1)
 	submitN(t, q, 1)
 	f.take(t, "a commit after the follower was locked out of its locks", 1)
+}
+
+// TestListenerStoppedInItsRegistration: a listener whose server process stops while it
+// registers (here: it waits for a listener key a session holds, and is stopped with SIGSTOP;
+// the socket stays open, nothing answers) is made again after listenerSetupWait, for the
+// queue's watcher and for a follower. Before the bound, both waited in that statement
+// forever: the watcher woke no waiter, the follower handed out nothing (CI, 2026-12-04:
+// TestQueueWatcherListenerStopped stopped a watcher between its LISTEN and its locks).
+func TestListenerStoppedInItsRegistration(t *testing.T) {
+	wasLock, wasSetup := listenerLockWait, listenerSetupWait
+	listenerLockWait = time.Minute // the server's lock_timeout does not end the wait first
+	listenerSetupWait = time.Second
+	t.Cleanup(func() { listenerLockWait, listenerSetupWait = wasLock, wasSetup })
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	slot := waitSlot(t, e)
+	ctx := context.Background()
+	admin := connect(t, dsn)
+
+	// stopInRegistration holds key slot (no listener of this queue holds it yet: e's watcher
+	// leaves its own out), starts app's listener, waits until it waits for that key, stops its
+	// server process and lets the key go.
+	stopInRegistration := func(t *testing.T, app string, start func()) {
+		t.Helper()
+		hog := connect(t, dsn)
+		if _, err := hog.Exec(ctx, `SELECT pg_advisory_lock($1)`, e.listenKeys.listen+int64(slot)); err != nil {
+			t.Fatal(err)
+		}
+		start()
+		var pid int32
+		waitFor(t, time.Minute, "a listener waiting for its locks", func() bool {
+			err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+				WHERE application_name = $1 AND wait_event_type = 'Lock' AND query = $2`, app, holdListenSQL).Scan(&pid)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
+		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(int(pid), syscall.SIGCONT) })
+		if _, err := hog.Exec(ctx, `SELECT pg_advisory_unlock($1)`, e.listenKeys.listen+int64(slot)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("watcher", func(t *testing.T) {
+		var e2 *engine
+		stopInRegistration(t, "watch-stopped-registering", func() {
+			e2, _ = openEngine(t, withApp(t, dsn, "watch-stopped-registering"), nil)
+		})
+		waitSlot(t, e2) // a new listener registered
+		select {
+		case <-e2.Changed(): // the signal of its (re)connection
+		default:
+		}
+		submitN(t, q, 1)
+		select {
+		case <-e2.Changed():
+		case <-time.After(3 * time.Second): // under watchRecheck: a notification, not a recheck
+			t.Fatal("a watcher made again after a listener stopped in its registration did not wake on a commit")
+		}
+	})
+	t.Run("follower", func(t *testing.T) {
+		var f *followed
+		stopInRegistration(t, "follow-stopped-registering", func() {
+			f, _ = storeFollower(t, dsn, "follow-stopped-registering")
+		})
+		submitN(t, q, 1)
+		f.take(t, "the log, after a listener stopped in its registration", 2) // the watcher's submit and this one
+	})
 }

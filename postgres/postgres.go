@@ -494,12 +494,9 @@ func (e *engine) watch() {
 	for e.ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(e.ctx, e.listenerConfig())
 		if err == nil {
-			_, err = conn.Exec(e.ctx, "LISTEN "+pgx.Identifier{e.channel}.Sanitize())
-			if err == nil {
-				var slot int
-				slot, err = e.registerListener(e.ctx, conn, true)
-				e.watcherSlot.Store(int32(slot))
-			}
+			var slot int
+			slot, err = e.startListening(e.ctx, conn, true)
+			e.watcherSlot.Store(int32(slot))
 			if err == nil {
 				wait = 50 * time.Millisecond
 				e.signal()
