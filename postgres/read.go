@@ -68,19 +68,6 @@ func readCounts(ctx context.Context, q querier, st *statements, fn func(string, 
 	return rows.Err()
 }
 
-// scanIndex pages through an index joined with tb's records, for views: fn gets the entries
-// (the records are read by id when asked for).
-func scanIndex[R any](ctx context.Context, q querier, tb *recordTable[R], first, next string, pre []any, from, to int64, fn func(projection.IndexEntry) bool) error {
-	return keyset(indexPages, func(last *indexRow, n int) ([]indexRow, error) {
-		var lastEntry *projection.IndexEntry
-		if last != nil {
-			lastEntry = &last.IndexEntry
-		}
-		sql, args := indexArgs(first, next, pre, from, to, lastEntry, n)
-		return queryPage(ctx, q, func(rows pgx.Rows) (indexRow, error) { return scanIndexRow(tb, rows) }, sql, args...)
-	}, func(e indexRow) (bool, error) { return fn(e.IndexEntry), nil })
-}
-
 // viewReader is projection.Reader over a read-only, repeatable-read transaction: every read
 // of one View sees the same committed state.
 type viewReader struct {
