@@ -20,6 +20,18 @@ import (
 // below them (runmarks.go); TestMain fails the run when any was (RunMarkViolations).
 func init() { checkRunMarks = true }
 
+// noRunMarkCheck turns the checker off for a benchmark (and the worker processes of one):
+// it adds a statement to every claim read that the product never sends (0.4 ms a group in
+// BenchmarkProcesses, 2026-12-05), so a figure with it on is not the product's.
+func noRunMarkCheck(tb testing.TB) {
+	was := checkRunMarks
+	checkRunMarks = false
+	tb.Cleanup(func() { checkRunMarks = was })
+}
+
+// NoRunMarkCheck is noRunMarkCheck, for the benchmarks of package postgres_test.
+func NoRunMarkCheck(tb testing.TB) { noRunMarkCheck(tb) }
+
 // RunMarkViolations is the count of marks found above a stored entry in this test binary.
 func RunMarkViolations() int64 { return runMarkViolations.Load() }
 
