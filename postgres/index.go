@@ -93,10 +93,10 @@ func newIndexStatements(q func(string) string, ix projection.Index, withPri bool
 		scanFrom:    q(scan + from + order),
 		entries:     q(entries + order),
 		entriesFrom: q(entries + from + order),
-		ins:      q("INSERT INTO {s}." + d.table + " (" + cols + ") SELECT * FROM unnest(" + arrays(unnest) + ")"),
-		del:      q("DELETE FROM {s}." + d.table + " WHERE (" + key + ") IN (SELECT * FROM unnest(" + arrays(keyTypes) + "))"),
-		all:      q(all + " FROM {s}." + d.table + " ORDER BY " + key),
-		table:    q("{s}." + d.table),
+		ins:         q("INSERT INTO {s}." + d.table + " (" + cols + ") SELECT * FROM unnest(" + arrays(unnest) + ")"),
+		del:         q("DELETE FROM {s}." + d.table + " WHERE (" + key + ") IN (SELECT * FROM unnest(" + arrays(keyTypes) + "))"),
+		all:         q(all + " FROM {s}." + d.table + " ORDER BY " + key),
+		table:       q("{s}." + d.table),
 	}
 	if pri {
 		part := ""
