@@ -139,9 +139,15 @@ func waitOrRecheck(ctx context.Context, conn *pgx.Conn, recheck time.Duration) (
 		return n, err
 	}
 	// Silence for followRecheck: a timeout leaves the connection usable (pgx closes it only
-	// on other errors). A notification that arrives during the ping is kept by pgx and
-	// returned by the next wait.
+	// on other errors).
+	return nil, pingListener(ctx, conn)
+}
+
+// pingListener pings a listening connection after a recheck's silence, bounded by
+// followPingWait. A notification that arrives during the ping is kept by pgx and returned by
+// the next wait.
+func pingListener(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, followPingWait)
 	defer cancel()
-	return nil, conn.Ping(pctx)
+	return conn.Ping(pctx)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +53,160 @@ import (
 // it, and its waiters fall back to the recheck, as with a lost notification
 // (TestListenerLockedOutListensUnregistered).
 
+// No waiter, no notification. A process whose watcher owns a slot holds its listener keys
+// only while it has waiters (the queue's WaitTasks, WaitWakes, Follow, a runner with idle
+// slots: engineapi.WaiterWatcher): a group of another process notifies it only then. With
+// four processes' runners busy on one queue, every group paid a NOTIFY that woke three
+// watchers whose processes had nobody waiting: 0.5 ms of a 3 ms commit batch
+// (BenchmarkProcesses, 2026-12-05). The keys are let go once no waiter came for watchIdle
+// and none waits (waiters.hold), and taken again when one comes (Waiting wakes the watcher;
+// see waiters.wait). Nothing is missed: a waiter takes its signal's channel before it reads
+// the state it waits on, and that is when the queue calls Waiting; if the keys were not held,
+// the watcher takes them (waiting for every group that did not notify this process, as at a
+// registration) and then signals Changed, so the waiter reads again and sees every commit
+// those groups made. A waiter that came while they were held is seen by the release: held
+// is cleared before waiting is asked, so a waiter either finds it cleared (and wakes the
+// watcher) or is seen waiting (and the keys are kept). The cost of a waiter coming to a
+// process that let its keys go: one statement on the listening connection before its
+// read sees other processes' commits.
+
+// watchIdle is how long no waiter must come before the watcher lets its listener keys go.
+// A var for the tests.
+var watchIdle = time.Second
+
+// releaseListenSQL lets the listener keys a registration took go (the slot stays owned).
+const releaseListenSQL = `SELECT pg_advisory_unlock_shared(k) FROM unnest($1::bigint[]) AS k`
+
+// waiters is what the watcher knows of this process's waiters (No waiter, no notification).
+type waiters struct {
+	waiting atomic.Pointer[func() bool] // the queue's report (WatchWaiters); nil: always one
+	calls   atomic.Int64                // Waiting's calls
+	held    atomic.Bool                 // the watcher holds its listener keys
+	came    chan struct{}               // (1) a waiter came while they were not held
+}
+
+// WatchWaiters is engineapi.WaiterWatcher's: waiting reports whether a waiter waits now.
+func (e *engine) WatchWaiters(waiting func() bool) { e.waiters.waiting.Store(&waiting) }
+
+// Waiting is engineapi.WaiterWatcher's: a waiter is about to read the state it waits on.
+func (e *engine) Waiting() {
+	w := &e.waiters
+	w.calls.Add(1)
+	if !w.held.Load() {
+		select {
+		case w.came <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *waiters) anyWaiting() bool {
+	f := w.waiting.Load()
+	return f == nil || (*f)()
+}
+
+// idleSince is the start of the watcher's current stretch without a waiter coming.
+type idleSince struct {
+	at    time.Time
+	calls int64
+}
+
+// start is the stretch of a new registration, which took the keys: the first hold lets them
+// go at once unless a waiter waits or comes meanwhile (a process opened to submit, or one
+// whose workers are busy, needs none).
+func (w *waiters) start() *idleSince { return &idleSince{calls: w.calls.Load()} }
+
+// hold runs before each of the watcher's waits on conn (registered, owning slot; held: it
+// holds its listener keys) and returns whether it holds them for the wait: it takes them
+// when a waiter came or waits, and lets them go after watchIdle without one. An error is
+// conn's or the server's (a lock not granted within lock_timeout): the caller makes the
+// listener again, which closes conn and drops its locks.
+func (w *waiters) hold(ctx context.Context, e *engine, conn *pgx.Conn, slot int, held bool, idle *idleSince) (bool, error) {
+	if !held {
+		select {
+		case <-w.came:
+		default:
+			if !w.anyWaiting() {
+				return false, nil
+			}
+		}
+		if err := execListener(ctx, conn, holdListenSQL, e.listenKeys.others(slot)); err != nil {
+			return false, err
+		}
+		w.held.Store(true)
+		*idle = idleSince{time.Now(), w.calls.Load()}
+		e.signal() // every group that did not notify this process has committed: read again
+		return true, nil
+	}
+	if time.Since(idle.at) < watchIdle {
+		return true, nil
+	}
+	if calls := w.calls.Load(); calls != idle.calls {
+		*idle = idleSince{time.Now(), calls}
+		return true, nil
+	}
+	w.held.Store(false) // before waiting is asked: a waiter after it wakes the watcher
+	if w.anyWaiting() {
+		w.held.Store(true)
+		*idle = idleSince{time.Now(), w.calls.Load()}
+		return true, nil
+	}
+	if err := execListener(ctx, conn, releaseListenSQL, e.listenKeys.others(slot)); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// execListener runs sql on a listening connection within listenerSetupWait (a server
+// process that stops answering must not hold the watcher: see listenerSetupWait).
+func execListener(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, listenerSetupWait)
+	defer cancel()
+	_, err := conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// wait is the watcher's wait on conn for the next notification, until until (no
+// notification, no error); without the listener keys held, a waiter's coming ends it too.
+// An error is ctx's end or conn's.
+func (w *waiters) wait(ctx context.Context, conn *pgx.Conn, held bool, until time.Time) (*pgconn.Notification, error) {
+	wctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	came := false
+	if !held {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			select {
+			case <-w.came:
+				came = true
+				cancel()
+			case <-stop:
+			}
+		}()
+		defer func() {
+			close(stop)
+			<-done
+			if came {
+				select { // for hold
+				case w.came <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	n, err := conn.WaitForNotification(wctx)
+	if err == nil || ctx.Err() != nil || conn.IsClosed() {
+		return n, err
+	}
+	// The deadline or a waiter's coming: a wait's timeout leaves the connection usable
+	// (pgx closes it only on other errors; see waitOrRecheck).
+	if errors.Is(wctx.Err(), context.DeadlineExceeded) || errors.Is(wctx.Err(), context.Canceled) {
+		return nil, nil
+	}
+	return nil, err
+}
+
 // listenSlots bounds the processes whose watchers own a slot; more run correctly, their
 // writers notifying at every group. A watcher holds listenSlots-1 advisory locks, a
 // follower listenSlots: entries of the server's shared lock table (sized by
@@ -62,6 +217,17 @@ const listenSlots = 32
 // is listen+i, slot i's ownership key own+i. 63-bit hashes with their low bits cleared, so
 // the keys of one queue are consecutive and positive.
 type listenKeys struct{ listen, own int64 }
+
+// others are the listener keys but slot's (every key: slot -1).
+func (k listenKeys) others(slot int) []int64 {
+	keys := make([]int64, 0, listenSlots)
+	for i := range listenSlots {
+		if i != slot {
+			keys = append(keys, k.listen+int64(i))
+		}
+	}
+	return keys
+}
 
 func newListenKeys(channel string) listenKeys {
 	key := func(what string) int64 {
@@ -116,7 +282,8 @@ func (e *engine) queueNotify(b *pgx.Batch) {
 	b.Queue(notifyAll, e.channel)
 }
 
-// listenerSetupWait bounds a listener's LISTEN and registration together. A server process
+// listenerSetupWait bounds a listener's LISTEN and registration together, and each later
+// statement that takes or lets go its keys (waiters.hold). A server process
 // that stops answering with its socket open (a stuck or stopped backend: TCP keepalives are
 // answered by the kernel) would otherwise hold the watcher or the follower in that statement
 // forever, before the loop whose recheck finds such a listener (waitOrRecheck): the queue's
@@ -161,15 +328,9 @@ func (e *engine) registerListener(ctx context.Context, conn *pgx.Conn, own bool)
 			}
 		}
 	}
-	keys := make([]int64, 0, listenSlots)
-	for i := range listenSlots {
-		if i != slot {
-			keys = append(keys, e.listenKeys.listen+int64(i))
-		}
-	}
 	// A shared lock waits only for a group holding its key exclusively, until that group's
 	// COMMIT; groups never wait for a listener's locks.
-	if _, err := conn.Exec(ctx, holdListenSQL, keys); err != nil {
+	if _, err := conn.Exec(ctx, holdListenSQL, e.listenKeys.others(slot)); err != nil {
 		return -1, unlessRefused(err, conn) // a slot taken stays unused until conn closes
 	}
 	return slot, nil

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +62,15 @@ func submitN(t *testing.T, q *work.Queue, n int) {
 	}
 }
 
+// withWaiters makes e's process one that always has a waiter (waiters.hold keeps its
+// listener keys: TestNoWaiterNoNotification tests the release) and waits until it holds them.
+func withWaiters(t *testing.T, e *engine) {
+	t.Helper()
+	e.WatchWaiters(func() bool { return true })
+	e.Waiting()
+	waitFor(t, 10*time.Second, "the watcher to hold its listener keys", func() bool { return e.waiters.held.Load() })
+}
+
 func waitSlot(t *testing.T, e *engine) int {
 	t.Helper()
 	waitFor(t, 10*time.Second, "the watcher to own a slot", func() bool { return e.watcherSlot.Load() >= 0 })
@@ -104,6 +114,8 @@ func TestGroupsNotifyOnlyOtherListeners(t *testing.T) {
 	if s1, s2 := waitSlot(t, e), waitSlot(t, e2); s1 == s2 {
 		t.Fatalf("two processes' watchers own the same slot %d", s1)
 	}
+	withWaiters(t, e)
+	withWaiters(t, e2)
 	submitN(t, q, 3)
 	if n := bare.heard(); n != 3 {
 		t.Fatalf("with another process listening, 3 groups sent %d notifications, want 3", n)
@@ -309,4 +321,123 @@ func TestListenerStoppedInItsRegistration(t *testing.T) {
 		submitN(t, q, 1)
 		f.take(t, "the log, after a listener stopped in its registration", 2) // the watcher's submit and this one
 	})
+}
+
+// TestNoWaiterNoNotification (listeners.go, "No waiter, no notification"): a process with no
+// waiter lets its listener keys go, and the other process's groups then send no
+// notification; a waiter coming takes them again, and learns of a commit made while they
+// were not held: the commit of a group that had already skipped its notification (held open
+// past its try here) is waited for before the keys are taken, and the waiters are signaled
+// after. watchRecheck is 30 s: a waiter that learned of it only from the recheck would be too
+// late.
+func TestNoWaiterNoNotification(t *testing.T) {
+	wasIdle, wasRecheck := watchIdle, watchRecheck
+	watchIdle, watchRecheck = 100*time.Millisecond, 30*time.Second
+	t.Cleanup(func() { watchIdle, watchRecheck = wasIdle, wasRecheck })
+	dsn := pgtest.Schema(t)
+	e, q := openEngine(t, dsn, nil)
+	e2, q2 := openEngine(t, dsn, nil)
+	waitSlot(t, e)
+	waitSlot(t, e2)
+	waitFor(t, 10*time.Second, "both processes to let their listener keys go", func() bool {
+		return !e.waiters.held.Load() && !e2.waiters.held.Load()
+	})
+	bare := newBareListener(t, e)
+	submitN(t, q, 3)
+	submitN(t, q2, 2)
+	if n := bare.heard(); n != 0 {
+		t.Fatalf("with no waiter in either process, 5 groups sent %d notifications, want 0", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // before the queues close: the waiters end quietly
+	// awaited waits in q2, as a worker does (WaitTasks may return early: it then reads
+	// again), until a task of kind is pending, and reports how long that took.
+	type result struct {
+		d   time.Duration
+		err error
+	}
+	awaited := func(kind string) chan result {
+		out := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			for {
+				st, err := q2.Stats(ctx)
+				if err != nil {
+					out <- result{err: err}
+					return
+				}
+				for _, k := range st.Kinds {
+					if k.Kind == kind && k.Pending > 0 {
+						out <- result{d: time.Since(start)}
+						return
+					}
+				}
+				if err := q2.WaitTasks(ctx, []string{kind}); err != nil {
+					out <- result{err: err}
+					return
+				}
+			}
+		}()
+		return out
+	}
+	learned := func(what string, got chan result) time.Duration {
+		t.Helper()
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatalf("%s: %v", what, r.err)
+			}
+			return r.d
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not learned in 10 s", what)
+			return 0
+		}
+	}
+
+	// A group of q's that took its key (no listener held it) and has not committed yet: it
+	// sleeps before its COMMIT. A waiter of q2 comes meanwhile, reads nothing, and waits.
+	var slow atomic.Bool
+	slow.Store(true)
+	e.hookCommitBatch = func(b *pgx.Batch) {
+		if slow.CompareAndSwap(true, false) { // the next group's only
+			last := len(b.QueuedQueries) - 1 // COMMIT
+			sleep := &pgx.QueuedQuery{SQL: "SELECT pg_sleep(1)"}
+			b.QueuedQueries = append(b.QueuedQueries[:last], sleep, b.QueuedQueries[last])
+		}
+	}
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "awaited"})
+		submitted <- err
+	}()
+	admin := connect(t, dsn)
+	waitFor(t, 10*time.Second, "the group to sleep before its COMMIT", func() bool {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(1)'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	learned("a commit made while the waiting process did not hold its listener keys", awaited("awaited"))
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	if n := bare.heard(); n != 0 {
+		t.Errorf("the group that took its key sent %d notifications, want 0", n)
+	}
+
+	// While a waiter waits, the other process's groups notify it.
+	later := awaited("later")
+	waitFor(t, 10*time.Second, "the waiting process to hold its listener keys", func() bool { return e2.waiters.held.Load() })
+	time.Sleep(3 * watchIdle) // still held: a waiter waits
+	submitN(t, q, 1)          // kind "k"
+	if n := bare.heard(); n != 1 {
+		t.Errorf("with a waiter in the other process, a group sent %d notifications, want 1", n)
+	}
+	if _, err := q.Session("s").Submit(ctx, work.TaskRequest{Kind: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := learned("a commit while the waiter waits", later); d > 5*time.Second {
+		t.Errorf("learned after %v", d)
+	}
 }

@@ -206,6 +206,7 @@ type engine struct {
 
 	changed     chan struct{}
 	watcherDone chan struct{}
+	waiters     waiters     // whether this process's waiters need other processes' commits (listeners.go)
 	inbox       *inbox      // SubmitTx's rows (submittx.go)
 	queue       *work.Queue // the queue over this engine, for SubmitTx's lookup (Close forgets it)
 	keyReads    [2]keyReads // read-first's key reads, coalesced: tasks' [0], wakes' [1] (readfirst.go)
@@ -336,6 +337,7 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 		watcherDone: make(chan struct{}), inbox: newInbox(schema),
 	}
 	e.watcherSlot.Store(-1)
+	e.waiters.came = make(chan struct{}, 1)
 	return e, nil
 }
 
@@ -500,24 +502,53 @@ func (e *engine) watch() {
 			if err == nil {
 				wait = 50 * time.Millisecond
 				e.signal()
-				e.signalInbox() // a SubmitTx may have committed while nobody listened
+				e.signalInbox()   // a SubmitTx may have committed while nobody listened
+				held := slot >= 0 // its listener keys (registered; listeners.go: no waiter, no notification)
+				e.waiters.held.Store(held)
+				idle := e.waiters.start()
+				quiet := time.Now() // since the last notification or recheck
 				for {
+					// With a slot, the listener keys are held only while this process has
+					// waiters (listeners.go, "No waiter, no notification").
+					release := time.Time{} // when hold may let them go (zero: never)
+					if slot >= 0 {
+						if held, err = e.waiters.hold(e.ctx, e, conn, slot, held, idle); err != nil {
+							break
+						}
+						if held && e.waiters.waiting.Load() != nil {
+							release = idle.at.Add(watchIdle)
+						}
+					}
 					// Bounded like Store.Follow's wait (follow.go): a listener whose server
 					// process stopped with its socket open delivers nothing and fails nothing,
 					// and every waiter and Queue.Follow of this process would miss the other
-					// processes' commits for as long. After followRecheck of silence, the
+					// processes' commits for as long. After watchRecheck of silence, the
 					// waiters and the inbox are woken (they read again: a lost notification
 					// costs at most that long) and the listener must answer a ping, or it is
-					// made again (follow.go).
+					// made again (follow.go). The wait also ends when hold may let the keys
+					// go, and, while they are not held, when a waiter comes.
+					recheck := quiet.Add(watchRecheck)
+					until := recheck
+					if !release.IsZero() && release.Before(until) {
+						until = release
+					}
 					var n *pgconn.Notification
-					if n, err = waitOrRecheck(e.ctx, conn, watchRecheck); err != nil {
+					if n, err = e.waiters.wait(e.ctx, conn, held || slot < 0, until); err != nil {
 						break
 					}
 					if n == nil {
+						if time.Now().Before(recheck) {
+							continue // hold's turn, or a waiter's
+						}
+						quiet = time.Now()
+						if err = pingListener(e.ctx, conn); err != nil {
+							break
+						}
 						e.signal()
 						e.signalInbox()
 						continue
 					}
+					quiet = time.Now()
 					if n.Payload == inboxPayload {
 						e.signalInbox()
 					} else {

@@ -74,15 +74,27 @@ type waitHub struct {
 	closeOnce    sync.Once
 
 	// Commits of other processes, from an engine that implements engineapi.Watcher,
-	// forwarded to both signals by one goroutine started by the first waiter.
+	// forwarded to both signals by one goroutine started by the first waiter. aware: the
+	// watcher, when it would rather hear them only while somebody waits (WaiterWatcher).
 	watcher   engineapi.Watcher
 	watchOnce sync.Once
+	aware     engineapi.WaiterWatcher
 }
 
 // newWaitHub is the hub of an engine whose Watcher (nil: none) reports other processes'
 // commits.
 func newWaitHub(watcher engineapi.Watcher) *waitHub {
-	return &waitHub{done: make(chan struct{}), watcher: watcher}
+	h := &waitHub{done: make(chan struct{}), watcher: watcher}
+	if a, ok := watcher.(engineapi.WaiterWatcher); ok {
+		h.aware = a
+		a.WatchWaiters(h.waiting)
+	}
+	return h
+}
+
+// waiting reports whether anybody waits on a signal now.
+func (h *waitHub) waiting() bool {
+	return h.tasks.Load() != nil || h.wakes.Load() != nil || h.log.Load() != nil || h.slots.Load() != nil
 }
 
 func (h *waitHub) slot(which uint8) *atomic.Pointer[chan struct{}] {
@@ -97,9 +109,14 @@ func (h *waitHub) slot(which uint8) *atomic.Pointer[chan struct{}] {
 	return &h.tasks
 }
 
-// channel returns the channel the next signal of which closes.
+// channel returns the channel the next signal of which closes. A waiter takes it before it
+// reads the state it waits on; so does the watcher's Waiting call (WaiterWatcher), made
+// once the channel is in place, so that waiting reports it from then on.
 func (h *waitHub) channel(which uint8) <-chan struct{} {
 	p := h.slot(which)
+	if h.aware != nil {
+		defer h.aware.Waiting()
+	}
 	for {
 		if c := p.Load(); c != nil {
 			return *c

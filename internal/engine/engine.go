@@ -89,6 +89,18 @@ type Watcher interface {
 	Changed() <-chan struct{}
 }
 
+// WaiterWatcher is a Watcher that may stop hearing other processes' commits while this
+// process has no waiter (PostgreSQL: their commits then send it no notification). The
+// queue calls WatchWaiters once, with waiting, which reports whether a waiter waits now;
+// and Waiting whenever a waiter starts to wait, before it reads the state it waits on. From
+// then on the engine must report every other process's commit: when it was not listening,
+// it listens again and sends Changed once it does (the waiter then reads again).
+type WaiterWatcher interface {
+	Watcher
+	WatchWaiters(waiting func() bool)
+	Waiting()
+}
+
 // Pruner is implemented by an engine that can prune history (Queue.Prune). What is prunable
 // is decided by projection's rule (projection.Task.PruneAt, Wake.PruneAt, PrunableBefore),
 // never restated by an engine: a State-based engine removes a subject with
