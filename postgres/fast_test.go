@@ -45,13 +45,14 @@ func (c *tripCounter) trips() []string {
 
 // background reports statements the queue sends on its own, not as a command's part: the
 // clock's refresh (clock.go), the listener's LISTEN and its registration (listeners.go: it
-// runs whenever the watcher connects, which a loaded machine may delay into a count), and
+// runs whenever the watcher connects, which a loaded machine may delay into a count), the
+// watcher's taking and letting go of its keys (no waiter, no notification), and
 // the inbox's check (work/inbox.go,
 // InboxPending), which the listener's start and every recheck of a silent listener set off
 // at any moment; the first on a connection is two round trips, its prepare and itself.
 func background(sql string) bool {
 	return strings.Contains(sql, "clock_timestamp") || strings.HasPrefix(sql, "LISTEN") ||
-		sql == takeSlotSQL || sql == holdListenSQL || inboxCheck(sql)
+		sql == takeSlotSQL || sql == holdListenSQL || sql == releaseListenSQL || inboxCheck(sql)
 }
 
 // inboxCheck reports InboxPending's statement (submittx.go: SELECT EXISTS (… submit_inbox)).

@@ -3,6 +3,7 @@ package work
 import (
 	"context"
 	"fmt"
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"time"
 )
 
@@ -120,8 +121,17 @@ func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []Task
 	for i := range ps {
 		ps[i].input = ownValue(rs[i].Input, staged)
 	}
+	var keys []string
+	for i := range rs {
+		if k := rs[i].IdempotencyKey; k != "" {
+			keys = append(keys, k)
+		}
+	}
 	out := make([]SubmitResult, len(rs))
 	err := b.update(ctx, func(tx txn) error {
+		if err := prefetchNewTaskKeys(tx, sessionID, keys); err != nil {
+			return err
+		}
 		for i := range ps { // fn may run twice: every result is set afresh
 			t, derr, err := b.submitIn(tx, sessionID, &ps[i], at)
 			if err != nil {
@@ -135,4 +145,20 @@ func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []Task
 		return nil, backendErr(err)
 	}
 	return out, nil
+}
+
+// prefetchNewTaskKeys tells tx's engine the keys a batch is about to look up, when its
+// transaction reads them cheaper together (engineapi.NewKeyPrefetcher: PostgreSQL read
+// each key of a batch in a round trip of its own under the log head's lock).
+func prefetchNewTaskKeys(tx txn, sessionID string, keys []string) error {
+	if len(keys) < 2 {
+		return nil
+	}
+	if w, ok := tx.(*watchCall); ok {
+		tx = w.txn
+	}
+	if p, ok := tx.(engineapi.NewKeyPrefetcher); ok {
+		return p.PrefetchNewTaskKeys(sessionID, keys)
+	}
+	return nil
 }

@@ -60,6 +60,15 @@ type KeyPrefetcher interface {
 	PrefetchTaskKeys(sessionID string, keys []string) error
 }
 
+// NewKeyPrefetcher is a Txn whose reads are round trips: a command that will look up many
+// task keys of one session it expects to be new (a batch submit: work.SubmitMany) names them
+// first, and the Txn reads them in one statement where it would have read each, or, where
+// it takes a new key as absent without a read (PostgreSQL's group run before the lock: its
+// insert proves it), reads none. TaskKey answers the same either way.
+type NewKeyPrefetcher interface {
+	PrefetchNewTaskKeys(sessionID string, keys []string) error
+}
+
 // Config is what a queue over an Engine needs besides the engine.
 type Config struct {
 	MaxValueBytes int       // the largest input, payload or output accepted, in bytes
