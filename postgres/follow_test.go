@@ -377,14 +377,30 @@ func TestQueueWatcherListenerStopped(t *testing.T) {
 func stopListener(t *testing.T, admin *pgx.Conn, app string, s *work.Session, f *followed) {
 	t.Helper()
 	ctx := context.Background()
+	// Stopped only while idle (waiting for its client, as a listener does): a server process
+	// stopped inside a statement may hold a lightweight lock of the server's (a lock table
+	// partition, as when it takes or lets go its listener keys), and every other session
+	// needing it would wait too (stress run, 2026-12-05: the writer's Submit timed out after
+	// 30 s). Its state is read after the stop, which it can no longer change.
 	var stopped int32
-	waitFor(t, time.Minute, "the listener", func() bool {
+	waitFor(t, time.Minute, "the listener, idle", func() bool {
 		stopped = listenerPID(t, admin, app, 0)
-		return stopped != 0
+		if stopped == 0 {
+			return false
+		}
+		if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		var state string
+		if err := admin.QueryRow(ctx, `SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1`, stopped).Scan(&state); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if state == "idle" {
+			return true
+		}
+		syscall.Kill(int(stopped), syscall.SIGCONT)
+		return false
 	})
-	if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { syscall.Kill(int(stopped), syscall.SIGCONT) })
 
 	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "unheard"})

@@ -14,7 +14,7 @@ import (
 // TestSubmitManyReadsItsKeysTogether (engineapi.NewKeyPrefetcher): a SubmitMany run the
 // ordinary way (under the lock) reads the keys its cache does not hold in one statement, not
 // one round trip each: a batch of 100 keys, half stored by another process, is the begin
-// batch, the keys' read and the commit batch. Every answer is what one read per key gave: the
+// batch, the keys' read and the commit batch (prepares not counted). Every answer is what one read per key gave: the
 // stored keys name their tasks (or conflict), the new ones make tasks, and a key repeated
 // in the batch names the first request's task.
 func TestSubmitManyReadsItsKeysTogether(t *testing.T) {
@@ -29,10 +29,10 @@ func TestSubmitManyReadsItsKeysTogether(t *testing.T) {
 		}
 		stored[tk.IdempotencyKey] = tk.ID
 	}
-	e, q, tc := openCounted(t, dsn)
+	e, q, tc := openCountedUnprepared(t, dsn) // a prepare goes to the connection the pool hands out
 	// The ordinary way: a hook of its commit batch keeps the group from the fast path.
 	e.hookBeforeCommit = func(*pgx.Conn) {}
-	// Prepare what the ordinary way sends, on another session's keys.
+	// The ordinary way's statements, on another session's keys.
 	if _, err := q.Session("warm-up").SubmitMany(ctx, []work.TaskRequest{{Kind: "k", IdempotencyKey: "a"}, {Kind: "k", IdempotencyKey: "b"}}); err != nil {
 		t.Fatal(err)
 	}
