@@ -71,6 +71,22 @@ func withWaiters(t *testing.T, e *engine) {
 	waitFor(t, 10*time.Second, "the watcher to hold its listener keys", func() bool { return e.waiters.held.Load() })
 }
 
+// wokenByCommit checks that a commit of q (another process's queue) wakes e's watcher by
+// a notification: within 3 s, under watchRecheck.
+func wokenByCommit(t *testing.T, e *engine, q *work.Queue, what string) {
+	t.Helper()
+	select {
+	case <-e.Changed(): // the signal of its (re)connection, or of taking its keys
+	default:
+	}
+	submitN(t, q, 1)
+	select {
+	case <-e.Changed():
+	case <-time.After(3 * time.Second):
+		t.Fatalf("%s did not wake on a commit", what)
+	}
+}
+
 func waitSlot(t *testing.T, e *engine) int {
 	t.Helper()
 	waitFor(t, 10*time.Second, "the watcher to own a slot", func() bool { return e.watcherSlot.Load() >= 0 })
@@ -231,16 +247,7 @@ func TestListenerLockedOutListensUnregistered(t *testing.T) {
 
 	e2, _ := openEngine(t, dsn, nil)
 	time.Sleep(5 * listenerLockWait) // its watcher's registration gives up
-	select {
-	case <-e2.Changed(): // the signal of its (re)connection
-	default:
-	}
-	submitN(t, q, 1)
-	select {
-	case <-e2.Changed():
-	case <-time.After(3 * time.Second): // under watchRecheck: a notification, not a recheck
-		t.Fatal("another process's watcher locked out of its locks did not wake on a commit")
-	}
+	wokenByCommit(t, e2, q, "another process's watcher locked out of its locks")
 	if s := e2.watcherSlot.Load(); s != -1 {
 		t.Errorf("a watcher without its locks owns slot %d, want none (its writer notifies every group)", s)
 	}
@@ -302,16 +309,8 @@ func TestListenerStoppedInItsRegistration(t *testing.T) {
 			e2, _ = openEngine(t, withApp(t, dsn, "watch-stopped-registering"), nil)
 		})
 		waitSlot(t, e2) // a new listener registered
-		select {
-		case <-e2.Changed(): // the signal of its (re)connection
-		default:
-		}
-		submitN(t, q, 1)
-		select {
-		case <-e2.Changed():
-		case <-time.After(3 * time.Second): // under watchRecheck: a notification, not a recheck
-			t.Fatal("a watcher made again after a listener stopped in its registration did not wake on a commit")
-		}
+		withWaiters(t, e2)
+		wokenByCommit(t, e2, q, "a watcher made again after a listener stopped in its registration")
 	})
 	t.Run("follower", func(t *testing.T) {
 		var f *followed
