@@ -75,6 +75,7 @@ type statements struct {
 	tasksByID, wakesByID, taskKeysIn, wakeKeysIn, prunedRanges, allPrunable string
 	setMark, getMark, delMark, waitHead                                     string
 	taskKeyRec, wakeKeyRec, taskKeysRec, wakeKeysRec                        string // ViewDurable's (readfirst.go)
+	dueSummary                                                              string // viewReader.DueSummary's (index.go)
 	changesSince                                                            string // the writer's cache (catchup.go)
 	headNow, checkHead, headLast                                            string // the writer's fast path (fast.go), its begin (catchup.go)
 
@@ -165,6 +166,7 @@ func newStatements(schema string) *statements {
 		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
 	st.taskKeyRec, st.wakeKeyRec, st.taskKeysRec, st.wakeKeysRec = keyRecStatements(q)
+	st.dueSummary = q(`SELECT count(*), coalesce(min(at), 0) FROM {s}.due WHERE at <= $1`)
 	st.changesSince = changesSinceStatement(q)
 	st.headNow, st.checkHead = headStatements(q)
 	st.headLast = headLastStatement(q)

@@ -40,6 +40,15 @@ type Reader interface {
 	KindPolicies(fn func(*KindPolicy) bool) error
 }
 
+// DueSummarizer is a Reader that counts the due index's entries up to a time without
+// handing each out (PostgreSQL: one statement, where a walk reads the entries a page a round
+// trip). Queue.Stats uses it when the Reader has it. It answers what a walk of
+// ScanIndex(IndexDue, "", math.MinInt64, maxAt) would count: the entries, and the least At
+// among them (0 when there are none).
+type DueSummarizer interface {
+	DueSummary(maxAt int64) (n int64, oldestAt int64, err error)
+}
+
 // State is projected state that Apply can change. A store makes the writes of one command
 // atomic with the append of its events.
 //

@@ -299,7 +299,8 @@ func (b *logBackend) Tasks(ctx context.Context, sessionID string, f TaskFilter) 
 // Stats reads the counts the fold keeps (Reader.Counts: one entry per kind and state, no
 // record read) and walks the due index up to now for DueNow and OldestDueAt: that walk costs
 // one index entry per task due now (the backlog a dashboard shows), and nothing for tasks
-// scheduled later or running under live leases.
+// scheduled later or running under live leases. A Reader that counts them itself
+// (projection.DueSummarizer: PostgreSQL's, in one statement) is asked instead.
 func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, error) {
 	at, verr := nanos("now", now)
 	if verr != nil {
@@ -324,6 +325,14 @@ func (b *logBackend) Stats(ctx context.Context, now time.Time) (QueueStats, erro
 		out.Kinds = mergeKinds(out.Kinds)
 		if out.Policies, out.PausedKinds, err = policyStats(r, at); err != nil {
 			return err
+		}
+		if ds, ok := r.(projection.DueSummarizer); ok {
+			n, oldest, err := ds.DueSummary(at)
+			if err != nil || n == 0 {
+				return err
+			}
+			out.DueNow, out.OldestDueAt, out.OldestDueAge = n, fromNanos(oldest), age(at, oldest)
+			return nil
 		}
 		// The scan is in claim order (priority first): the oldest is the least At of all.
 		return r.ScanIndex(projection.IndexDue, "", math.MinInt64, at, func(e projection.IndexEntry) bool {
