@@ -112,15 +112,35 @@ func (s *pgServerStats) samplePSS() {
 	s.mu.Unlock()
 }
 
+// cpu is the server's CPU seconds so far: the postmaster's own, its reaped children's
+// (cutime, cstime) and its live children's. A child reaped between the postmaster's figures
+// and the children's would be missed (or counted twice, the other way round), and the
+// children file of /proc lists what the kernel has at hand, not always every child: a W2
+// phase once read -1.8 s of server CPU (2026-12-04). So the children are found by a scan of
+// /proc, and the whole is read again while the postmaster's reaped figures move under it.
 func (s *pgServerStats) cpu() float64 {
-	f := statFields(s.pid)
-	if len(f) < 17 {
-		return 0
+	reaped := func() (int64, bool) {
+		f := statFields(s.pid)
+		if len(f) < 17 {
+			return 0, false
+		}
+		return atoi(f[15]) + atoi(f[16]), true // cutime cstime
 	}
-	ticks := atoi(f[13]) + atoi(f[14]) + atoi(f[15]) + atoi(f[16]) // utime stime cutime cstime
-	for _, c := range children(s.pid) {
-		if cf := statFields(c); len(cf) >= 15 {
-			ticks += atoi(cf[13]) + atoi(cf[14])
+	var ticks int64
+	for range 10 {
+		f := statFields(s.pid)
+		if len(f) < 17 {
+			return 0
+		}
+		r0 := atoi(f[15]) + atoi(f[16])
+		ticks = atoi(f[13]) + atoi(f[14]) + r0 // utime stime, and the reaped children's
+		for _, c := range scanChildren(s.pid) {
+			if cf := statFields(c); len(cf) >= 15 {
+				ticks += atoi(cf[13]) + atoi(cf[14])
+			}
+		}
+		if r1, ok := reaped(); !ok || r1 == r0 {
+			break
 		}
 	}
 	return float64(ticks) / clockTicks
