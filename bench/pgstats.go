@@ -119,28 +119,21 @@ func (s *pgServerStats) samplePSS() {
 // phase once read -1.8 s of server CPU (2026-12-04). So the children are found by a scan of
 // /proc, and the whole is read again while the postmaster's reaped figures move under it.
 func (s *pgServerStats) cpu() float64 {
-	reaped := func() (int64, bool) {
-		f := statFields(s.pid)
-		if len(f) < 17 {
-			return 0, false
-		}
-		return atoi(f[15]) + atoi(f[16]), true // cutime cstime
-	}
 	var ticks int64
 	for range 10 {
 		f := statFields(s.pid)
 		if len(f) < 17 {
 			return 0
 		}
-		r0 := atoi(f[15]) + atoi(f[16])
-		ticks = atoi(f[13]) + atoi(f[14]) + r0 // utime stime, and the reaped children's
+		reaped := atoi(f[15]) + atoi(f[16])        // cutime cstime
+		ticks = atoi(f[13]) + atoi(f[14]) + reaped // utime stime
 		for _, c := range scanChildren(s.pid) {
 			if cf := statFields(c); len(cf) >= 15 {
 				ticks += atoi(cf[13]) + atoi(cf[14])
 			}
 		}
-		if r1, ok := reaped(); !ok || r1 == r0 {
-			break
+		if f := statFields(s.pid); len(f) < 17 || atoi(f[15])+atoi(f[16]) == reaped {
+			break // no child reaped meanwhile
 		}
 	}
 	return float64(ticks) / clockTicks

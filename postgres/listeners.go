@@ -116,45 +116,42 @@ type idleSince struct {
 // whose workers are busy, needs none).
 func (w *waiters) start() *idleSince { return &idleSince{calls: w.calls.Load()} }
 
-// hold runs before each of the watcher's waits on conn (registered, owning slot; held: it
-// holds its listener keys) and returns whether it holds them for the wait: it takes them
-// when a waiter came or waits, and lets them go after watchIdle without one. An error is
-// conn's or the server's (a lock not granted within lock_timeout): the caller makes the
-// listener again, which closes conn and drops its locks.
-func (w *waiters) hold(ctx context.Context, e *engine, conn *pgx.Conn, slot int, held bool, idle *idleSince) (bool, error) {
-	if !held {
+// hold runs before each of the watcher's waits on conn (registered, owning slot): it takes
+// the listener keys when a waiter came or waits, and lets them go after watchIdle without
+// one; w.held says which for the wait. An error is conn's or the server's (a lock not
+// granted within lock_timeout): the caller makes the listener again, which closes conn and
+// drops its locks.
+func (w *waiters) hold(ctx context.Context, e *engine, conn *pgx.Conn, slot int, idle *idleSince) error {
+	if !w.held.Load() {
 		select {
 		case <-w.came:
 		default:
 			if !w.anyWaiting() {
-				return false, nil
+				return nil
 			}
 		}
 		if err := execListener(ctx, conn, holdListenSQL, e.listenKeys.others(slot)); err != nil {
-			return false, err
+			return err
 		}
 		w.held.Store(true)
 		*idle = idleSince{time.Now(), w.calls.Load()}
 		e.signal() // every group that did not notify this process has committed: read again
-		return true, nil
+		return nil
 	}
 	if time.Since(idle.at) < watchIdle {
-		return true, nil
+		return nil
 	}
 	if calls := w.calls.Load(); calls != idle.calls {
 		*idle = idleSince{time.Now(), calls}
-		return true, nil
+		return nil
 	}
 	w.held.Store(false) // before waiting is asked: a waiter after it wakes the watcher
 	if w.anyWaiting() {
 		w.held.Store(true)
 		*idle = idleSince{time.Now(), w.calls.Load()}
-		return true, nil
+		return nil
 	}
-	if err := execListener(ctx, conn, releaseListenSQL, e.listenKeys.others(slot)); err != nil {
-		return false, err
-	}
-	return false, nil
+	return execListener(ctx, conn, releaseListenSQL, e.listenKeys.others(slot))
 }
 
 // execListener runs sql on a listening connection within listenerSetupWait (a server

@@ -501,60 +501,7 @@ func (e *engine) watch() {
 			e.watcherSlot.Store(int32(slot))
 			if err == nil {
 				wait = 50 * time.Millisecond
-				e.signal()
-				e.signalInbox()   // a SubmitTx may have committed while nobody listened
-				held := slot >= 0 // its listener keys (registered; listeners.go: no waiter, no notification)
-				e.waiters.held.Store(held)
-				idle := e.waiters.start()
-				quiet := time.Now() // since the last notification or recheck
-				for {
-					// With a slot, the listener keys are held only while this process has
-					// waiters (listeners.go, "No waiter, no notification").
-					release := time.Time{} // when hold may let them go (zero: never)
-					if slot >= 0 {
-						if held, err = e.waiters.hold(e.ctx, e, conn, slot, held, idle); err != nil {
-							break
-						}
-						if held && e.waiters.waiting.Load() != nil {
-							release = idle.at.Add(watchIdle)
-						}
-					}
-					// Bounded like Store.Follow's wait (follow.go): a listener whose server
-					// process stopped with its socket open delivers nothing and fails nothing,
-					// and every waiter and Queue.Follow of this process would miss the other
-					// processes' commits for as long. After watchRecheck of silence, the
-					// waiters and the inbox are woken (they read again: a lost notification
-					// costs at most that long) and the listener must answer a ping, or it is
-					// made again (follow.go). The wait also ends when hold may let the keys
-					// go, and, while they are not held, when a waiter comes.
-					recheck := quiet.Add(watchRecheck)
-					until := recheck
-					if !release.IsZero() && release.Before(until) {
-						until = release
-					}
-					var n *pgconn.Notification
-					if n, err = e.waiters.wait(e.ctx, conn, held || slot < 0, until); err != nil {
-						break
-					}
-					if n == nil {
-						if time.Now().Before(recheck) {
-							continue // hold's turn, or a waiter's
-						}
-						quiet = time.Now()
-						if err = pingListener(e.ctx, conn); err != nil {
-							break
-						}
-						e.signal()
-						e.signalInbox()
-						continue
-					}
-					quiet = time.Now()
-					if n.Payload == inboxPayload {
-						e.signalInbox()
-					} else {
-						e.signal()
-					}
-				}
+				e.listenOn(conn, slot)
 			}
 			e.watcherSlot.Store(-1)
 			conn.Close(context.Background())
@@ -563,6 +510,62 @@ func (e *engine) watch() {
 		case <-e.ctx.Done():
 		case <-time.After(wait):
 			wait = min(2*wait, 2*time.Second)
+		}
+	}
+}
+
+// listenOn is the watcher's loop on conn, registered with slot (-1: none): it signals
+// Changed, or the inbox, at each notification, holds the listener keys only while this
+// process has waiters (listeners.go, "No waiter, no notification"), and returns when conn
+// fails or the queue closes: the caller makes the listener again.
+func (e *engine) listenOn(conn *pgx.Conn, slot int) {
+	e.signal()
+	e.signalInbox() // a SubmitTx may have committed while nobody listened
+	w := &e.waiters
+	w.held.Store(slot >= 0) // the registration took the keys
+	idle := w.start()
+	quiet := time.Now() // since the last notification or recheck
+	for {
+		release := time.Time{} // when hold may let the keys go (zero: never)
+		if slot >= 0 {
+			if err := w.hold(e.ctx, e, conn, slot, idle); err != nil {
+				return
+			}
+			if w.held.Load() && w.waiting.Load() != nil {
+				release = idle.at.Add(watchIdle)
+			}
+		}
+		// Bounded like Store.Follow's wait (follow.go): a listener whose server process
+		// stopped with its socket open delivers nothing and fails nothing, and every waiter
+		// and Queue.Follow of this process would miss the other processes' commits for as
+		// long. After watchRecheck of silence, the waiters and the inbox are woken (they read
+		// again: a lost notification costs at most that long) and the listener must answer a
+		// ping, or it is made again (follow.go). The wait also ends when hold may let the
+		// keys go, and, while they are not held, when a waiter comes.
+		recheck := quiet.Add(watchRecheck)
+		until := recheck
+		if !release.IsZero() && release.Before(until) {
+			until = release
+		}
+		n, err := w.wait(e.ctx, conn, slot < 0 || w.held.Load(), until)
+		if err != nil {
+			return
+		}
+		if n == nil && time.Now().Before(recheck) {
+			continue // hold's turn, or a waiter's
+		}
+		quiet = time.Now()
+		switch {
+		case n == nil: // the recheck
+			if pingListener(e.ctx, conn) != nil {
+				return
+			}
+			e.signal()
+			e.signalInbox()
+		case n.Payload == inboxPayload:
+			e.signalInbox()
+		default:
+			e.signal()
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/projection"
@@ -448,18 +450,10 @@ func (e *engine) readKeys(ctx context.Context, wake bool, batch []*keyRead) ([]k
 	if wake {
 		cols, one, many = wakeTable.cols, e.st.wakeKeyRec, e.st.wakeKeysRec
 	}
-	scan := func(a *keyAnswer, pre ...any) []any {
-		a.rec.cols = make([][]byte, cols)
-		dest := append(pre, &a.seq, &a.id, &a.rec.rec)
-		for i := range a.rec.cols {
-			dest = append(dest, &a.rec.cols[i])
-		}
-		return dest
-	}
 	if len(batch) == 1 {
 		var a keyAnswer
 		k := batch[0].k
-		err := queryRow(ctx, e, one, []any{[]byte(k.session), []byte(k.key)}, scan(&a)...)
+		err := queryRow(ctx, e, one, []any{[]byte(k.session), []byte(k.key)}, keyAnswerDest(&a, cols)...)
 		return []keyAnswer{a}, err
 	}
 	ss, ks := make([][]byte, len(batch)), make([][]byte, len(batch))
@@ -468,32 +462,48 @@ func (e *engine) readKeys(ctx context.Context, wake bool, batch []*keyRead) ([]k
 	}
 	var out []keyAnswer
 	err := e.run(ctx, func(q querier) error {
-		out = make([]keyAnswer, len(batch)) // the read may run again on another connection
 		rows, err := q.Query(ctx, many, ss, ks)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		got := 0
-		for rows.Next() {
-			var n int64
-			var a keyAnswer
-			if err := rows.Scan(scan(&a, &n)...); err != nil {
-				return err
-			}
-			if n != int64(got+1) {
-				return fmt.Errorf("postgres: key read %d of %d answered as %d", got+1, len(batch), n)
-			}
-			out[got] = a
-			got++
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if got != len(batch) {
-			return fmt.Errorf("postgres: %d key reads answered of %d", got, len(batch))
-		}
-		return nil
+		out, err = collectKeyAnswers(rows, cols, len(batch)) // the read may run again on another connection
+		return err
 	})
 	return out, err
+}
+
+// keyAnswerDest is the scan destinations of a key read's row into a (the record table's
+// cols columns after its rec), after pre.
+func keyAnswerDest(a *keyAnswer, cols int, pre ...any) []any {
+	a.rec.cols = make([][]byte, cols)
+	dest := append(pre, &a.seq, &a.id, &a.rec.rec)
+	for i := range a.rec.cols {
+		dest = append(dest, &a.rec.cols[i])
+	}
+	return dest
+}
+
+// collectKeyAnswers reads the rows of a statement of many key reads (keyRecStatements'
+// tasks or wakes), checking that they answer the want reads each once, in order.
+func collectKeyAnswers(rows pgx.Rows, cols, want int) ([]keyAnswer, error) {
+	defer rows.Close()
+	out := make([]keyAnswer, 0, want)
+	for rows.Next() {
+		var n int64
+		var a keyAnswer
+		if err := rows.Scan(keyAnswerDest(&a, cols, &n)...); err != nil {
+			return nil, err
+		}
+		if n != int64(len(out)+1) {
+			return nil, fmt.Errorf("postgres: key read %d of %d answered as %d", len(out)+1, want, n)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != want {
+		return nil, fmt.Errorf("postgres: %d key reads answered of %d", len(out), want)
+	}
+	return out, nil
 }

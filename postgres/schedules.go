@@ -364,40 +364,26 @@ func (t *txn) PrefetchNewTaskKeys(sessionID string, keys []string) error {
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	tasks := taskTable.cached(t.c)
-	got := 0
-	for rows.Next() {
-		var n, seq int64
-		var id []byte
-		s, err := taskTable.scanRow(rows, &n, &seq, &id)
-		if err != nil {
-			return err
-		}
-		if n != int64(got+1) {
-			return fmt.Errorf("postgres: key read %d of %d answered as %d", got+1, len(ks), n)
-		}
-		key := string(ks[got])
-		got++
-		t.c.taskKeys[skey{sessionID, key}] = string(id) // "": absent
-		if id == nil || s.rec == nil {
-			continue // no key; or a key without its record, which EditTask reads (and finds none)
-		}
-		if _, ok := tasks[string(id)]; ok {
-			continue
-		}
-		r, err := taskTable.decodeRow(string(id), s)
-		if err != nil {
-			return err
-		}
-		tasks[string(id)] = r
-		noteBig(t, taskTable, r)
-	}
-	if err := rows.Err(); err != nil {
+	answers, err := collectKeyAnswers(rows, taskTable.cols, len(ks)) // readfirst.go
+	if err != nil {
 		return err
 	}
-	if got != len(ks) {
-		return fmt.Errorf("postgres: %d key reads answered of %d", got, len(ks))
+	tasks := taskTable.cached(t.c)
+	for i, a := range answers {
+		id := string(a.id)
+		t.c.taskKeys[skey{sessionID, string(ks[i])}] = id // "": absent
+		if a.id == nil || a.rec.rec == nil {
+			continue // no key; or a key without its record, which EditTask reads (and finds none)
+		}
+		if _, ok := tasks[id]; ok {
+			continue
+		}
+		r, err := taskTable.decodeRow(id, a.rec)
+		if err != nil {
+			return err
+		}
+		tasks[id] = r
+		noteBig(t, taskTable, r)
 	}
 	return nil
 }

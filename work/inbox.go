@@ -206,7 +206,8 @@ func (b *logBackend) takeIn(tx txn, row engineapi.InboxEntry, newID string, at i
 }
 
 // engineTxn is the engine's own transaction under the decide code's (update wraps it to
-// signal the waiters): the engine's inbox methods run statements on it.
+// signal the waiters), for the engine's optional interfaces: its inbox methods run
+// statements on it, and its key prefetchers (schedules.go, submitmany.go) read with it.
 func engineTxn(tx txn) txn {
 	if w, ok := tx.(*watchCall); ok {
 		return w.txn

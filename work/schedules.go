@@ -476,10 +476,7 @@ func (b *logBackend) tickSchedule(tx txn, e projection.ScheduleEntry, at int64, 
 // keyPrefetcher is tx's engine transaction as an engineapi.KeyPrefetcher (through the
 // command's watchCall, which wraps it), or nil when it is none.
 func keyPrefetcher(tx txn) engineapi.KeyPrefetcher {
-	if w, ok := tx.(*watchCall); ok {
-		tx = w.txn
-	}
-	p, _ := tx.(engineapi.KeyPrefetcher)
+	p, _ := engineTxn(tx).(engineapi.KeyPrefetcher)
 	return p
 }
 

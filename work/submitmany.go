@@ -3,8 +3,9 @@ package work
 import (
 	"context"
 	"fmt"
-	engineapi "github.com/worklog/worklog/internal/engine"
 	"time"
+
+	engineapi "github.com/worklog/worklog/internal/engine"
 )
 
 // MaxSubmitMany is the most requests one SubmitMany takes.
@@ -154,10 +155,7 @@ func prefetchNewTaskKeys(tx txn, sessionID string, keys []string) error {
 	if len(keys) < 2 {
 		return nil
 	}
-	if w, ok := tx.(*watchCall); ok {
-		tx = w.txn
-	}
-	if p, ok := tx.(engineapi.NewKeyPrefetcher); ok {
+	if p, ok := engineTxn(tx).(engineapi.NewKeyPrefetcher); ok {
 		return p.PrefetchNewTaskKeys(sessionID, keys)
 	}
 	return nil
