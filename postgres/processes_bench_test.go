@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,11 @@ const procWorkerEnv = "WORKLOG_PG_PROC_WORKER" // the DSN: this process is a wor
 //     started over; dropped/catch-up, the entries a catch-up dropped;
 //   - fast/group: the groups committed in one round trip (fast.go) per committed group (a
 //     fast group that wrote nothing is counted in fast, not in groups); fast-stale/group, the
-//     fast batches whose check found another process's commit (a round trip lost).
+//     fast batches whose check found another process's commit (a round trip lost);
+//   - worker-cpu-ms/ktask: the worker processes' CPU time (user and system, /proc) over the
+//     timed run per 1,000 tasks; other-cpu-ms/ktask, the rest of the machine's busy time in
+//     it (/proc/stat): the server's processes, the parent's polling and anything else that
+//     ran, so it is a result only on an otherwise idle machine.
 //
 // The server is pgtest's (fsync off: a commit costs no disk flush, so the hold is the round
 // trips and the work inside them); bench/ runs River against a server with fsync on.
@@ -56,6 +61,10 @@ func BenchmarkProcesses(b *testing.B) {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchProcesses(b, procs) })
 	}
 }
+
+// procProfileEnv names a directory where each worker process of BenchmarkProcesses writes
+// its CPU profile (worker-I-of-N.prof), when set.
+const procProfileEnv = "WORKLOG_PROCESSES_PROFILE_DIR"
 
 // workerHead is what a worker process reports when it stops: its writer's headStats.
 type workerHead struct {
@@ -91,7 +100,11 @@ func benchProcesses(b *testing.B, procs int) {
 	}
 	ws := make([]worker, procs)
 	for i := range ws {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestProcessesWorker$")
+		args := []string{"-test.run=^TestProcessesWorker$"}
+		if dir := os.Getenv(procProfileEnv); dir != "" { // each worker's CPU profile, for pprof
+			args = append(args, fmt.Sprintf("-test.cpuprofile=%s/worker-%d-of-%d.prof", dir, i+1, procs))
+		}
+		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), procWorkerEnv+"="+dsn)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
@@ -120,6 +133,11 @@ func benchProcesses(b *testing.B, procs int) {
 	for _, w := range ws {
 		line(w, "ready")
 	}
+	pids := make([]int, len(ws))
+	for i, w := range ws {
+		pids[i] = w.cmd.Process.Pid
+	}
+	cpu0, workers0 := machineTicks(), procTicks(pids)
 	b.ResetTimer()
 	start := time.Now()
 	for _, w := range ws {
@@ -161,6 +179,7 @@ func benchProcesses(b *testing.B, procs int) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu, workers := machineTicks()-cpu0, procTicks(pids)-workers0
 	var sum workerHead
 	for _, w := range ws {
 		w.stdin.Close() // the worker stops its runner and reports
@@ -197,12 +216,67 @@ func benchProcesses(b *testing.B, procs int) {
 	b.ReportMetric(float64(sum.Reads)/float64(sum.Groups), "reads/group")
 	b.ReportMetric(float64(sum.Fast)/float64(sum.Groups), "fast/group")
 	b.ReportMetric(float64(sum.FastStale)/float64(sum.Groups), "fast-stale/group")
+	if cpu > 0 && ticksPerSecond > 0 {
+		perKTask := func(ticks int64) float64 { return float64(ticks) / ticksPerSecond * 1e3 / (float64(b.N) / 1e3) }
+		b.ReportMetric(perKTask(workers), "worker-cpu-ms/ktask")
+		b.ReportMetric(perKTask(cpu-workers), "other-cpu-ms/ktask")
+	}
 	if behind := sum.Kept + sum.Restarted; behind > 0 {
 		b.ReportMetric(float64(sum.Kept)/float64(behind), "cache-kept")
 		if sum.Kept > 0 {
 			b.ReportMetric(float64(sum.Dropped)/float64(sum.Kept), "dropped/catch-up")
 		}
 	}
+}
+
+// ticksPerSecond is the kernel's USER_HZ, the unit of /proc's CPU times (100 on Linux's
+// every architecture but alpha); 0 where there is no /proc, and the CPU metrics are left out.
+var ticksPerSecond = func() float64 {
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		return 0
+	}
+	return 100
+}()
+
+// machineTicks is the CPU time the machine spent out of idle (user, nice, system, irq,
+// softirq), from /proc/stat; 0 where it cannot be read.
+func machineTicks() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq ...
+	var sum int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		if i < len(f) {
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			sum += n
+		}
+	}
+	return sum
+}
+
+// procTicks is the CPU time (user and system) of the processes pids, from /proc.
+func procTicks(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which is in parentheses and may hold spaces:
+		// utime and stime are the 14th and 15th of the line, the 12th and 13th after it.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		for _, i := range []int{11, 12} {
+			if i < len(f) {
+				n, _ := strconv.ParseInt(f[i], 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
 }
 
 // TestProcessesWorker is a worker process of BenchmarkProcesses: it opens the queue, says
