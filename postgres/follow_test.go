@@ -453,3 +453,69 @@ func withApp(t *testing.T, dsn, app string) string {
 	u.RawQuery = v.Encode()
 	return u.String()
 }
+
+// A follower's read of the log on a pooled connection whose server process stopped (the
+// socket open, nothing answered) used to wait forever: Store.Follow's reads had no bound but
+// the caller's context, which a follower keeps for its life. Every idle connection of the
+// store's pool but the listener is stopped with SIGSTOP; the next commit's notification
+// makes the follower read on one of them. It must give the read up after readStuckWait
+// (shortened here), read again on a new connection, and hand the commit out.
+func TestStoreFollowReadStopped(t *testing.T) {
+	dsn, s, admin := queueWithHistory(t)
+	ctx := context.Background()
+	was := readStuckWait
+	readStuckWait = 500 * time.Millisecond
+	t.Cleanup(func() { readStuckWait = was }) // after the follower ended (cleanups run last first)
+	const app = "follow-read-stopped"
+	f, _ := storeFollower(t, dsn, app)
+	f.take(t, "history", 1)
+	var listener int32
+	waitFor(t, time.Minute, "the follower's listener", func() bool {
+		listener = listenerPID(t, admin, app, 0)
+		return listener != 0
+	})
+	var stopped []int32
+	t.Cleanup(func() {
+		for _, pid := range stopped {
+			syscall.Kill(int(pid), syscall.SIGCONT)
+		}
+	})
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2`, app, listener)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		// Stopped only while idle (stopListener says why), which a stopped process cannot change.
+		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		var state string
+		if err := admin.QueryRow(ctx, `SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if state != "idle" {
+			syscall.Kill(int(pid), syscall.SIGCONT)
+			continue
+		}
+		stopped = append(stopped, pid)
+	}
+	if len(stopped) == 0 {
+		t.Fatalf("no idle pooled connection of the store to stop (%d found)", len(pids))
+	}
+	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.take(t, "a commit read after a pooled connection stopped", 1)[0]; ev.(*events.TaskSubmitted).TaskID != tk.ID {
+		t.Fatalf("the follower handed out %s, want the submit", ev.Type())
+	}
+	select {
+	case ev := <-f.evs:
+		t.Errorf("the follower handed out seq %d twice or more", ev.Head().Seq)
+	default:
+	}
+}

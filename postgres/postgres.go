@@ -406,19 +406,70 @@ func (e *engine) ReadLog(ctx context.Context, from uint64, fn func(events.Event)
 func (e *engine) readRange(ctx context.Context, from, to uint64, fn func(events.Event) error) error {
 	ctx, stop := e.untilClose(ctx)
 	defer stop()
+	next := max(from, 1)
+	for tries := 1; ; tries++ {
+		stuck, err := e.readRangeBounded(ctx, next, to, func(ev events.Event) error {
+			if err := fn(ev); err != nil {
+				return err
+			}
+			next, tries = ev.Head().Seq+1, 0 // progress: the tries count again
+			return nil
+		})
+		if !stuck {
+			return err
+		}
+		if tries >= readStuckTries {
+			return backendError(fmt.Errorf("postgres: a read of the log from seq %d got no answer in %v, %d times: %w",
+				next, readStuckWait, tries, context.DeadlineExceeded))
+		}
+	}
+}
+
+// readStuckWait bounds a read of the log while it hands out nothing (the time its callback
+// takes is not counted): a statement that has not answered in it — its pooled connection's
+// server process stopped or stuck while the socket stays open, which no keepalive notices —
+// is ended, and the read goes on from the next event, at most readStuckTries times in a row
+// without progress. A reader that keeps its context for its life (a follower: Store.Follow,
+// Queue.Follow) would otherwise wait forever. pgx closes a connection whose statement a
+// context ended, so the pool does not hand that one out again. 15 s is far above a page's
+// read on a loaded server, and notices a stuck read before a dead network would be (about
+// 30 s: open's dialer).
+var readStuckWait = 15 * time.Second
+
+const readStuckTries = 4
+
+// readRangeBounded is one try of readRange, ended when readStuckWait passes without an
+// answer (stuck: that ended it).
+func (e *engine) readRangeBounded(ctx context.Context, from, to uint64, fn func(events.Event) error) (stuck bool, err error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fired atomic.Bool
+	dog := time.AfterFunc(readStuckWait, func() { fired.Store(true); cancel() })
+	defer dog.Stop()
 	var fnErr error
-	err := readLog(ctx, e, e.st, from, to, func(seq uint64, body []byte) error {
+	err = readLog(rctx, e, e.st, from, to, func(seq uint64, body []byte) error {
+		if !dog.Stop() {
+			return rctx.Err() // the bound ended the read as this row came: it is read again
+		}
 		ev, err := events.Decode(body, seq)
 		if err != nil {
 			return fmt.Errorf("%w: events row %d: %w", ErrCorruptRow, seq, err)
 		}
-		fnErr = fn(ev)
-		return fnErr
+		if fnErr = fn(ev); fnErr != nil {
+			return fnErr
+		}
+		dog.Reset(readStuckWait)
+		return nil
 	})
-	if err != nil && err == fnErr {
-		return err // the callback's own error, as it returned it
+	switch {
+	case err == nil:
+		return false, nil
+	case err == fnErr:
+		return false, err // the callback's own error, as it returned it
+	case fired.Load() && ctx.Err() == nil:
+		return true, err
 	}
-	return backendError(err)
+	return false, backendError(err)
 }
 
 // Changed is the Watcher's channel: it receives a value after another process's commit (or
