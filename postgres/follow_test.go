@@ -251,9 +251,7 @@ func TestStoreFollowListenerStopped(t *testing.T) {
 func TestStoreFollowQuietListenerKept(t *testing.T) {
 	dsn, s, admin := queueWithHistory(t)
 	ctx := context.Background()
-	was := followRecheck
-	followRecheck = 50 * time.Millisecond
-	t.Cleanup(func() { followRecheck = was }) // after the follower ended (cleanups run last first)
+	setFor(t, &followRecheck, 50*time.Millisecond)
 	f, _ := storeFollower(t, dsn, "follow-quiet")
 	f.take(t, "history", 1)
 	var pid int32
@@ -463,9 +461,7 @@ func withApp(t *testing.T, dsn, app string) string {
 func TestStoreFollowReadStopped(t *testing.T) {
 	dsn, s, admin := queueWithHistory(t)
 	ctx := context.Background()
-	was := readStuckWait
-	readStuckWait = 500 * time.Millisecond
-	t.Cleanup(func() { readStuckWait = was }) // after the follower ended (cleanups run last first)
+	setFor(t, &readStuckWait, 500*time.Millisecond)
 	const app = "follow-read-stopped"
 	f, _ := storeFollower(t, dsn, app)
 	f.take(t, "history", 1)
@@ -518,4 +514,12 @@ func TestStoreFollowReadStopped(t *testing.T) {
 		t.Errorf("the follower handed out seq %d twice or more", ev.Head().Seq)
 	default:
 	}
+}
+
+// setFor sets *v to x for t: the old value comes back in a cleanup registered now, so after
+// those registered later (a follower's end: cleanups run last first).
+func setFor[T any](t *testing.T, v *T, x T) {
+	was := *v
+	*v = x
+	t.Cleanup(func() { *v = was })
 }
