@@ -461,7 +461,7 @@ func withApp(t *testing.T, dsn, app string) string {
 func TestStoreFollowReadStopped(t *testing.T) {
 	dsn, s, admin := queueWithHistory(t)
 	ctx := context.Background()
-	setFor(t, &readStuckWait, 500*time.Millisecond)
+	setFor(t, &readStuckWait, 2*time.Second) // a new connection, made and prepared, answers well within it
 	const app = "follow-read-stopped"
 	f, _ := storeFollower(t, dsn, app)
 	f.take(t, "history", 1)

@@ -106,9 +106,18 @@ func (e *engine) InboxPending(ctx context.Context) (bool, error) {
 	ctx, stop := e.untilClose(ctx)
 	defer stop()
 	// A read that changes nothing: on a pooled connection found dead it is asked again on
-	// another (deadconn.go).
+	// another (deadconn.go). The take-in loop asks with a context that lasts until Close, so
+	// the read is bounded as a read of the log is (readStuckWait): on a pooled connection
+	// whose server process stopped with the socket open, it would wait forever, and no
+	// SubmitTx would be taken in again. Its error makes the loop ask again after a wait, on
+	// another connection (pgx closed this one).
+	rctx, cancel := context.WithTimeout(ctx, readStuckWait)
+	defer cancel()
 	var ok bool
-	err := queryRow(ctx, e, e.inbox.pending, nil, &ok)
+	err := queryRow(rctx, e, e.inbox.pending, nil, &ok)
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+		err = fmt.Errorf("postgres: the submit inbox's check got no answer in %v: %w", readStuckWait, rctx.Err())
+	}
 	return ok, err
 }
 
