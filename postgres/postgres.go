@@ -426,7 +426,8 @@ func (e *engine) readRange(ctx context.Context, from, to uint64, fn func(events.
 }
 
 // readStuckWait bounds a read of the log while it hands out nothing (the time its callback
-// takes is not counted): a statement that has not answered in it — its pooled connection's
+// takes is not counted; after a row, the bound is up to twice it): a statement that has not
+// answered in it — its pooled connection's
 // server process stopped or stuck while the socket stays open, which no keepalive notices —
 // is ended, and the read goes on from the next event, at most readStuckTries times in a row
 // without progress. A reader that keeps its context for its life (a follower: Store.Follow,
@@ -438,28 +439,51 @@ var readStuckWait = 15 * time.Second
 
 const readStuckTries = 4
 
-// readRangeBounded is one try of readRange, ended when readStuckWait passes without an
-// answer (stuck: that ended it).
+// readRangeBounded is one try of readRange, ended when readStuckWait passes with no row
+// handed out and no callback running (stuck: that ended it). A goroutine looks every
+// readStuckWait, so a read after rows ends within twice that; a row costs two atomic
+// operations, not a timer's reset.
 func (e *engine) readRangeBounded(ctx context.Context, from, to uint64, fn func(events.Event) error) (stuck bool, err error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var fired atomic.Bool
-	dog := time.AfterFunc(readStuckWait, func() { fired.Store(true); cancel() })
-	defer dog.Stop()
+	var rows atomic.Int64 // callbacks begun
+	var inFn, fired atomic.Bool
+	done := make(chan struct{})
+	defer close(done)
+	wait := readStuckWait // read here: the goroutine may outlive the call a moment
+	go func() {
+		t := time.NewTicker(wait)
+		defer t.Stop()
+		seen := int64(0)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if n := rows.Load(); n != seen || inFn.Load() {
+				seen = n
+				continue
+			}
+			fired.Store(true)
+			cancel()
+			return
+		}
+	}()
 	var fnErr error
 	err = readLog(rctx, e, e.st, from, to, func(seq uint64, body []byte) error {
-		if !dog.Stop() {
+		if fired.Load() {
 			return rctx.Err() // the bound ended the read as this row came: it is read again
 		}
+		rows.Add(1)
+		inFn.Store(true)
+		defer inFn.Store(false)
 		ev, err := events.Decode(body, seq)
 		if err != nil {
 			return fmt.Errorf("%w: events row %d: %w", ErrCorruptRow, seq, err)
 		}
-		if fnErr = fn(ev); fnErr != nil {
-			return fnErr
-		}
-		dog.Reset(readStuckWait)
-		return nil
+		fnErr = fn(ev)
+		return fnErr
 	})
 	switch {
 	case err == nil:
