@@ -459,9 +459,9 @@ func withApp(t *testing.T, dsn, app string) string {
 // makes the follower read on one of them. It must give the read up after readStuckWait
 // (shortened here), read again on a new connection, and hand the commit out.
 func TestStoreFollowReadStopped(t *testing.T) {
+	setFor(t, &readStuckWait, 2*time.Second) // before the engines are opened, which take it; a new connection, made and prepared, answers well within it
 	dsn, s, admin := queueWithHistory(t)
 	ctx := context.Background()
-	setFor(t, &readStuckWait, 2*time.Second) // a new connection, made and prepared, answers well within it
 	const app = "follow-read-stopped"
 	f, _ := storeFollower(t, dsn, app)
 	f.take(t, "history", 1)

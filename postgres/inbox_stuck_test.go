@@ -15,7 +15,8 @@ import (
 // open (every process stopped: SIGSTOP, as a frozen VM or a network that drops every packet
 // looks to a client) the check waited forever, and no SubmitTx was taken in again, even once
 // the server answered. The check must now end within its bound (readStuckWait, shortened
-// here) with an error, which makes the loop ask again, and answer once the server does.
+// here, before the engine is opened: it takes the bound then) with an error, which makes the
+// loop ask again, and answer once the server does.
 func TestInboxCheckBoundedOnAFrozenServer(t *testing.T) {
 	setFor(t, &readStuckWait, time.Second)
 	dsn := pgtest.Schema(t)
@@ -39,7 +40,7 @@ func TestInboxCheckBoundedOnAFrozenServer(t *testing.T) {
 		t.Fatalf("the check on a frozen server returned %v after %v; want the end of its bound", err, took)
 	}
 	fr.Thaw()
-	setFor(t, &readStuckWait, 15*time.Second) // the product's: a new connection is made and prepared
+	e.stuckWait.Store(int64(15 * time.Second)) // the product's: a new connection is made and prepared
 	if _, err := within(t, "the inbox's check after the thaw", 20*time.Second, func() error {
 		_, err := e.InboxPending(ctx)
 		return err

@@ -223,6 +223,11 @@ type engine struct {
 	hookKeyRead         func(context.Context, int) // a round of key reads (its context, its reads) is sent
 
 	hookFastBatch func(*pgx.Conn, *pgx.Batch) // test hook: the fast path's one batch, before it is sent (fast.go)
+
+	// stuckWait is readStuckWait as open found it (nanoseconds): background reads (the
+	// inbox's check) run from Open to Close, and a test shortens a later engine's bound
+	// without racing them.
+	stuckWait atomic.Int64
 }
 
 var (
@@ -338,6 +343,7 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 	}
 	e.watcherSlot.Store(-1)
 	e.waiters.came = make(chan struct{}, 1)
+	e.stuckWait.Store(int64(readStuckWait))
 	return e, nil
 }
 
@@ -420,7 +426,7 @@ func (e *engine) readRange(ctx context.Context, from, to uint64, fn func(events.
 		}
 		if tries >= readStuckTries {
 			return backendError(fmt.Errorf("postgres: a read of the log from seq %d got no answer in %v, %d times: %w",
-				next, readStuckWait, tries, context.DeadlineExceeded))
+				next, e.readStuck(), tries, context.DeadlineExceeded))
 		}
 	}
 }
@@ -437,6 +443,9 @@ func (e *engine) readRange(ctx context.Context, from, to uint64, fn func(events.
 // 30 s: open's dialer).
 var readStuckWait = 15 * time.Second
 
+// readStuck is the engine's readStuckWait (engine.stuckWait).
+func (e *engine) readStuck() time.Duration { return time.Duration(e.stuckWait.Load()) }
+
 const readStuckTries = 4
 
 // readRangeBounded is one try of readRange, ended when readStuckWait passes with no row
@@ -450,7 +459,7 @@ func (e *engine) readRangeBounded(ctx context.Context, from, to uint64, fn func(
 	var inFn, fired atomic.Bool
 	done := make(chan struct{})
 	defer close(done)
-	wait := readStuckWait // read here: the goroutine may outlive the call a moment
+	wait := e.readStuck()
 	go func() {
 		t := time.NewTicker(wait)
 		defer t.Stop()

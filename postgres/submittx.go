@@ -111,12 +111,12 @@ func (e *engine) InboxPending(ctx context.Context) (bool, error) {
 	// whose server process stopped with the socket open, it would wait forever, and no
 	// SubmitTx would be taken in again. Its error makes the loop ask again after a wait, on
 	// another connection (pgx closed this one).
-	rctx, cancel := context.WithTimeout(ctx, readStuckWait)
+	rctx, cancel := context.WithTimeout(ctx, e.readStuck())
 	defer cancel()
 	var ok bool
 	err := queryRow(rctx, e, e.inbox.pending, nil, &ok)
 	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
-		err = fmt.Errorf("postgres: the submit inbox's check got no answer in %v: %w", readStuckWait, rctx.Err())
+		err = fmt.Errorf("postgres: the submit inbox's check got no answer in %v: %w", e.readStuck(), rctx.Err())
 	}
 	return ok, err
 }
