@@ -62,6 +62,18 @@ func BenchmarkProcesses(b *testing.B) {
 	}
 }
 
+// procSlotsEnv sets the slots of each worker's runner (16 when unset): one process with 64
+// slots is the ceiling of one writer for the commands of 4 processes of 16 (design §9
+// "Many processes", option 2), without the hops that would hand them over.
+const procSlotsEnv = "WORKLOG_PROCESSES_SLOTS"
+
+func procSlots() int {
+	if n, err := strconv.Atoi(os.Getenv(procSlotsEnv)); err == nil && n > 0 {
+		return n
+	}
+	return 16
+}
+
 // procProfileEnv names a directory where each worker process of BenchmarkProcesses writes
 // its CPU profile (worker-I-of-N.prof), when set.
 const procProfileEnv = "WORKLOG_PROCESSES_PROFILE_DIR"
@@ -306,8 +318,8 @@ func TestProcessesWorker(t *testing.T) {
 	}
 	r, err := runner.New(q, runner.Config{
 		Handlers:    map[string]runner.Handler{"w2": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
-		Concurrency: 16,
-		Prefetch:    16,
+		Concurrency: procSlots(),
+		Prefetch:    procSlots(),
 		LeaseFor:    10 * time.Minute,
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
