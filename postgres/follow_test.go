@@ -375,31 +375,11 @@ func TestQueueWatcherListenerStopped(t *testing.T) {
 func stopListener(t *testing.T, admin *pgx.Conn, app string, s *work.Session, f *followed) {
 	t.Helper()
 	ctx := context.Background()
-	// Stopped only while idle (waiting for its client, as a listener does): a server process
-	// stopped inside a statement may hold a lightweight lock of the server's (a lock table
-	// partition, as when it takes or lets go its listener keys), and every other session
-	// needing it would wait too (stress run, 2026-12-05: the writer's Submit timed out after
-	// 30 s). Its state is read after the stop, which it can no longer change.
 	var stopped int32
 	waitFor(t, time.Minute, "the listener, idle", func() bool {
 		stopped = listenerPID(t, admin, app, 0)
-		if stopped == 0 {
-			return false
-		}
-		if err := syscall.Kill(int(stopped), syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		var state string
-		if err := admin.QueryRow(ctx, `SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1`, stopped).Scan(&state); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatal(err)
-		}
-		if state == "idle" {
-			return true
-		}
-		syscall.Kill(int(stopped), syscall.SIGCONT)
-		return false
+		return stopped != 0 && stopIfIdle(t, admin, stopped)
 	})
-	t.Cleanup(func() { syscall.Kill(int(stopped), syscall.SIGCONT) })
 
 	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "unheard"})
 	if err != nil {
@@ -470,12 +450,6 @@ func TestStoreFollowReadStopped(t *testing.T) {
 		listener = listenerPID(t, admin, app, 0)
 		return listener != 0
 	})
-	var stopped []int32
-	t.Cleanup(func() {
-		for _, pid := range stopped {
-			syscall.Kill(int(pid), syscall.SIGCONT)
-		}
-	})
 	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2`, app, listener)
 	if err != nil {
 		t.Fatal(err)
@@ -484,22 +458,13 @@ func TestStoreFollowReadStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopped := 0
 	for _, pid := range pids {
-		// Stopped only while idle (stopListener says why), which a stopped process cannot change.
-		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
+		if stopIfIdle(t, admin, pid) {
+			stopped++
 		}
-		var state string
-		if err := admin.QueryRow(ctx, `SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatal(err)
-		}
-		if state != "idle" {
-			syscall.Kill(int(pid), syscall.SIGCONT)
-			continue
-		}
-		stopped = append(stopped, pid)
 	}
-	if len(stopped) == 0 {
+	if stopped == 0 {
 		t.Fatalf("no idle pooled connection of the store to stop (%d found)", len(pids))
 	}
 	tk, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
@@ -522,4 +487,30 @@ func setFor[T any](t *testing.T, v *T, x T) {
 	was := *v
 	*v = x
 	t.Cleanup(func() { *v = was })
+}
+
+// stopIfIdle stops server process pid with SIGSTOP (its socket stays open: nothing it owes
+// is sent) and reports whether it was idle, waiting for its client; one that was not is let
+// go on at once. Only an idle one may stay stopped: a server process stopped inside a
+// statement may hold a lightweight lock of the server's (a lock table partition, as when it
+// takes or lets go its listener keys), and every other session needing it would wait too
+// (stress run, 2026-12-05: the writer's Submit timed out after 30 s). Its state is read
+// after the stop, which it can no longer change. A stopped process goes on when t ends.
+func stopIfIdle(t *testing.T, admin *pgx.Conn, pid int32) bool {
+	t.Helper()
+	if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	err := admin.QueryRow(context.Background(), `SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		syscall.Kill(int(pid), syscall.SIGCONT)
+		t.Fatal(err)
+	}
+	if state != "idle" {
+		syscall.Kill(int(pid), syscall.SIGCONT)
+		return false
+	}
+	t.Cleanup(func() { syscall.Kill(int(pid), syscall.SIGCONT) })
+	return true
 }

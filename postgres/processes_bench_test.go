@@ -292,7 +292,7 @@ func procTicks(pids []int) int64 {
 }
 
 // TestProcessesWorker is a worker process of BenchmarkProcesses: it opens the queue, says
-// "ready", starts a runner with 16 slots at the line "go" on its input, stops it when its
+// "ready", starts a runner with 16 slots (procSlots) at the line "go" on its input, stops it when its
 // input ends, and prints its writer's headStats as "head {json}".
 func TestProcessesWorker(t *testing.T) {
 	dsn := os.Getenv(procWorkerEnv)
