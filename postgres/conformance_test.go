@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +31,11 @@ func TestMain(m *testing.M) {
 // harness runs the conformance suite on postgres.Open, one fresh schema per queue. Reopen
 // closes the queue and opens its schema again; after every test the schema is opened once
 // more and verified, as the durable harness does with its directories.
-func harness(opts *postgres.Options) worktest.Harness {
+func harness(opts *postgres.Options) worktest.Harness { return harnessWith(opts, nil) }
+
+// harnessWith is harness, calling first (when not nil) with each fresh schema's DSN before
+// the queue is opened on it.
+func harnessWith(opts *postgres.Options, first func(t *testing.T, dsn string)) worktest.Harness {
 	var mu sync.Mutex
 	dsns := map[*work.Queue]string{}
 	open := func(t *testing.T, dsn string) *work.Queue {
@@ -47,6 +52,9 @@ func harness(opts *postgres.Options) worktest.Harness {
 	h := worktest.Harness{
 		New: func(t *testing.T) *work.Queue {
 			dsn := pgtest.Schema(t)
+			if first != nil {
+				first(t, dsn)
+			}
 			t.Cleanup(func() {
 				q, err := postgres.Open(context.Background(), dsn, opts)
 				if err != nil {
@@ -105,4 +113,37 @@ const conformanceWriteTimeout = time.Hour
 // TestConformance runs work/worktest's whole suite on PostgreSQL.
 func TestConformance(t *testing.T) {
 	worktest.Run(t, harness(&postgres.Options{WriteTimeout: conformanceWriteTimeout}))
+}
+
+// TestConformanceSharedWriter runs the suite on a queue whose rounds (SettleAndClaim) another
+// queue of the same schema runs (Options.SharedWriter): that queue is elected first, and
+// the suite's queue sends it every round while it lives (sharedwriter.go).
+func TestConformanceSharedWriter(t *testing.T) {
+	opts := &postgres.Options{WriteTimeout: conformanceWriteTimeout, SharedWriter: true}
+	var served atomic.Int64 // rounds the elected queues ran for the suite's
+	h := harnessWith(opts, func(t *testing.T, dsn string) {
+		leader := openShared(t, dsn)
+		t.Cleanup(func() {
+			_, _, _, n := postgres.SharedWriterState(leader)
+			served.Add(n)
+			leader.Close()
+		})
+		waitElected(t, leader, true)
+	})
+	newQueue, reopen := h.New, h.Reopen
+	h.New = func(t *testing.T) *work.Queue {
+		q := newQueue(t)
+		waitElected(t, q, false)
+		return q
+	}
+	h.Reopen = func(t *testing.T, q *work.Queue) *work.Queue {
+		q = reopen(t, q)
+		waitElected(t, q, false)
+		return q
+	}
+	worktest.Run(t, h)
+	if served.Load() == 0 {
+		t.Fatal("no round of the suite went to an elected queue")
+	}
+	t.Logf("%d rounds of the suite ran in an elected queue", served.Load())
 }

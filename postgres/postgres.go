@@ -107,6 +107,20 @@ type Options struct {
 	Retention, PruneInterval time.Duration
 	// Logger receives the background pruner's messages. Default: discarded.
 	Logger *slog.Logger
+	// SharedWriter: the processes of the queue that set it elect one of them, whose writer
+	// runs the runners' rounds (Queue.SettleAndClaimAt) of them all, so that they commit in
+	// one stream of groups instead of taking turns on the log head (design §9 "Many
+	// processes"). Default false: each process runs its own. The elected process listens on
+	// SharedWriterAddr and writes that address, with a random token the others must present,
+	// into the schema's table shared_writer; the rounds travel unencrypted (lease tokens
+	// included), so give a routable address only on a network you trust. A round whose
+	// answer is lost with its connection ends in ErrBackend, its outcome unknown (as a lost
+	// COMMIT's); while no elected process is reachable, each process runs its rounds itself.
+	SharedWriter bool
+	// SharedWriterAddr is the TCP address the elected process listens on (default
+	// "127.0.0.1:0": any free port, reachable from this host only). Processes on several
+	// hosts need an address the others can reach, written as they must dial it.
+	SharedWriterAddr string
 }
 
 // maxMaxValueBytes is work.Options' bound on MaxValueBytes.
@@ -140,6 +154,9 @@ func (o *Options) withDefaults() Options {
 	if r.CloseTimeout == 0 {
 		r.CloseTimeout = 10 * time.Second
 	}
+	if r.SharedWriterAddr == "" {
+		r.SharedWriterAddr = "127.0.0.1:0"
+	}
 	return r
 }
 
@@ -163,6 +180,9 @@ func (o *Options) validate() error {
 		return bad("Retention", "must not be negative (0 keeps all history)")
 	case o.PruneInterval < 0:
 		return bad("PruneInterval", "must not be negative (0 is the default, one minute)")
+	}
+	if _, _, err := net.SplitHostPort(o.SharedWriterAddr); err != nil {
+		return bad("SharedWriterAddr", fmt.Sprintf("must be host:port: %v", err))
 	}
 	return nil
 }
@@ -224,6 +244,8 @@ type engine struct {
 
 	hookFastBatch func(*pgx.Conn, *pgx.Batch) // test hook: the fast path's one batch, before it is sent (fast.go)
 
+	sw *sharedWriter // Options.SharedWriter's election and connections (sharedwriter.go); nil without
+
 	// stuckWait is readStuckWait as open found it (nanoseconds): background reads (the
 	// inbox's check) run from Open to Close, and a test shortens a later engine's bound
 	// without racing them.
@@ -261,11 +283,17 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 	if err != nil {
 		return nil, work.NewBackendError(errors.Join(err, e.Close()))
 	}
+	if o.SharedWriter {
+		e.sw = newSharedWriter(e, o.SharedWriterAddr) // started below: Close waits for it
+	}
 	// The background pruner is work's (Queue.Close stops it before it closes this engine).
 	q := work.NewEngineQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
 		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger, Clock: clock.Now})
 	e.queue = q
 	queues.Store(q, e) // SubmitTx's lookup (submittx.go)
+	if e.sw != nil {
+		e.sw.start() // after NewEngineQueue gave it the rounds' server
+	}
 	return q, nil
 }
 
@@ -549,6 +577,9 @@ func (e *engine) Close() error {
 	go func() {
 		<-e.writerDone
 		<-e.watcherDone
+		if e.sw != nil {
+			<-e.sw.done
+		}
 		e.pool.Close() // waits for the connections' polite goodbyes
 		close(poolClosed)
 	}()

@@ -58,7 +58,17 @@ const procWorkerEnv = "WORKLOG_PG_PROC_WORKER" // the DSN: this process is a wor
 //	go test ./postgres -run '^$' -bench Processes -benchtime 20000x -count 3 -timeout 30m
 func BenchmarkProcesses(b *testing.B) {
 	for _, procs := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchProcesses(b, procs) })
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchProcesses(b, procs, false) })
+	}
+}
+
+// BenchmarkProcessesSharedWriter is BenchmarkProcesses with every worker opened with
+// Options.SharedWriter: one elected worker's writer runs every worker's rounds
+// (sharedwriter.go). Reported besides: forwarded/ktask, the rounds the other workers sent it
+// per 1,000 tasks.
+func BenchmarkProcessesSharedWriter(b *testing.B) {
+	for _, procs := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchProcesses(b, procs, true) })
 	}
 }
 
@@ -74,6 +84,10 @@ func procSlots() int {
 	return 16
 }
 
+// procSharedEnv, set by BenchmarkProcessesSharedWriter, opens a worker with
+// Options.SharedWriter.
+const procSharedEnv = "WORKLOG_PROCESSES_SHARED"
+
 // procProfileEnv names a directory where each worker process of BenchmarkProcesses writes
 // its CPU profile (worker-I-of-N.prof), when set.
 const procProfileEnv = "WORKLOG_PROCESSES_PROFILE_DIR"
@@ -84,9 +98,10 @@ type workerHead struct {
 	Reads                        int64 // records and keys read under the lock
 	Kept, Restarted, Dropped     int64 // the cache at begins after another process wrote
 	Fast, FastStale              int64 // groups in one round trip; fast batches whose head check failed
+	Forwarded                    int64 // rounds sent to the elected worker (SharedWriter)
 }
 
-func benchProcesses(b *testing.B, procs int) {
+func benchProcesses(b *testing.B, procs int, shared bool) {
 	noRunMarkCheck(b)
 	dsn := pgtest.Schema(b)
 	ctx := context.Background()
@@ -118,6 +133,9 @@ func benchProcesses(b *testing.B, procs int) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), procWorkerEnv+"="+dsn)
+		if shared {
+			cmd.Env = append(cmd.Env, procSharedEnv+"=1")
+		}
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -211,6 +229,7 @@ func benchProcesses(b *testing.B, procs int) {
 		sum.Dropped += h.Dropped
 		sum.Fast += h.Fast
 		sum.FastStale += h.FastStale
+		sum.Forwarded += h.Forwarded
 	}
 	if sum.Groups == 0 {
 		b.Fatal("no group committed by the workers")
@@ -225,6 +244,9 @@ func benchProcesses(b *testing.B, procs int) {
 	b.ReportMetric(float64(sum.WaitNanos)/float64(sum.Groups)/1e3, "µs-wait/group")
 	b.ReportMetric(float64(sum.HeldNanos)/1e9/secs, "head-busy")
 	b.ReportMetric(perGroup/held*1e6, "ceiling-tasks/s")
+	if shared {
+		b.ReportMetric(float64(sum.Forwarded)/float64(b.N)*1e3, "forwarded/ktask")
+	}
 	b.ReportMetric(float64(sum.Reads)/float64(sum.Groups), "reads/group")
 	b.ReportMetric(float64(sum.Fast)/float64(sum.Groups), "fast/group")
 	b.ReportMetric(float64(sum.FastStale)/float64(sum.Groups), "fast-stale/group")
@@ -301,7 +323,8 @@ func TestProcessesWorker(t *testing.T) {
 	}
 	noRunMarkCheck(t)
 	ctx := context.Background()
-	q, err := Open(ctx, dsn, nil)
+	shared := os.Getenv(procSharedEnv) != ""
+	q, err := Open(ctx, dsn, &Options{SharedWriter: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +334,11 @@ func TestProcessesWorker(t *testing.T) {
 		t.Fatal("no engine for the queue")
 	}
 	e := v.(*engine)
+	if shared { // elected, or connected to the elected process
+		for i := 0; i < 100 && !e.sw.leading.Load() && e.sw.cur.Load() == nil; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	in := bufio.NewScanner(os.Stdin)
 	fmt.Println("ready")
 	if !in.Scan() || in.Text() != "go" {
@@ -336,10 +364,14 @@ func TestProcessesWorker(t *testing.T) {
 	if err := r.Stop(stop); err != nil {
 		t.Fatal(err)
 	}
+	var forwarded int64
+	if shared {
+		forwarded = e.sw.forwarded.Load()
+	}
 	h, _ := json.Marshal(workerHead{
 		Groups: e.head.groups.Load(), HeldNanos: e.head.held.Load(), WaitNanos: e.head.wait.Load(),
 		Reads: e.head.reads.Load(), Kept: e.head.kept.Load(), Restarted: e.head.restarted.Load(), Dropped: e.head.dropped.Load(),
-		Fast: e.head.fast.Load(), FastStale: e.head.fastStale.Load(),
+		Fast: e.head.fast.Load(), FastStale: e.head.fastStale.Load(), Forwarded: forwarded,
 	})
 	fmt.Printf("head %s\n", h)
 }

@@ -16,6 +16,7 @@ type engineCaps struct {
 	durable    engineapi.DurableHead   // Queue.Follow reads up to its head; nil: to the log's end (follow.go)
 	inbox      engineapi.Inbox         // submissions committed by other transactions (inbox.go)
 	viewer     engineapi.DurableViewer // an idempotent repeat answered by a read, outside the writer (engine.go, readRepeat)
+	forward    engineapi.Forwarder     // a worker's round run by another process (forward.go)
 }
 
 func resolveCaps(e engine) engineCaps {
@@ -28,6 +29,7 @@ func resolveCaps(e engine) engineCaps {
 	c.durable, _ = e.(engineapi.DurableHead)
 	c.inbox, _ = e.(engineapi.Inbox)
 	c.viewer, _ = e.(engineapi.DurableViewer)
+	c.forward, _ = e.(engineapi.Forwarder)
 	return c
 }
 
@@ -49,6 +51,9 @@ func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	lb := &logBackend{eng: e, caps: caps, hub: newWaitHub(caps.watcher), ids: newIDSource(c.Entropy),
 		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
 	q := &Queue{b: lb, caps: resolveBackendCaps(lb), maxValue: maxValue, clock: clock}
+	if caps.forward != nil {
+		caps.forward.SetForwardServer(lb.serveForwarded)
+	}
 	if c.Retention > 0 {
 		q.stopPruner = q.startPruner(c.Retention, c.PruneInterval, c.Logger)
 	}

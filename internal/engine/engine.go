@@ -216,3 +216,21 @@ type DurableViewer interface {
 	ViewDurable(ctx context.Context, fn func(projection.Reader) error) (durable bool, err error)
 	ReadFirst(wake bool) bool
 }
+
+// Forwarder is an engine that may have another process run a worker's round
+// (Queue.SettleAndClaimAt) for it: PostgreSQL's shared writer (postgres.Options.SharedWriter),
+// where the processes of one queue elect one whose writer runs every process's rounds, so
+// that they commit in one group stream instead of taking turns on the log head.
+//
+// work encodes the round (req) and decodes the answer; the engine only carries bytes. ok
+// false: no other process took the round (none is elected, this one is, or it could not be
+// reached before the round was sent), and work runs it here. An error with ok true: the
+// round was sent and its outcome is unknown (the connection failed, or ctx ended, before the
+// answer came); the caller gets it, as when a COMMIT's answer is lost.
+//
+// SetForwardServer is called once, before the queue is used, with the function that runs a
+// round another process sent here and encodes its answer.
+type Forwarder interface {
+	Forward(ctx context.Context, req []byte) (resp []byte, ok bool, err error)
+	SetForwardServer(serve func(ctx context.Context, req []byte) ([]byte, error))
+}

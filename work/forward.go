@@ -1,0 +1,208 @@
+package work
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// A worker's round run by another process (engineapi.Forwarder, PostgreSQL's shared writer):
+// SettleAndClaim's arguments go to the elected process as bytes, its logBackend runs them
+// exactly as a local call would (the same validation, decide code and group commit), and the
+// answer comes back as bytes. The encoding is private to this file and versioned: a process
+// that cannot read a round (another version) refuses it before running anything, and the
+// sender runs it itself. Nothing of it is stored: it is not the log's wire format.
+
+// forwardVersion is the first byte of every forwarded round and answer.
+const forwardVersion = 1
+
+// errForwardRefused is the answer of a process that did not run a round (it is closing, or
+// cannot read it): the sender runs the round itself.
+var errForwardRefused = errors.New("work: the round was not run")
+
+type fwdDelivery struct {
+	Task           Task
+	Attempt        uint32
+	LeaseExpiresAt time.Time
+	Worker         string
+	Token          string
+}
+
+type fwdSettle struct {
+	Delivery fwdDelivery
+	Outcome  *Outcome
+	Release  *ReleaseRequest
+}
+
+type fwdRound struct {
+	Settles  []fwdSettle
+	Kinds    []string
+	Now      time.Time
+	LeaseFor time.Duration
+	Limit    int
+	Worker   string
+	Wait     time.Duration // the sender's ctx: how long it still waits (0: no deadline)
+}
+
+// fwdError is an *Error without its cause, which does not cross processes: an ErrBackend
+// error of the process that ran the round is the sender's ErrBackend with its message.
+type fwdError struct {
+	Kind                    int8 // 1 + the index in errorKinds
+	Field, ID, Key, Message string
+}
+
+type fwdResult struct {
+	Task Task
+	Err  *fwdError
+}
+
+type fwdAnswer struct {
+	Results []fwdResult
+	Claimed []fwdDelivery
+	Err     *fwdError
+}
+
+var errorKinds = [...]error{ErrInvalidRequest, ErrTaskNotFound, ErrIdempotencyConflict, ErrStaleDelivery, ErrInvalidTransition, ErrBackend}
+
+func toFwdDelivery(d TaskDelivery) fwdDelivery {
+	return fwdDelivery{Task: d.Task, Attempt: d.Attempt, LeaseExpiresAt: d.LeaseExpiresAt, Worker: d.Worker, Token: d.leaseToken}
+}
+
+func (d *fwdDelivery) delivery() TaskDelivery {
+	return TaskDelivery{Task: d.Task, Attempt: d.Attempt, LeaseExpiresAt: d.LeaseExpiresAt, Worker: d.Worker, leaseToken: d.Token}
+}
+
+func toFwdError(err error) *fwdError {
+	if err == nil {
+		return nil
+	}
+	var we *Error
+	if !errors.As(err, &we) {
+		return &fwdError{Kind: int8(len(errorKinds)), Message: err.Error()}
+	}
+	for i, k := range errorKinds {
+		if we.Kind == k {
+			return &fwdError{Kind: int8(i + 1), Field: we.Field, ID: we.ID, Key: we.Key, Message: we.Message}
+		}
+	}
+	return &fwdError{Kind: int8(len(errorKinds)), Message: err.Error()}
+}
+
+func (e *fwdError) err() error {
+	if e == nil {
+		return nil
+	}
+	if e.Kind < 1 || int(e.Kind) > len(errorKinds) || errorKinds[e.Kind-1] == ErrBackend {
+		msg := "the shared writer failed: " + e.Message
+		return &Error{Kind: ErrBackend, Message: msg, cause: errors.New(msg)}
+	}
+	return &Error{Kind: errorKinds[e.Kind-1], Field: e.Field, ID: e.ID, Key: e.Key, Message: e.Message}
+}
+
+func encodeForward(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(forwardVersion)
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseArrayEncodedStructs(true)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeForward(b []byte, v any) error {
+	if len(b) == 0 || b[0] != forwardVersion {
+		return fmt.Errorf("%w: unknown version", errForwardRefused)
+	}
+	dec := msgpack.NewDecoder(bytes.NewReader(b[1:]))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", errForwardRefused, err)
+	}
+	return nil
+}
+
+// forwardRound offers the round to the engine's elected process. ok false: run it here.
+func (b *logBackend) forwardRound(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) (res []SettleResult, claimed []TaskDelivery, err error, ok bool) {
+	r := fwdRound{Kinds: kinds, Now: now, LeaseFor: leaseFor, Limit: limit, Worker: workerOf(ctx)}
+	if dl, has := ctx.Deadline(); has {
+		if r.Wait = time.Until(dl); r.Wait <= 0 {
+			return nil, nil, backendErr(context.DeadlineExceeded), true
+		}
+	}
+	r.Settles = make([]fwdSettle, len(settles))
+	for i, s := range settles {
+		r.Settles[i] = fwdSettle{Delivery: toFwdDelivery(s.Delivery), Outcome: s.Outcome, Release: s.Release}
+	}
+	req, eerr := encodeForward(&r)
+	if eerr != nil {
+		return nil, nil, nil, false
+	}
+	resp, sent, ferr := b.caps.forward.Forward(ctx, req)
+	if !sent {
+		return nil, nil, nil, false
+	}
+	if ferr != nil {
+		return nil, nil, backendErr(ferr), true
+	}
+	var a fwdAnswer
+	if derr := decodeForward(resp, &a); derr != nil {
+		// The round ran there and its answer is unreadable: its outcome is unknown here.
+		return nil, nil, backendErr(fmt.Errorf("the shared writer's answer: %v", derr)), true
+	}
+	if a.Err != nil {
+		return nil, nil, a.Err.err(), true
+	}
+	if len(a.Results) != len(settles) {
+		return nil, nil, backendErr(fmt.Errorf("the shared writer answered %d settles of %d", len(a.Results), len(settles))), true
+	}
+	res = make([]SettleResult, len(a.Results))
+	for i := range a.Results {
+		res[i] = SettleResult{Task: a.Results[i].Task, Err: a.Results[i].Err.err()}
+	}
+	claimed = make([]TaskDelivery, len(a.Claimed))
+	for i := range a.Claimed {
+		claimed[i] = a.Claimed[i].delivery()
+	}
+	return res, claimed, nil, true
+}
+
+// serveForwarded runs a round another process sent (the engine calls it, on the elected
+// process). An error: the round did not run, and its sender runs it itself.
+func (b *logBackend) serveForwarded(ctx context.Context, req []byte) ([]byte, error) {
+	var r fwdRound
+	if err := decodeForward(req, &r); err != nil {
+		return nil, err
+	}
+	if r.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.Wait)
+		defer cancel()
+	}
+	if r.Worker != "" {
+		ctx = WithWorker(ctx, r.Worker)
+	}
+	settles := make([]Settle, len(r.Settles))
+	for i := range r.Settles {
+		s := &r.Settles[i]
+		settles[i] = Settle{Delivery: s.Delivery.delivery(), Outcome: s.Outcome, Release: s.Release}
+	}
+	res, claimed, err := b.settleAndClaimHere(ctx, settles, r.Kinds, r.Now, r.LeaseFor, r.Limit)
+	var a fwdAnswer
+	if err != nil {
+		a.Err = toFwdError(err)
+	} else {
+		a.Results = make([]fwdResult, len(res))
+		for i := range res {
+			a.Results[i] = fwdResult{Task: res[i].Task, Err: toFwdError(res[i].Err)}
+		}
+		a.Claimed = make([]fwdDelivery, len(claimed))
+		for i := range claimed {
+			a.Claimed[i] = toFwdDelivery(claimed[i])
+		}
+	}
+	return encodeForward(&a)
+}
