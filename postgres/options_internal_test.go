@@ -28,6 +28,7 @@ func TestOptionsTable(t *testing.T) {
 		{Options{CloseTimeout: -time.Nanosecond}, "CloseTimeout"},
 		{Options{Retention: -time.Nanosecond}, "Retention"},
 		{Options{PruneInterval: -time.Nanosecond}, "PruneInterval"},
+		{Options{SharedWriterAddr: "no port"}, "SharedWriterAddr"},
 	} {
 		// No server listens at this address: a refusal must come before any connection.
 		_, err := Open(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", &c.o)
@@ -52,11 +53,14 @@ func TestOptionsTable(t *testing.T) {
 		{"Retention", d.Retention, time.Duration(0)},
 		{"PruneInterval", d.PruneInterval, work.DefaultPruneInterval},
 		{"Logger", d.Logger == nil, true}, // discarded: the pruner's default
+		{"SharedWriter", d.SharedWriter, false},
+		{"SharedWriterAddr", d.SharedWriterAddr, "127.0.0.1:0"},
 	} {
 		if c.got != c.want {
 			t.Errorf("default %s = %v, want %v", c.field, c.got, c.want)
 		}
 	}
 	optionerr.FieldsCovered(t, Options{}, "MaxValueBytes", "Entropy", "MaxBatchCommands", "MaxConns",
-		"CommitResolveTimeout", "WriteTimeout", "CloseTimeout", "Retention", "PruneInterval", "Logger")
+		"CommitResolveTimeout", "WriteTimeout", "CloseTimeout", "Retention", "PruneInterval", "Logger",
+		"SharedWriter", "SharedWriterAddr")
 }

@@ -105,7 +105,8 @@ type Options struct {
 	// prunable more than Retention ago. Several
 	// processes may each do so: their prunes take turns on the log head like every write.
 	Retention, PruneInterval time.Duration
-	// Logger receives the background pruner's messages. Default: discarded.
+	// Logger receives the background pruner's messages, and the shared writer's when the
+	// process elected cannot lead (SharedWriter). Default: discarded.
 	Logger *slog.Logger
 	// SharedWriter: the processes of the queue that set it elect one of them, whose writer
 	// runs the runners' rounds (Queue.SettleAndClaimAt) of them all, so that they commit in

@@ -90,6 +90,20 @@ type sharedWriter struct {
 	done    chan struct{} // run has returned
 
 	forwarded, served, refused atomic.Int64 // rounds: sent and answered, run for others, refused
+
+	lastWarning string // run's: the last failure to lead that was logged
+}
+
+// warn logs, once until it changes or the process leads, why the process elected cannot
+// lead: it gives the election up (its connection is closed, so another may take it) and
+// every process runs its own rounds meanwhile.
+func (s *sharedWriter) warn(doing string, err error) {
+	msg := fmt.Sprintf("postgres: shared writer: elected, but %s failed: %v (each process runs its own rounds)", doing, err)
+	if msg == s.lastWarning || s.e.opts.Logger == nil {
+		return
+	}
+	s.lastWarning = msg
+	s.e.opts.Logger.Warn(msg)
 }
 
 // q puts the queue's schema into sql.
@@ -218,6 +232,7 @@ func (s *sharedWriter) lead(conn *pgx.Conn) {
 	}
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
+		s.warn("listening on SharedWriterAddr", err)
 		return
 	}
 	defer ln.Close()
@@ -232,8 +247,10 @@ func (s *sharedWriter) lead(conn *pgx.Conn) {
 	}
 	cancel()
 	if err != nil {
+		s.warn("writing its address into the table shared_writer", err)
 		return
 	}
+	s.lastWarning = ""
 	s.leading.Store(true)
 	defer s.leading.Store(false)
 	lctx, stop := context.WithCancel(s.e.ctx)
@@ -302,9 +319,13 @@ func (s *sharedWriter) serveConn(ctx context.Context, nc net.Conn, token []byte)
 		writeFrames(nc, out, nil)
 	}()
 	var rounds sync.WaitGroup
-	go func() { // a connection that outlives ctx is closed, which ends the read below
+	go func() { // a connection that outlives ctx stops reading, which ends the loop below
 		<-ctx.Done()
-		nc.(interface{ CloseRead() error }).CloseRead()
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.CloseRead()
+		} else {
+			nc.Close()
+		}
 	}()
 	r := bufio.NewReaderSize(nc, 64<<10)
 	for {
