@@ -117,6 +117,7 @@ type Options struct {
 	// included), so give a routable address only on a network you trust. A round whose
 	// answer is lost with its connection ends in ErrBackend, its outcome unknown (as a lost
 	// COMMIT's); while no elected process is reachable, each process runs its rounds itself.
+	// The election holds one more connection of its own (beside the pool and the listener's).
 	SharedWriter bool
 	// SharedWriterAddr is the TCP address the elected process listens on (default
 	// "127.0.0.1:0": any free port, reachable from this host only). Processes on several
