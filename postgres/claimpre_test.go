@@ -331,6 +331,27 @@ func TestClaimReadsFailAfterCommit(t *testing.T) {
 	if len(e.plan.scans) == 0 || e.claimReads == nil {
 		t.Fatal("no claim plan: the test proves nothing")
 	}
+	// The reads must fail when they run, after the COMMIT, not when pgx prepares them: it
+	// prepares a batch's uncached statements before it sends any, and a failed prepare fails
+	// the whole batch (nothing committed, the submit refused). The commit batch runs on
+	// whichever connection the pool hands the writer, and a background read (the inbox's
+	// check) may hold the one the claims ran on (CI, 2026-12-05: "error preprocessing batch
+	// (prepare)"): so the schedules' read is prepared on every pooled connection first.
+	prepared := map[*pgx.Conn]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(prepared) < int(e.pool.Stat().TotalConns()); time.Sleep(10 * time.Millisecond) {
+		for _, c := range e.pool.AcquireAllIdle(ctx) {
+			if !prepared[c.Conn()] {
+				if _, err := c.Conn().Prepare(ctx, e.st.pre.sched, e.st.pre.sched); err != nil {
+					t.Fatal(err)
+				}
+				prepared[c.Conn()] = true
+			}
+			c.Release()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prepared on %d pooled connections of %d", len(prepared), e.pool.Stat().TotalConns())
+		}
+	}
 	schema := e.schema
 	srv := pgtest.Need(t)
 	if err := srv.Exec(fmt.Sprintf(`ALTER TABLE %q.schedules RENAME TO schedules_away`, schema)); err != nil {
