@@ -19,16 +19,24 @@ import (
 )
 
 const (
-	mpRoleEnv = "WORKLOG_PG_MP_WORKER" // "normal" or "late": this process is a worker
-	mpDSNEnv  = "WORKLOG_PG_MP_DSN"
-	mpLease   = 300 * time.Millisecond
+	mpRoleEnv   = "WORKLOG_PG_MP_WORKER" // "normal" or "late": this process is a worker
+	mpDSNEnv    = "WORKLOG_PG_MP_DSN"
+	mpSharedEnv = "WORKLOG_PG_MP_SHARED" // set: the worker opens the queue with SharedWriter
+	mpLease     = 300 * time.Millisecond
 )
 
 // TestMultiProcess runs worker processes on one queue: some finish at once, the late ones
 // sleep past their lease on their first deliveries, so that another process re-claims those
 // tasks and the late finish must be fenced. No (task, attempt) is delivered twice, every
 // task is settled exactly once (by the delivery of its last attempt), and the log agrees.
-func TestMultiProcess(t *testing.T) {
+func TestMultiProcess(t *testing.T) { multiProcess(t, false) }
+
+// TestMultiProcessSharedWriter is TestMultiProcess with every worker opened with
+// Options.SharedWriter: the workers that are not elected send their claims and finishes to
+// the one that is, whose writer fences the late finishes for them.
+func TestMultiProcessSharedWriter(t *testing.T) { multiProcess(t, true) }
+
+func multiProcess(t *testing.T, shared bool) {
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
 	q, err := postgres.Open(ctx, dsn, nil)
@@ -57,6 +65,9 @@ func TestMultiProcess(t *testing.T) {
 		claimed := make(chan struct{})
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcessWorker$", "-test.v")
 		cmd.Env = append(os.Environ(), mpRoleEnv+"="+role, mpDSNEnv+"="+dsn)
+		if shared {
+			cmd.Env = append(cmd.Env, mpSharedEnv+"=1")
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -111,6 +122,7 @@ func TestMultiProcess(t *testing.T) {
 		attempt int
 	}
 	claimedBy := map[key]string{}
+	forwarded := 0
 	maxAttempt := map[string]int{}
 	okFinish := map[string][]int{}
 	var stale []key
@@ -120,6 +132,12 @@ func TestMultiProcess(t *testing.T) {
 		var result string
 		f := strings.Fields(l)
 		who, what = f[0], f[1]
+		if what == "forwarded" {
+			n := 0
+			fmt.Sscan(f[2], &n)
+			forwarded += n
+			continue
+		}
 		task = f[2]
 		fmt.Sscan(f[3], &attempt)
 		if len(f) > 4 {
@@ -179,7 +197,10 @@ func TestMultiProcess(t *testing.T) {
 	if err := q.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d deliveries, %d late finishes fenced, across %d processes", len(claimedBy), len(stale), len(roles))
+	if shared && forwarded == 0 {
+		t.Error("no worker sent a call to the elected one")
+	}
+	t.Logf("%d deliveries, %d late finishes fenced, across %d processes; %d calls sent to the elected one", len(claimedBy), len(stale), len(roles), forwarded)
 }
 
 // TestMultiProcessWorker is the worker process of TestMultiProcess; it does nothing in a
@@ -190,11 +211,18 @@ func TestMultiProcessWorker(t *testing.T) {
 		t.Skip("a worker process of TestMultiProcess")
 	}
 	ctx := context.Background()
-	q, err := postgres.Open(ctx, os.Getenv(mpDSNEnv), nil)
+	shared := os.Getenv(mpSharedEnv) != ""
+	q, err := postgres.Open(ctx, os.Getenv(mpDSNEnv), &postgres.Options{SharedWriter: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
+	if shared {
+		defer func() {
+			_, _, n, _ := postgres.SharedWriterState(q)
+			fmt.Printf("MP forwarded %d\n", n)
+		}()
+	}
 	late := 0
 	if role == "late" {
 		late = 3 // the first deliveries are finished once another process has claimed them again

@@ -109,15 +109,16 @@ type Options struct {
 	// process elected cannot lead (SharedWriter). Default: discarded.
 	Logger *slog.Logger
 	// SharedWriter: the processes of the queue that set it elect one of them, whose writer
-	// runs the runners' rounds (Queue.SettleAndClaimAt) of them all, so that they commit in
-	// one stream of groups instead of taking turns on the log head (design §9 "Many
-	// processes"). Default false: each process runs its own. The elected process listens on
-	// SharedWriterAddr and writes that address, with a random token the others must present,
-	// into the schema's table shared_writer; the rounds travel unencrypted (lease tokens
-	// included), so give a routable address only on a network you trust. A round whose
-	// answer is lost with its connection ends in ErrBackend, its outcome unknown (as a lost
-	// COMMIT's); while no elected process is reachable, each process runs its rounds itself.
-	// The election holds one more connection of its own (beside the pool and the listener's).
+	// runs the claims and settles of them all (Queue.SettleAndClaimAt, a runner's rounds, and
+	// ClaimDueAt, ClaimKindsAt, FinishAt), so that they commit in one stream of groups
+	// instead of taking turns on the log head (design §9 "The shared writer"). Default
+	// false: each process runs its own. The elected process listens on SharedWriterAddr and
+	// writes that address, with a random token the others must present, into the schema's
+	// table shared_writer; the calls travel unencrypted (lease tokens included), so give a
+	// routable address only on a network you trust. A call whose answer is lost with its
+	// connection ends in ErrBackend, its outcome unknown (as a lost COMMIT's); while no
+	// elected process is reachable, each process runs its calls itself. The election holds
+	// one more connection of its own (beside the pool and the listener's).
 	SharedWriter bool
 	// SharedWriterAddr is the TCP address the elected process listens on (default
 	// "127.0.0.1:0": any free port, reachable from this host only). Processes on several

@@ -27,8 +27,8 @@ import (
 // read without run marks): four processes ran 0.8× of one. With the option, the processes
 // elect one of them (a session advisory lock on a connection of its own); it listens on a
 // TCP address, which it writes with a random token into the table shared_writer, and the
-// others send it their runners' rounds (Queue.SettleAndClaimAt, work/forward.go), which its
-// writer runs in its groups beside its own: one group stream, one cache that stays valid,
+// others send it their runners' rounds (Queue.SettleAndClaimAt) and their single claims and
+// finishes, as rounds (work/forward.go), which its writer runs in its groups beside its own: one group stream, one cache that stays valid,
 // groups as large as every process's rounds together.
 //
 // Forwarding is never needed for correctness: every process may still write (Submit,

@@ -390,6 +390,9 @@ func completionWake(tx txn, id string, t *projection.Task, at int64) error {
 }
 
 func (b *logBackend) ClaimDue(ctx context.Context, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
+	if claimed, err, ok := b.forwardClaim(ctx, nil, now, leaseFor, limit); ok {
+		return claimed, err
+	}
 	return claim(ctx, b, now, leaseFor, limit, dueScan, "lease", b.claimTask)
 }
 
@@ -505,6 +508,9 @@ func rejectReason(claimed bool, attempts, presented uint32) events.RejectReason 
 }
 
 func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now time.Time) (Task, error) {
+	if t, err, ok := b.forwardFinish(ctx, d, o, now); ok {
+		return t, err
+	}
 	at, verr := nanos("now", now)
 	if verr != nil {
 		return Task{}, verr

@@ -136,6 +136,9 @@ func (b *logBackend) releaseIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID
 }
 
 func (b *logBackend) ClaimKinds(ctx context.Context, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
+	if claimed, err, ok := b.forwardClaim(ctx, kinds, now, leaseFor, limit); ok {
+		return claimed, err
+	}
 	return claim(ctx, b, now, leaseFor, limit, kindsScan(kinds), "lease", b.claimTask)
 }
 

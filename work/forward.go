@@ -170,6 +170,34 @@ func (b *logBackend) forwardRound(ctx context.Context, settles []Settle, kinds [
 	return res, claimed, nil, true
 }
 
+// forwardClaim offers a claim (ClaimDue: kinds nil; ClaimKinds) to the elected process as
+// a round without settles, which claims as they do (the same scan, validation and events).
+func (b *logBackend) forwardClaim(ctx context.Context, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error, bool) {
+	if b.caps.forward == nil || limit <= 0 {
+		return nil, nil, false
+	}
+	_, claimed, err, ok := b.forwardRound(ctx, nil, kinds, now, leaseFor, limit)
+	return claimed, err, ok
+}
+
+// forwardFinish offers a Finish to the elected process as a round of one settle and no
+// claim, which settles as Finish does; the settle's own error is Finish's.
+func (b *logBackend) forwardFinish(ctx context.Context, d TaskDelivery, o Outcome, now time.Time) (Task, error, bool) {
+	if b.caps.forward == nil {
+		return Task{}, nil, false
+	}
+	res, _, err, ok := b.forwardRound(ctx, []Settle{{Delivery: d, Outcome: &o}}, nil, now, 0, 0)
+	switch {
+	case !ok:
+		return Task{}, nil, false
+	case err != nil:
+		return Task{}, err, true
+	case res[0].Err != nil:
+		return Task{}, res[0].Err, true
+	}
+	return res[0].Task, nil, true
+}
+
 // serveForwarded runs a round another process sent (the engine calls it, on the elected
 // process). An error: the round did not run, and its sender runs it itself.
 func (b *logBackend) serveForwarded(ctx context.Context, req []byte) ([]byte, error) {
