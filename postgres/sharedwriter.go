@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -28,8 +29,9 @@ import (
 // elect one of them (a session advisory lock on a connection of its own); it listens on a
 // TCP address, which it writes with a random token into the table shared_writer, and the
 // others send it their runners' rounds (Queue.SettleAndClaimAt) and their single claims and
-// finishes, as rounds (work/forward.go), which its writer runs in its groups beside its own: one group stream, one cache that stays valid,
-// groups as large as every process's rounds together.
+// finishes, as rounds (work/forward.go), which its writer runs in its groups beside its
+// own: one group stream, one cache that stays valid, groups as large as every process's
+// rounds together.
 //
 // Forwarding is never needed for correctness: every process may still write (Submit,
 // Cancel, ... always run in their own process, and a round runs here whenever no elected
@@ -89,7 +91,7 @@ type sharedWriter struct {
 	lost    chan struct{} // a connection to the elected process failed: look again now
 	done    chan struct{} // run has returned
 
-	forwarded, served, refused atomic.Int64 // rounds: sent and answered, run for others, refused
+	forwarded, served atomic.Int64 // rounds: sent and answered, run for others
 
 	lastWarning string // run's: the last failure to lead that was logged
 }
@@ -118,7 +120,15 @@ func newSharedWriter(e *engine, addr string) *sharedWriter {
 		lost: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// Forward and SetForwardServer make the engine an engineapi.Forwarder.
+// CanForward, Forward and SetForwardServer make the engine an engineapi.Forwarder.
+func (e *engine) CanForward() bool {
+	if e.sw == nil {
+		return false
+	}
+	c := e.sw.cur.Load()
+	return c != nil && !c.isDead()
+}
+
 func (e *engine) Forward(ctx context.Context, req []byte) ([]byte, bool, error) {
 	// A closed queue, or a ctx already done, runs nothing anywhere: the local path says so
 	// (ErrClosed, ctx.Err()).
@@ -212,7 +222,7 @@ func (s *sharedWriter) follow(conn *pgx.Conn) {
 	if err != nil { // no table or no row yet (nobody was elected), or a failed read
 		return
 	}
-	if c := s.cur.Load(); c != nil && c.addr == addr && subtle.ConstantTimeCompare(c.token, token) == 1 && !c.isDead() {
+	if c := s.cur.Load(); c != nil && c.addr == addr && bytes.Equal(c.token, token) && !c.isDead() {
 		return
 	}
 	c, err := dialShared(ctx, addr, token, s.lost)
@@ -319,8 +329,14 @@ func (s *sharedWriter) serveConn(ctx context.Context, nc net.Conn, token []byte)
 		writeFrames(nc, out, nil)
 	}()
 	var rounds sync.WaitGroup
+	ended := make(chan struct{}) // the loop below ended on its own
+	defer close(ended)
 	go func() { // a connection that outlives ctx stops reading, which ends the loop below
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-ended:
+			return
+		}
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.CloseRead()
 		} else {
@@ -338,7 +354,6 @@ func (s *sharedWriter) serveConn(ctx context.Context, nc net.Conn, token []byte)
 			continue
 		}
 		if ctx.Err() != nil || s.serve == nil || s.e.isClosed() {
-			s.refused.Add(1)
 			out <- swFrame{id: f.id, status: swStatusRefuse}
 			continue
 		}
@@ -347,7 +362,6 @@ func (s *sharedWriter) serveConn(ctx context.Context, nc net.Conn, token []byte)
 			defer rounds.Done()
 			resp, err := s.serve(s.e.ctx, f.body)
 			if err != nil {
-				s.refused.Add(1)
 				out <- swFrame{id: f.id, status: swStatusRefuse}
 				return
 			}

@@ -439,10 +439,8 @@ func (b *logBackend) planSettle(s *Settle, at int64, staged bool) settlePlan {
 // releaseIn: a domain error goes to the settle's own result and the command goes on), then
 // the claim loop of ClaimKinds (when kinds are given) or ClaimDue.
 func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
-	if b.caps.forward != nil {
-		if res, claimed, err, ok := b.forwardRound(ctx, settles, kinds, now, leaseFor, limit); ok {
-			return res, claimed, err
-		}
+	if res, claimed, err, ok := b.forwardRound(ctx, settles, kinds, now, leaseFor, limit); ok {
+		return res, claimed, err
 	}
 	return b.settleAndClaimHere(ctx, settles, kinds, now, leaseFor, limit)
 }

@@ -125,8 +125,15 @@ func decodeForward(b []byte, v any) error {
 	return nil
 }
 
+// forwarding reports whether a round may go to the engine's elected process now: checked
+// before anything is encoded.
+func (b *logBackend) forwarding() bool { return b.caps.forward != nil && b.caps.forward.CanForward() }
+
 // forwardRound offers the round to the engine's elected process. ok false: run it here.
 func (b *logBackend) forwardRound(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) (res []SettleResult, claimed []TaskDelivery, err error, ok bool) {
+	if !b.forwarding() {
+		return nil, nil, nil, false
+	}
 	r := fwdRound{Kinds: kinds, Now: now, LeaseFor: leaseFor, Limit: limit, Worker: workerOf(ctx)}
 	if dl, has := ctx.Deadline(); has {
 		if r.Wait = time.Until(dl); r.Wait <= 0 {
@@ -173,7 +180,7 @@ func (b *logBackend) forwardRound(ctx context.Context, settles []Settle, kinds [
 // forwardClaim offers a claim (ClaimDue: kinds nil; ClaimKinds) to the elected process as
 // a round without settles, which claims as they do (the same scan, validation and events).
 func (b *logBackend) forwardClaim(ctx context.Context, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error, bool) {
-	if b.caps.forward == nil || limit <= 0 {
+	if limit <= 0 || !b.forwarding() {
 		return nil, nil, false
 	}
 	_, claimed, err, ok := b.forwardRound(ctx, nil, kinds, now, leaseFor, limit)
@@ -183,7 +190,7 @@ func (b *logBackend) forwardClaim(ctx context.Context, kinds []string, now time.
 // forwardFinish offers a Finish to the elected process as a round of one settle and no
 // claim, which settles as Finish does; the settle's own error is Finish's.
 func (b *logBackend) forwardFinish(ctx context.Context, d TaskDelivery, o Outcome, now time.Time) (Task, error, bool) {
-	if b.caps.forward == nil {
+	if !b.forwarding() {
 		return Task{}, nil, false
 	}
 	res, _, err, ok := b.forwardRound(ctx, []Settle{{Delivery: d, Outcome: &o}}, nil, now, 0, 0)

@@ -228,9 +228,14 @@ type DurableViewer interface {
 // round was sent and its outcome is unknown (the connection failed, or ctx ended, before the
 // answer came); the caller gets it, as when a COMMIT's answer is lost.
 //
+// CanForward reports whether a round offered now would be sent (a connection to the
+// elected process is up): work encodes a round only then, so a process that forwards
+// nothing (the option off, or the elected one itself) pays one check a round.
+//
 // SetForwardServer is called once, before the queue is used, with the function that runs a
 // round another process sent here and encodes its answer.
 type Forwarder interface {
+	CanForward() bool
 	Forward(ctx context.Context, req []byte) (resp []byte, ok bool, err error)
 	SetForwardServer(serve func(ctx context.Context, req []byte) ([]byte, error))
 }
