@@ -192,6 +192,12 @@ func runOne(self string, sys system, run, n, workers int, tmpBase, pgDSN, cpupro
 	cmd.Stdout = &stdout
 	cmd.Stderr = os.Stderr
 	fmt.Fprintf(os.Stderr, "run %d: %s (%s)\n", run, sys.name, sys.durability)
+	var probe float64
+	if doSettle {
+		var note string
+		note, probe = settle(pgDSN)
+		fmt.Fprintf(os.Stderr, "  %s\n", note)
+	}
 	runErr := cmd.Run()
 	sc := bufio.NewScanner(&stdout)
 	parsed := false
@@ -205,6 +211,7 @@ func runOne(self string, sys system, run, n, workers int, tmpBase, pgDSN, cpupro
 	} else if runErr != nil && res.Error == "" {
 		res.Error = runErr.Error()
 	}
+	res.CPUProbe = probe
 	if ps := cmd.ProcessState; ps != nil {
 		res.CPU = (ps.UserTime() + ps.SystemTime()).Seconds() - res.SamplerCPU
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
@@ -455,3 +462,7 @@ func mountOf(path string) string {
 	}
 	return desc
 }
+
+// doSettle: settle before each child (settle.go); BENCH_NO_SETTLE=1 turns it off, to see
+// what it changes.
+var doSettle = os.Getenv("BENCH_NO_SETTLE") == ""

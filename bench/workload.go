@@ -76,6 +76,10 @@ type result struct {
 	W2Checkpoints int64   `json:"w2_checkpoints,omitempty"`
 	W2Steal       float64 `json:"w2_steal_s,omitempty"`
 	Error         string  `json:"error,omitempty"`
+	// CPUProbe is one core's SHA-256 speed in MB/s, taken by the parent just before the
+	// child started (settle.go's cpuProbe): 0 when not taken. Compare it across the rows of
+	// one run; a row whose probe is lower ran on a slower machine.
+	CPUProbe float64 `json:"cpu_probe_mbps,omitempty"`
 
 	// Filled by the parent from the child's rusage.
 	MaxRSSKiB int64   `json:"maxrss_kib"`
