@@ -299,7 +299,7 @@ func (t *txn) queueIndexes(b *pgx.Batch) {
 			if pri {
 				args = append(args, pr)
 			}
-			b.Queue(st.ins, args...)
+			queueRows(b, t.st, st.ins, args...)
 		}
 		clear(m)
 	}

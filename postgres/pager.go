@@ -240,7 +240,7 @@ func (tb *recordTable[R]) queueByIDs(b *pgx.Batch, c *cache, sql string, ids [][
 
 // queueWrites queues the commit's inserts of the records in added and updates of those in
 // changed but not added (only rec: the columns never change), from the cache c.
-func (tb *recordTable[R]) queueWrites(b *pgx.Batch, c *cache, ins, upd string, added, changed map[string]bool) {
+func (tb *recordTable[R]) queueWrites(b *pgx.Batch, st *statements, c *cache, ins, upd string, added, changed map[string]bool) {
 	m := tb.cached(c)
 	if len(added) > 0 {
 		var ids, recs [][]byte
@@ -256,7 +256,7 @@ func (tb *recordTable[R]) queueWrites(b *pgx.Batch, c *cache, ins, upd string, a
 		for _, c := range cols {
 			args = append(args, c)
 		}
-		b.Queue(ins, args...)
+		queueRows(b, st, ins, args...)
 	}
 	var ids, recs [][]byte
 	for id := range changed {

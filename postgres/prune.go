@@ -402,7 +402,7 @@ func (t *txn) flushPrune(b *pgx.Batch) {
 		b.Queue(t.st.delPrunable, da, ds)
 	}
 	if len(pa) > 0 {
-		b.Queue(t.st.insPrunable, pa, ps, pid, pw)
+		queueRows(b, t.st, t.st.insPrunable, pa, ps, pid, pw)
 	}
 	clear(t.prunable)
 }

@@ -84,6 +84,8 @@ type statements struct {
 	kp  kindPolicyStatements                   // the kind policies and lease index (kind_policies.go)
 	cp  copyStatements                         // a large group's inserts (copy.go)
 	pre preStatements                          // a claim's reads in the begin (claimpre.go)
+
+	oneRow map[string]string // each commit insert's single-row form (onerow.go, queueRows)
 }
 
 func newStatements(schema string) *statements {
@@ -170,6 +172,12 @@ func newStatements(schema string) *statements {
 	st.changesSince = changesSinceStatement(q)
 	st.headNow, st.checkHead = headStatements(q)
 	st.headLast = headLastStatement(q)
+	inserts := []string{st.insEvents, st.insTasks, st.insWakes, st.insTaskKeys, st.insWakeKeys,
+		st.insSession, st.addCnt, st.insPrunable}
+	for i := range st.idx {
+		inserts = append(inserts, st.idx[i].ins)
+	}
+	st.oneRow = oneRowForms(inserts...)
 	return st
 }
 
@@ -470,6 +478,9 @@ func (st *statements) withoutPriority(ctx context.Context, pool *pgxpool.Pool, s
 	}
 	q := func(sql string) string { return strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize()) }
 	st.idx = indexStatementsOf(q, false)
+	for i := range st.idx {
+		st.oneRow[st.idx[i].ins] = oneRowOf(st.idx[i].ins)
+	}
 	return nil
 }
 

@@ -326,7 +326,7 @@ func (t *txn) flushIndexes(b *pgx.Batch) {
 		for i, s := range t.sessions {
 			ss[i], qs[i], ids[i] = []byte(s.session), int64(s.seq), []byte(t.sessionIDs[i])
 		}
-		b.Queue(t.st.insSession, ss, qs, ids)
+		queueRows(b, t.st, t.st.insSession, ss, qs, ids)
 		t.sessions, t.sessionIDs = t.sessions[:0], t.sessionIDs[:0]
 	}
 }
@@ -518,7 +518,7 @@ func (t *txn) queueCommit(b *pgx.Batch, notify func(*pgx.Batch)) {
 			seqs[i], sess[i], types[i], bodies[i] = int64(e.seq), []byte(e.session), int16(e.typ), e.body
 			subjects[i] = []byte(e.subject)
 		}
-		b.Queue(t.st.insEvents, seqs, sess, types, bodies, subjects)
+		queueRows(b, t.st, t.st.insEvents, seqs, sess, types, bodies, subjects)
 	}
 	if t.seq != t.startSeq { // a prune of the same group may have taken every event appended
 		b.Queue(t.st.setHead, int64(t.seq))
@@ -528,10 +528,10 @@ func (t *txn) queueCommit(b *pgx.Batch, notify func(*pgx.Batch)) {
 		b.Queue(t.st.setPrunes, int64(t.prunes))
 	}
 	t.queueDeletes(b)
-	taskTable.queueWrites(b, t.c, t.st.insTasks, t.st.updTasks, t.newTasks, t.dirtyTasks)
-	wakeTable.queueWrites(b, t.c, t.st.insWakes, t.st.updWakes, t.newWakes, t.dirtyWakes)
-	queueKeys(b, t.st.insTaskKeys, t.newTaskKeys, t.c.taskKeys)
-	queueKeys(b, t.st.insWakeKeys, t.newWakeKeys, t.c.wakeKeys)
+	taskTable.queueWrites(b, t.st, t.c, t.st.insTasks, t.st.updTasks, t.newTasks, t.dirtyTasks)
+	wakeTable.queueWrites(b, t.st, t.c, t.st.insWakes, t.st.updWakes, t.newWakes, t.dirtyWakes)
+	queueKeys(b, t.st, t.st.insTaskKeys, t.newTaskKeys, t.c.taskKeys)
+	queueKeys(b, t.st, t.st.insWakeKeys, t.newWakeKeys, t.c.wakeKeys)
 	if len(t.counts) > 0 {
 		var kinds [][]byte
 		var states []int16
@@ -542,12 +542,12 @@ func (t *txn) queueCommit(b *pgx.Batch, notify func(*pgx.Batch)) {
 			}
 		}
 		if len(kinds) > 0 {
-			b.Queue(t.st.addCnt, kinds, states, ns)
+			queueRows(b, t.st, t.st.addCnt, kinds, states, ns)
 		}
 	}
 }
 
-func queueKeys(b *pgx.Batch, sql string, keys []skey, m map[skey]string) {
+func queueKeys(b *pgx.Batch, st *statements, sql string, keys []skey, m map[skey]string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -555,7 +555,7 @@ func queueKeys(b *pgx.Batch, sql string, keys []skey, m map[skey]string) {
 	for i, k := range keys {
 		ss[i], ks[i], ids[i] = []byte(k.session), []byte(k.key), []byte(m[k])
 	}
-	b.Queue(sql, ss, ks, ids)
+	queueRows(b, st, sql, ss, ks, ids)
 }
 
 func nonNil(b []byte) []byte {
