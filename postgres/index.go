@@ -22,14 +22,44 @@ type pgIndex struct {
 	// bare: a scan reads the entries alone, joining no record (the lease index: a claim
 	// counts its entries and reads none of their tasks).
 	bare bool
+	// small: the table holds few live rows but takes as many deletes as inserts (the lease
+	// index: a row from a claim to its settle), so it is small whenever the server plans its
+	// statements and large with dead rows between vacuums. Its deletions are planned with
+	// sequential scans off (seqScanOff).
+	small bool
 }
+
+// A table that holds a handful of live rows is planned as what it is: a page or two, which a
+// sequential scan reads faster than any index. pgx prepares each statement once per
+// connection and PostgreSQL keeps the generic plan it chose then, so the commit's deletion
+// from kind_leases ran as a hash join over a sequential scan of the whole table for the
+// connection's life. But every claim inserts a row and every settle deletes one, and the
+// space of the deleted rows comes back only when autovacuum passes (at most once a minute a
+// database): between passes the table grows by a row per claim, and each group's deletion
+// read all of it. In bench/'s W2 (40,000 claims in about four seconds) it read 226 buffers a
+// group and took 189 µs a call on average, and the cost grows with the time since the last
+// vacuum. Planned with sequential scans off (SET LOCAL, inside the group's transaction, for
+// that statement alone: enable_seqscan is back to its default for the statements after it),
+// the plan is a nested loop over the primary key, whatever the table's size when it was
+// planned: 122 buffers a group and 88 µs a call in the same workload (2026-12-05,
+// pg_stat_statements over BenchmarkWorklogPGW2Runner). Over 80,000 tasks (8–10 s) the scan
+// had grown to 504 buffers and 549 µs a call, against 143 and 89 with the key, and the
+// server's execution time of the whole run fell from 11.0 s to 8.2 s (8,345 → 10,431 tasks/s
+// in that pair; at 20,000 tasks, four interleaved pairs, no change beyond the spread). The
+// plan is made under the setting
+// (the first executions, then the generic plan kept for later ones); the two SETs cost two
+// statements in the batch of a group that settles.
+const (
+	seqScanOff     = "SET LOCAL enable_seqscan = off"
+	seqScanDefault = "SET LOCAL enable_seqscan TO DEFAULT"
+)
 
 var pgIndexes = [projection.NumIndexes]pgIndex{
 	projection.IndexDue:          {table: "due"},
 	projection.IndexKindDue:      {table: "kind_due", part: "kind"},
 	projection.IndexWakes:        {table: "wake_index", wakes: true},
 	projection.IndexSessionWakes: {table: "session_wakes", part: "session", wakes: true},
-	projection.IndexKindLeases:   {table: "kind_leases", part: "kind", bare: true}, // kind_policies.go
+	projection.IndexKindLeases:   {table: "kind_leases", part: "kind", bare: true, small: true}, // kind_policies.go
 }
 
 // indexStatements are an index's statements, with the queue's schema in them.
@@ -289,7 +319,13 @@ func (t *txn) queueIndexes(b *pgx.Batch) {
 			if parted {
 				args = []any{dp, da, ds}
 			}
-			b.Queue(st.del, args...)
+			if pgIndexes[ix].small {
+				b.Queue(seqScanOff)
+				b.Queue(st.del, args...)
+				b.Queue(seqScanDefault)
+			} else {
+				b.Queue(st.del, args...)
+			}
 		}
 		if len(pa) > 0 {
 			args := []any{pa, ps, pid}
