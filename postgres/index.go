@@ -46,9 +46,8 @@ type pgIndex struct {
 // had grown to 504 buffers and 549 µs a call, against 143 and 89 with the key, and the
 // server's execution time of the whole run fell from 11.0 s to 8.2 s (8,345 → 10,431 tasks/s
 // in that pair; at 20,000 tasks, four interleaved pairs, no change beyond the spread). The
-// plan is made under the setting
-// (the first executions, then the generic plan kept for later ones); the two SETs cost two
-// statements in the batch of a group that settles.
+// plan is made under the setting (the first executions, then the generic plan kept for later
+// ones); the two SETs cost two statements in the batch of a group that settles.
 const (
 	seqScanOff     = "SET LOCAL enable_seqscan = off"
 	seqScanDefault = "SET LOCAL enable_seqscan TO DEFAULT"

@@ -69,30 +69,28 @@ func queueRows(b *pgx.Batch, st *statements, sql string, cols ...any) {
 func singleRow(cols []any) ([]any, bool) {
 	row := make([]any, len(cols))
 	for i, c := range cols {
+		var ok bool
 		switch c := c.(type) {
 		case []int64:
-			if len(c) != 1 {
-				return nil, false
-			}
-			row[i] = c[0]
+			row[i], ok = only(c)
 		case []int16:
-			if len(c) != 1 {
-				return nil, false
-			}
-			row[i] = c[0]
+			row[i], ok = only(c)
 		case [][]byte:
-			if len(c) != 1 {
-				return nil, false
-			}
-			row[i] = c[0] // nil stays NULL, as in the array
+			row[i], ok = only(c) // nil stays NULL, as in the array
 		case []bool:
-			if len(c) != 1 {
-				return nil, false
-			}
-			row[i] = c[0]
-		default:
+			row[i], ok = only(c)
+		}
+		if !ok {
 			return nil, false
 		}
 	}
 	return row, true
+}
+
+// only is c's one value, if it has exactly one.
+func only[T any](c []T) (any, bool) {
+	if len(c) != 1 {
+		return nil, false
+	}
+	return c[0], true
 }

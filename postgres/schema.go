@@ -172,13 +172,19 @@ func newStatements(schema string) *statements {
 	st.changesSince = changesSinceStatement(q)
 	st.headNow, st.checkHead = headStatements(q)
 	st.headLast = headLastStatement(q)
+	st.setOneRow()
+	return st
+}
+
+// setOneRow derives oneRow from the commit's inserts: after newStatements, and again when
+// withoutPriority replaces the index statements.
+func (st *statements) setOneRow() {
 	inserts := []string{st.insEvents, st.insTasks, st.insWakes, st.insTaskKeys, st.insWakeKeys,
 		st.insSession, st.addCnt, st.insPrunable}
 	for i := range st.idx {
 		inserts = append(inserts, st.idx[i].ins)
 	}
 	st.oneRow = oneRowForms(inserts...)
-	return st
 }
 
 // channelName is the LISTEN/NOTIFY channel of the queue in schema: a hash, since a channel
@@ -478,9 +484,7 @@ func (st *statements) withoutPriority(ctx context.Context, pool *pgxpool.Pool, s
 	}
 	q := func(sql string) string { return strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize()) }
 	st.idx = indexStatementsOf(q, false)
-	for i := range st.idx {
-		st.oneRow[st.idx[i].ins] = oneRowOf(st.idx[i].ins)
-	}
+	st.setOneRow()
 	return nil
 }
 
