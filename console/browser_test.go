@@ -105,7 +105,7 @@ func shoot(t *testing.T, ctx context.Context, name string) {
 func TestBrowserPagesSliderAndActions(t *testing.T) {
 	ctx, dialogs := browser(t)
 	f := newFixture(t)
-	srv := newServer(t, f.q, nil)
+	srv := newServer(t, f.q, withActions())
 	u := srv.URL
 
 	// Every page loads, and its title is the page's.
