@@ -477,7 +477,7 @@ func (c *Console) task(r *http.Request, p *page) (string, error) {
 		}
 	}
 	d.Slider = sliderOf(ix.tasks[ti].seqs, p.Cut.seq, p.Head)
-	d.Actions = !p.Past && !c.ro
+	d.Actions = !p.Past && c.actions
 	d.CanCancel = d.Actions && !t.State.Terminal()
 	d.CanRetry = d.Actions && t.Retryable()
 	p.Data = d
