@@ -38,11 +38,17 @@ type Package struct {
 // Root is the core module's path: a package's Name is its path without it.
 const Root = "github.com/worklog/worklog"
 
+// BuildFlags are given to go list: a test built with -race sets "-race", so that the export
+// data comes from the packages its own build compiled (in the build cache) instead of a
+// second, non-race compile of all of them.
+var BuildFlags []string
+
 // Load type-checks the packages patterns names, from the module in dir, and computes their
 // API.
 func Load(dir string, patterns ...string) ([]Package, error) {
 	mod := Root
-	args := append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Name,Export,DepOnly,Error"}, patterns...)
+	args := append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Name,Export,DepOnly,Error"}, BuildFlags...)
+	args = append(args, patterns...)
 	out, err := goOut(dir, args...)
 	if err != nil {
 		return nil, err
