@@ -38,6 +38,7 @@ func resolveCaps(e engine) engineCaps {
 // imports work runs, so that work's exported API names no internal type.
 func init() {
 	engineapi.NewQueue = func(e engineapi.Engine, c engineapi.Config) any { return newEngineQueue(e, c) }
+	engineapi.ErrClosed = ErrClosed
 }
 
 // newEngineQueue is a Queue over worklog's event-sourced backend on e, configured by c: the

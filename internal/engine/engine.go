@@ -137,9 +137,9 @@ type PruneGroupResult struct {
 	Held         time.Duration // how long the group held the single writer, when the engine knows (Queue.Prune paces by it)
 }
 
-// ErrClosed is work.ErrClosed: the engines outside work (pebbleengine, postgres) wrap it in
-// the error of a call after Close.
-var ErrClosed = errors.New("work: queue closed")
+// ErrClosed is work.ErrClosed, set by work's init with NewQueue: the engines outside work
+// (pebbleengine) wrap it in the error of a call after Close.
+var ErrClosed error
 
 // ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
 var ErrPruneNotSupported = errors.New("engine: this backend does not support pruning (it implements no engine.Pruner)")
