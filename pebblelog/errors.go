@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // The kinds of error the store returns. Check with errors.Is; the values Open returns are
@@ -36,7 +34,7 @@ var (
 	// *OptionError naming it; Open, which checks options before it touches the directory, an
 	// *OpenError of this kind wrapping that *OptionError. It is the one sentinel of every
 	// worklog options struct (work.ErrInvalidOptions, runner.ErrInvalidConfig: the same value).
-	ErrInvalidOptions = optionerr.ErrInvalid
+	ErrInvalidOptions = errors.New("worklog: invalid options")
 	// ErrClosed: a call on a closed store (every Store method but Close and Dir).
 	ErrClosed = errors.New("pebblelog: store closed")
 	// ErrStoreFailed: a write, an fsync or a read of the store failed in a way after which
@@ -50,10 +48,26 @@ var (
 	ErrReadOnlyStore = errors.New("pebblelog: store opened read-only")
 )
 
-// OptionError refuses one field of Options (Options "pebblelog.Options", Field, Message):
-// the one error shape of worklog's options structs, the same type as work.OptionError and
-// runner.ConfigError. It matches ErrInvalidOptions.
-type OptionError = optionerr.Error
+// OptionError refuses one field of an options struct: the one error shape of every worklog
+// options struct (work.OptionError and runner.ConfigError are this type; it is declared here,
+// in the lowest package with options, so that all of them share it). It matches
+// ErrInvalidOptions.
+type OptionError struct {
+	Options string // the struct, package-qualified: "pebblelog.Options", "work.Options", "runner.Config"
+	Field   string // the field as spelled in Go: "MaxConns", "Heartbeat"
+	Message string // what is wrong, and what is allowed
+}
+
+func (e *OptionError) Error() string {
+	name := e.Field
+	if e.Options != "" {
+		name = e.Options + "." + e.Field
+	}
+	return "invalid " + name + ": " + e.Message
+}
+
+// Is matches ErrInvalidOptions.
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }
 
 // OpenError is the error Open (and Options.Validate) returns when it refuses a directory or
 // options. errors.Is(err, Kind) holds, and errors.Unwrap gives the cause, if any: callers

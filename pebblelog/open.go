@@ -17,8 +17,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // FormatVersion is the store format this build writes and the newest it reads: the key
@@ -37,6 +35,10 @@ import (
 // tick (state_schedules.go); the upgrade from an older format only clears those keyspaces,
 // which such a store cannot hold (upgrade8.go).
 const FormatVersion = 8
+
+// MinFormatVersion is the oldest store format this build opens: a read-write Open upgrades
+// a store of an older format than FormatVersion in place; a read-only one reads it as it is.
+const MinFormatVersion = 1
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -158,7 +160,7 @@ func (o *Options) EnsureDefaults() {
 // it touches the directory, so bad options never leave a half-made store.
 func (o *Options) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return optionerr.New("pebblelog.Options", field, fmt.Sprintf(format, args...))
+		return &OptionError{Options: "pebblelog.Options", Field: field, Message: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case o.CacheSize < 0 || o.CacheSize > MaxCacheSize:

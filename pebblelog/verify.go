@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -21,8 +20,9 @@ const maxProblems = 1000
 
 // VerifyOptions tunes Verify. The zero value is fine.
 //
-// It is source.VerifyOptions: one Verify signature for every read-only source.
-type VerifyOptions = source.VerifyOptions
+// It is projection.VerifyOptions: one Verify signature for every read-only source
+// (postgres.VerifyOptions is the same type).
+type VerifyOptions = projection.VerifyOptions
 
 // Verify rebuilds the projection from the log, with the same fold the live store uses, and
 // compares it with the stored projection keyspace by keyspace. It also checks that the log is

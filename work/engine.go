@@ -29,7 +29,7 @@ type logBackend struct {
 	// eng is the engine. Commands commit through update (wait.go), never eng.Update
 	// directly, so that their events signal the waiters (hub).
 	eng      engine
-	caps     engineCaps // eng's optional interfaces, resolved once (NewEngineQueue)
+	caps     engineCaps // eng's optional interfaces, resolved once (newEngineQueue)
 	hub      *waitHub   // the waiters of this backend (wait.go)
 	ids      *idSource
 	maxValue int

@@ -45,7 +45,7 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+	return newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
 		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }

@@ -50,11 +50,11 @@ func (m SyncMode) String() string {
 // the one error shape of every worklog options struct (pebblelog.OptionError and
 // runner.ConfigError are the same type), and matches ErrInvalidOptions. Open, NewInMemory's
 // siblings and postgres.Open check their options in one step, before anything is touched.
-type OptionError = optionerr.Error
+type OptionError = pebblelog.OptionError
 
 // ErrInvalidOptions is matched by every *OptionError (pebblelog.ErrInvalidOptions and
 // runner.ErrInvalidConfig are the same value).
-var ErrInvalidOptions = optionerr.ErrInvalid
+var ErrInvalidOptions = pebblelog.ErrInvalidOptions
 
 // Options configures Open. A nil *Options means all defaults; a zero field means that
 // field's default.

@@ -32,7 +32,7 @@ type Queue struct {
 // WorkQueue::in_memory). It is event-sourced like the durable store, with the same decide and
 // fold code, and keeps every event until the queue is dropped.
 func NewInMemory() *Queue {
-	return NewEngineQueue(newMemEngine(), engineapi.Config{})
+	return newEngineQueue(newMemEngine(), engineapi.Config{})
 }
 
 // New returns a queue over a custom backend (seed: WorkQueue::with_backend). Queue still

@@ -168,7 +168,12 @@ func (a *app) rootCommand() *cobra.Command {
 		a.importCommand(),
 		a.demoCommand(),
 		a.serveCommand(),
+		a.versionCommand(),
 	)
+	// --version prints what the version command prints.
+	root.Flags().Bool("version", false, "print the version and the store formats (as replay version)")
+	root.Version = buildVersion().text()
+	root.SetVersionTemplate("{{.Version}}")
 	return root
 }
 

@@ -172,7 +172,7 @@ func readOnlyQueue(st store, live bool) (*work.Queue, error) {
 		}
 		clock = func() time.Time { return at }
 	}
-	return work.NewEngineQueue(&roEngine{st: st}, engine.Config{Clock: clock}), nil
+	return engine.NewQueue(&roEngine{st: st}, engine.Config{Clock: clock}).(*work.Queue), nil
 }
 
 var errReadOnly = errors.New("replay serve: the store is open read-only")

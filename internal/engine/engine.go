@@ -3,11 +3,11 @@
 // in-memory queue, the Pebble store and the PostgreSQL backend behave alike by construction.
 //
 // It is internal: the seam may change with the decide code. An engine becomes a *work.Queue
-// through one constructor, work.NewEngineQueue(engine, Config), which work's in-memory engine
-// (NewInMemory), work.Open (the Pebble engine of internal/pebbleengine) and postgres.Open (the
-// PostgreSQL engine of package postgres) call alike: both durable engines live outside work
-// and are built by a constructor call. Its parameters' types are this package's, so no other
-// module can call it.
+// through one constructor, NewQueue, which work's in-memory engine (NewInMemory), work.Open
+// (the Pebble engine of internal/pebbleengine) and postgres.Open (the PostgreSQL engine of
+// package postgres) use alike: both durable engines live outside work and are built by a
+// constructor call. Package work sets NewQueue in its init, so that work's exported API names
+// none of this package's types.
 package engine
 
 import (
@@ -68,6 +68,11 @@ type KeyPrefetcher interface {
 type NewKeyPrefetcher interface {
 	PrefetchNewTaskKeys(sessionID string, keys []string) error
 }
+
+// NewQueue is a *work.Queue over e, configured by c: package work sets it in its init (this
+// package cannot name work's types, since work imports it), so it is set wherever a caller
+// can name *work.Queue. Callers assert the result: engine.NewQueue(e, c).(*work.Queue).
+var NewQueue func(e Engine, c Config) any
 
 // Config is what a queue over an Engine needs besides the engine.
 type Config struct {
@@ -132,9 +137,9 @@ type PruneGroupResult struct {
 	Held         time.Duration // how long the group held the single writer, when the engine knows (Queue.Prune paces by it)
 }
 
-// ErrClosed is work.ErrClosed: the engines outside work (pebbleengine, postgres) wrap it in
-// the error of a call after Close.
-var ErrClosed = errors.New("work: queue closed")
+// ErrClosed is work.ErrClosed, set by work's init with NewQueue: the engines outside work
+// (pebbleengine) wrap it in the error of a call after Close.
+var ErrClosed error
 
 // ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
 var ErrPruneNotSupported = errors.New("engine: this backend does not support pruning (it implements no engine.Pruner)")
