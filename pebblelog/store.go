@@ -97,18 +97,19 @@ func (s *Store) Close() error {
 		// returned before the database is closed.
 		idle := s.fh.idle(s.done)
 		if !s.fh.waitWriter(idle) {
-			return s.fh.abandon(idle, func() { s.db.Close(); s.lock.Close() })
+			return s.fh.abandon(idle, func() { s.db.Close(); s.fh.releaseDir(); s.lock.Close() })
 		}
 		if s.opts.NoSync && s.fh.err() == nil {
 			err = s.fh.call("a WAL sync", func() error { return s.db.LogData(nil, pebble.Sync) })
 			if s.fh.parked.Load() || s.fh.calls.Load() != 0 {
-				return s.fh.abandon(s.fh.idle(s.done), func() { s.db.Close(); s.lock.Close() })
+				return s.fh.abandon(s.fh.idle(s.done), func() { s.db.Close(); s.fh.releaseDir(); s.lock.Close() })
 			}
 		}
 	}
 	err = errors.Join(err, s.db.Close())
 	// Pebble closes "cleanly" into unlinked files when the directory went: never a nil.
 	err = errors.Join(err, s.fh.closeCheck())
+	s.fh.releaseDir()
 	err = errors.Join(err, s.recordCleanClose(err), s.lock.Close())
 	return err
 }

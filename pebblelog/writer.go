@@ -323,8 +323,9 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 		if len(p.blobs) > 0 {
 			s.removePrunedBlobs(p.blobs)
 		}
-		// No batch is answered more than dirCheckInterval after the store's directory went
-		// (its fsyncs reach unlinked files): see dirWatch.
+		// No batch is answered after the store's directory was removed (Linux), nor more
+		// than dirCheckInterval after it went (its fsyncs reach unlinked files): dirWatch.
+		s.fh.checkDirLinked()
 		s.fh.checkDirEvery()
 		if err := s.fh.err(); err != nil {
 			for i := range p.results {

@@ -26,6 +26,15 @@ import (
 // Open does not replay the log: the projection is on disk. With the default SyncAlways every
 // call returns only after its events are fsynced, and a crash of the process or the machine
 // loses no acknowledged call.
+//
+// The store's directory removed while the queue is open (rm -rf) fails the queue: every call
+// then returns ErrBackend (wrapping pebblelog.ErrStoreFailed, "the store's directory was
+// removed"), Close too. On Linux no call that began after the removal is acknowledged (before
+// it answers each group commit the writer checks that the directory it holds open still has
+// links: one fstat per group). The directory moved away or replaced by another, or
+// WORKLOG.lock removed or replaced, and a removal on other systems, are noticed by a check
+// every 100 ms: a call that began more than 100 ms after it is never acknowledged; one that
+// began within those 100 ms may be, into files no longer in the directory.
 func Open(dir string, opts *Options) (*Queue, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
