@@ -2,15 +2,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,5 +195,137 @@ func TestHeldStoreReadLive(t *testing.T) {
 			t.Errorf("replay %v: through the endpoint it printed what it does not print on the closed store:\n%s",
 				args, diffLines(got, live[i]))
 		}
+	}
+}
+
+// TestHeldStoreFollowAndServe: log --follow on a held store prints the events the holder
+// commits after it started; replay serve on a held store serves its live pages, a task
+// submitted while it serves included, and refuses every action.
+func TestHeldStoreFollowAndServe(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "held")
+	h := startHolder(t, dir)
+	first := h.do(t, "submit 2")
+	f := startFollowing(t, "log", dir, "--follow")
+	if got := f.read(t, "history", 2); !strings.Contains(got[1], first) {
+		t.Fatalf("log --follow: history %q lacks %s", got, first)
+	}
+	next := h.do(t, "submit 1")
+	if got := f.read(t, "a new event", 1); !strings.Contains(got[0], next) || !strings.Contains(got[0], "task_submitted") {
+		t.Fatalf("log --follow printed %q, want the submission of %s", got, next)
+	}
+	failed := h.do(t, "claim")
+	if got := f.read(t, "a claim and a failure", 2); !strings.Contains(got[1], failed) || !strings.Contains(got[1], "outcome=failed") {
+		t.Fatalf("log --follow printed %q, want the failure of %s", got, failed)
+	}
+
+	var sout, errb bytes.Buffer
+	a := &app{out: bufio.NewWriter(&sout), stdout: &sout, stderr: &errb, progress: "never"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- a.serve(ctx, dir, "127.0.0.1:0", ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	get := func(p string) string {
+		t.Helper()
+		r, err := http.Get("http://" + addr + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", p, r.StatusCode, b)
+		}
+		return string(b)
+	}
+	if b := get("/tasks/" + failed); !strings.Contains(b, "boom") {
+		t.Errorf("the task page of %s lacks its failure:\n%s", failed, b)
+	}
+	live := h.do(t, "submit 1") // while serve runs: the next page shows it
+	if b := get("/sessions/s1"); !strings.Contains(b, live) {
+		t.Errorf("the session page lacks %s, submitted while serve ran", live)
+	}
+	if b := get("/verify?run=1"); !strings.Contains(b, "OK: the stored projection") {
+		t.Errorf("verify through serve: %s", b)
+	}
+	pr, err := http.Post("http://"+addr+"/api/tasks/"+live+"/cancel", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Body.Close()
+	if pr.StatusCode != http.StatusForbidden {
+		t.Errorf("cancel through replay serve of a held store: %d", pr.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out := mustReplay(t, "task", dir, live); !strings.Contains(out, "pending") {
+		t.Errorf("the cancel reached the store:\n%s", out)
+	}
+}
+
+// TestHeldStoreKilled: a holder killed with SIGKILL leaves its socket file; replay then
+// opens the store itself, and the next work.Open removes the stale socket and serves anew.
+func TestHeldStoreKilled(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "held")
+	h := startHolder(t, dir)
+	id := h.do(t, "submit 2")
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.cmd.Wait()
+	sock := filepath.Join(dir, "WORKLOG.sock")
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatalf("no stale socket after SIGKILL (the test needs one): %v", err)
+	}
+	if out := mustReplay(t, "log", dir); !strings.Contains(out, id) {
+		t.Errorf("log of the store the killed process held:\n%s", out)
+	}
+	h2 := startHolder(t, dir)
+	id2 := h2.do(t, "submit 1")
+	if out := mustReplay(t, "log", dir); !strings.Contains(out, id) || !strings.Contains(out, id2) {
+		t.Errorf("log through the new endpoint:\n%s", out)
+	}
+	h2.do(t, "close")
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket after Close: %v", err)
+	}
+}
+
+// TestHeldStoreLongPath: a store whose DIR/WORKLOG.sock is too long for a socket address
+// (108 bytes on Linux) is served from the runtime directory, which DIR/WORKLOG.sock-path
+// names, and replay finds it.
+func TestHeldStoreLongPath(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < 130 {
+		dir = filepath.Join(dir, "a-rather-long-directory-name")
+	}
+	h := startHolder(t, dir)
+	id := h.do(t, "submit 1")
+	if _, err := os.Lstat(filepath.Join(dir, "WORKLOG.sock")); !os.IsNotExist(err) {
+		t.Errorf("a socket at a path of %d bytes: %v", len(dir)+13, err)
+	}
+	ptr, err := os.ReadFile(filepath.Join(dir, "WORKLOG.sock-path"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.TrimSpace(string(ptr)); !strings.HasPrefix(p, "@") {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the socket %s: %v %v", p, fi, err)
+		}
+	}
+	if out := mustReplay(t, "log", dir); !strings.Contains(out, id) {
+		t.Errorf("log through the endpoint of a long path:\n%s", out)
+	}
+	h.do(t, "close")
+	if _, err := os.Lstat(filepath.Join(dir, "WORKLOG.sock-path")); !os.IsNotExist(err) {
+		t.Errorf("the pointer file after Close: %v", err)
 	}
 }
