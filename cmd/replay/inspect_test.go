@@ -162,6 +162,7 @@ func TestHeldStoreReadLive(t *testing.T) {
 		{"timeline", dir, "--session", "s1"},
 		{"verify", dir},
 		{"log", dir, "--json"},
+		{"export", dir},
 	}
 	live := map[int]string{}
 	for i, args := range cmds {
