@@ -115,6 +115,18 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
 		t.Errorf("submit in a view: %+v %v", r, err)
 	}
+	// An index that does not exist (it indexed past projection.Indexes: a panic in the
+	// holder) is refused.
+	c = dialInspect(t, sock)
+	dec = gob.NewDecoder(c)
+	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	if r, err := readReply(c, dec); err != nil || !r.OK {
+		t.Fatalf("view: %+v %v", r, err)
+	}
+	sendFrame(t, c, map[string]any{"v": 1, "op": "scan_index", "index": 200})
+	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "no index 200") {
+		t.Errorf("scan_index 200: %+v %v", r, err)
+	}
 
 	garbage := [][]byte{
 		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), // a frame of 1.2 GB by its header

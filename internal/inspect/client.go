@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/worklog/worklog/events"
@@ -245,8 +246,9 @@ func (c *Client) Verify(ctx context.Context, vo source.VerifyOptions) ([]string,
 // queue.
 func (c *Client) Follow(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	err := c.raws(ctx, request{Op: opFollow, From: from}, decoded(fn))
-	if err == nil { // the server ended the follow: the queue closed
-		return fmt.Errorf("%s: the process that holds the store closed it", c.dir)
+	if ctx.Err() == nil && (err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		// The serving process ended the follow: it closed the queue, or it exited.
+		return fmt.Errorf("%s: the process that held the store closed it or exited: no more events will come", c.dir)
 	}
 	return err
 }

@@ -51,6 +51,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}
+	verify chan struct{} // one Verify at a time: it rebuilds the projection in this process
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -93,7 +94,7 @@ func Serve(dir string, st Store, logger *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{st: st, ln: ln, addr: addr, log: logger, sem: make(chan struct{}, MaxClients),
-		conns: map[net.Conn]struct{}{}}
+		verify: make(chan struct{}, 1), conns: map[net.Conn]struct{}{}}
 	if !strings.HasPrefix(addr, "@") {
 		s.files = append(s.files, addr)
 		if err := os.Chmod(addr, 0o600); err != nil {
@@ -223,6 +224,12 @@ func (s *Server) handle(c *net.UnixConn) {
 		<-s.sem
 		s.wg.Done()
 	}()
+	defer func() {
+		// Never the host's crash: a bug that a request reaches ends that connection only.
+		if r := recover(); r != nil {
+			s.log.Error("worklog: inspection endpoint: internal error", "panic", r)
+		}
+	}()
 	if !samePeer(c) {
 		return
 	}
@@ -298,8 +305,20 @@ func (b *batch) done() error {
 type connError struct{ error }
 
 func (s *Server) serve(c *net.UnixConn, w *writer, req request) error {
-	ctx := s.ctx
 	st := s.st
+	ctx := s.ctx
+	if req.Op != opView {
+		// The client sends nothing after its request: a read returns when it hangs up, and
+		// ends the call (a Verify, a follow) with it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			var one [1]byte
+			c.Read(one[:])
+			cancel()
+		}()
+	}
 	b := &batch{w: w}
 	var err error
 	switch req.Op {
@@ -349,9 +368,15 @@ func (s *Server) serve(c *net.UnixConn, w *writer, req request) error {
 	case opDiskUsage:
 		b.r.U64, err = st.DiskUsage(ctx)
 	case opVerify:
+		select {
+		case s.verify <- struct{}{}:
+		default:
+			return errors.New("a verify is already running in the process that holds the store: try again when it ends")
+		}
 		b.r.Strs, err = st.Verify(ctx, source.VerifyOptions{})
+		<-s.verify
 	case opFollow:
-		err = s.follow(ctx, c, b, req.From)
+		err = s.follow(ctx, b, req.From)
 	case opView:
 		err = s.view(c, w, b)
 	default:
@@ -368,14 +393,7 @@ func (s *Server) serve(c *net.UnixConn, w *writer, req request) error {
 
 // follow sends every durable event from from on, as it becomes durable, until the client
 // goes away or the server closes.
-func (s *Server) follow(ctx context.Context, c *net.UnixConn, b *batch, from uint64) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { // the client sends nothing more: a read returns when it hangs up
-		var one [1]byte
-		c.Read(one[:])
-		cancel()
-	}()
+func (s *Server) follow(ctx context.Context, b *batch, from uint64) error {
 	next := max(from, 1)
 	for {
 		durable, grown, err := s.st.Durable()
@@ -460,6 +478,9 @@ func (s *Server) viewCall(c *net.UnixConn, w *writer, r projection.Reader, req r
 	case opViewLastSeq:
 		a.r.U64, err = r.LastSeq()
 	case opScanIndex:
+		if req.Index >= uint8(projection.NumIndexes) {
+			return fmt.Errorf("%w: no index %d", ErrBadRequest, req.Index)
+		}
 		err = r.ScanIndex(projection.Index(req.Index), req.Part, req.Min, req.Max, func(e projection.IndexEntry) bool {
 			a.r.Entries = append(a.r.Entries, e)
 			return a.add()
