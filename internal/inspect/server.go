@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/gob"
 	"errors"
@@ -328,7 +329,7 @@ func (s *Server) serve(c *net.UnixConn, w *writer, req request) error {
 		b.r.Bytes, b.r.OK, err = st.RawEvent(ctx, req.Seq)
 	case opRawLog:
 		err = st.RawLog(ctx, req.From, req.To, func(seq uint64, raw []byte) error {
-			b.r.Raws = append(b.r.Raws, rawEvent{Seq: seq, Raw: raw})
+			b.r.Raws = append(b.r.Raws, rawEvent{Seq: seq, Raw: bytes.Clone(raw)}) // raw is the walk's until it steps
 			return b.add(len(raw))
 		})
 	case opSessionLog:
@@ -402,7 +403,7 @@ func (s *Server) follow(ctx context.Context, b *batch, from uint64) error {
 		}
 		if durable >= next {
 			err := s.st.RawLog(ctx, next, durable, func(seq uint64, raw []byte) error {
-				b.r.Raws = append(b.r.Raws, rawEvent{Seq: seq, Raw: raw})
+				b.r.Raws = append(b.r.Raws, rawEvent{Seq: seq, Raw: bytes.Clone(raw)})
 				return b.add(len(raw))
 			})
 			if err != nil {
