@@ -19,8 +19,9 @@ import (
 // BenchmarkSubmitInspect is BenchmarkSubmit's worklog case with the inspection endpoint
 // (Options.NoInspect) off, on and idle, and on with a `replay log --follow` process attached
 // (the real binary, built once, printing every event to a pipe the benchmark drains). The
-// targets (docs/performance.md): idle within noise of off, a follower within 5%. Run the
-// three interleaved, several times (-count 1 in a loop), on a quiet machine.
+// targets (issue 44; docs/design.md §1, "A store held by a running process"): idle within
+// noise of off, a follower within 5%. Run the three interleaved, several times (-count 1 in
+// a loop), on a quiet machine.
 func BenchmarkSubmitInspect(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d/inspect=off", n), func(b *testing.B) { benchSubmitInspect(b, n, "off") })
