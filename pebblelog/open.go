@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -53,6 +54,12 @@ const MarkerFile = "WORKLOG"
 // lockFile is worklog's own inter-process lock, taken before Pebble's, so that a store held
 // by another process is reported as such instead of with Pebble's raw lock error.
 const lockFile = "WORKLOG.lock"
+
+// SocketFile is the socket of the inspection endpoint that work.Open serves in the store
+// directory while it holds the store (internal/inspect): the one file of a store that is a
+// socket, not a regular file. Open leaves it alone; the next work.Open removes a crashed
+// process's.
+const SocketFile = "WORKLOG.sock"
 
 const markerPrefix = "worklog store format "
 
@@ -936,6 +943,9 @@ func checkRegularFiles(fs vfs.FS, dir string, names []string) error {
 		}
 		if st.IsDir() || st.Mode().IsRegular() {
 			return st.IsDir(), nil
+		}
+		if rel == SocketFile && st.Mode().Type() == iofs.ModeSocket {
+			return false, nil
 		}
 		return false, &OpenError{Dir: dir, Kind: ErrCorruptStore, File: rel, Offset: -1,
 			Detail: fmt.Sprintf("%s is not a regular file (mode %s)", rel, st.Mode().Type()),

@@ -3,11 +3,14 @@ package work
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 
+	"github.com/worklog/worklog/internal/inspect"
 	"github.com/worklog/worklog/internal/pebbleengine"
 	"github.com/worklog/worklog/pebblelog"
 )
@@ -22,6 +25,11 @@ import (
 // field (Options "work.Options", Field "MaxValueBytes"), before dir is touched; a blank dir,
 // or one shaped like a URL ("postgres://…", any "scheme://…"), is ErrInvalidRequest with
 // Field "dir": a PostgreSQL queue is opened with postgres.Open.
+//
+// While the queue is open, Open serves a read-only inspection endpoint for this user only
+// (a Unix socket found from dir; Options.NoInspect turns it off): the replay tool reads the
+// live store through it (replay stats DIR, replay log --follow DIR, replay serve DIR...),
+// which the store's lock keeps any other process from opening. Close stops it first.
 //
 // Open does not replay the log: the projection is on disk. With the default SyncAlways every
 // call returns only after its events are fsynced, and a crash of the process or the machine
@@ -54,9 +62,30 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	return newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+	q := newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
+		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger})
+	if !o.NoInspect {
+		q.stopInspect = serveInspect(dir, pe.Store(), o.Logger)
+	}
+	return q, nil
+}
+
+// serveInspect starts the inspection endpoint of the store in dir (Options.NoInspect) and
+// returns what stops it, or nil when it could not start: the queue works without it, and
+// logger says why.
+func serveInspect(dir string, st *pebblelog.Store, logger *slog.Logger) func() error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil // a store on a filesystem of its own (Options.FS): no directory to serve from
+	}
+	srv, err := inspect.Serve(dir, st, logger)
+	if err != nil {
+		if logger != nil {
+			logger.Warn("worklog: no inspection endpoint: replay cannot read this store while the queue is open", "dir", dir, "err", err)
+		}
+		return nil
+	}
+	return srv.Close
 }
 
 // urlScheme matches the scheme of a URL-shaped dir: a scheme of two or more characters
