@@ -225,7 +225,7 @@ func TestHeldStoreFollowAndServe(t *testing.T) {
 	defer cancel()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- a.serve(ctx, dir, "127.0.0.1:0", ready) }()
+	go func() { done <- a.serve(ctx, dir, "127.0.0.1:0", nil, ready) }()
 	var addr string
 	select {
 	case addr = <-ready:
