@@ -71,13 +71,13 @@ func (s *Session) Retry(ctx context.Context, taskID string, runAt time.Time) (Ta
 // request are cleared; its id, kind, input, idempotency key and wake policy are kept, and so
 // is its history: Attempts is kept (attempt numbers never repeat in the log) and
 // Task.AttemptsAtRetry records it, from which the runner's MaxAttempts counts again. When it
-// finishes again it records a new completion wake if its policy says so (the wake of the
-// earlier finish stays recorded). One event, task_retried.
+// finishes again it records a new completion wake if its policy says so. One event,
+// task_retried.
 //
 // The earlier finish's completion wake, acknowledged or not, stays recorded and keeps its
 // outcome; not acknowledged yet, it stays deliverable (ClaimWakes, AckWake) as before the
 // retry, and retention keeps the task while it is unacknowledged (Queue.Prune prunes neither
-// before its acknowledgment). A task in any other state is ErrInvalidTransition (a succeeded
+// before its acknowledgment; docs/projection.md §4.4). A task in any other state is ErrInvalidTransition (a succeeded
 // task is done: submit new work instead). Another session's, an unknown or a pruned task is
 // ErrTaskNotFound.
 func (s *Session) RetryAt(ctx context.Context, taskID string, runAt, now time.Time) (Task, error) {
