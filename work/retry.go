@@ -77,9 +77,9 @@ func (s *Session) Retry(ctx context.Context, taskID string, runAt time.Time) (Ta
 // The earlier finish's completion wake, acknowledged or not, stays recorded and keeps its
 // outcome; not acknowledged yet, it stays deliverable (ClaimWakes, AckWake) as before the
 // retry, and retention keeps the task while it is unacknowledged (Queue.Prune prunes neither
-// before its acknowledgment; docs/projection.md §4.4). A task in any other state is ErrInvalidTransition (a succeeded
-// task is done: submit new work instead). Another session's, an unknown or a pruned task is
-// ErrTaskNotFound.
+// before its acknowledgment; docs/projection.md §4.4). A task in any other state is
+// ErrInvalidTransition (a succeeded task is done: submit new work instead). Another
+// session's, an unknown or a pruned task is ErrTaskNotFound.
 func (s *Session) RetryAt(ctx context.Context, taskID string, runAt, now time.Time) (Task, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return Task{}, err
