@@ -22,6 +22,7 @@ func sessionScenarios() []scenario {
 		{"retry/a_failed_task_runs_again", retryFailed},
 		{"retry/a_canceled_task_at_run_at", retryCanceled},
 		{"retry/a_new_completion_wake_each_finish", retryCompletionWakes},
+		{"retry/before_the_completion_wake_is_acknowledged", retryBeforeWakeAck},
 		{"retry/only_failed_or_canceled", retryStates},
 		{"retry/unknown_foreign_and_pruned", retryNotFound},
 		{"retry/retention_after_a_retry", retryRetention},
@@ -269,8 +270,6 @@ func retryCompletionWakes(e *env) {
 	if first.Wake.Reason.TaskID != t.ID || first.Wake.Reason.State != work.TaskFailed {
 		e.t.Fatalf("first completion wake %+v", first.Wake.Reason)
 	}
-	// Not retried before the first wake is acknowledged: the wake would outlive the task.
-	e.wantErr("RetryAt before the completion wake is acknowledged", e.retryErr(s, t.ID, at(4), at(4)), work.ErrInvalidTransition)
 	e.ok("AckWakeAt of the first run's wake", e.ack(first, at(5)))
 	e.retry(s, t.ID, at(5), at(5))
 
@@ -330,6 +329,55 @@ func retryNotFound(e *env) {
 	e.wantErr("RetryAt of an unknown task", e.retryErr(s, "task_nope", time.Time{}, at(3)), work.ErrTaskNotFound)
 	e.prune(at(3), 1, 0)
 	e.wantErr("RetryAt of a pruned task", e.retryErr(s, t.ID, time.Time{}, at(4)), work.ErrTaskNotFound)
+}
+
+// retryBeforeWakeAck (work-api-4.md, "Retry, whatever the completion wake"): a task retried
+// while its completion wake is unacknowledged is retried all the same; that wake stays
+// deliverable with the outcome of the run it reports (a delivery held across the retry, and a
+// redelivery after it), the retried task's next end records a wake of its own, and retention
+// keeps the task, and the wake, until the wake is acknowledged: a prune before takes neither,
+// a prune after takes both (the wake first).
+func retryBeforeWakeAck(e *env) {
+	const s = "session_retry_unacked"
+	t := e.submit(s, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion, IdempotencyKey: "r"}, at(1))
+	d := e.claimOne(at(1))
+	e.finish(d, work.Failure("first"), at(2))
+	held := e.claimWakeOne(at(3)) // delivered before the retry, not acknowledged
+	e.retry(s, t.ID, at(4), at(4))
+	firstOutcome := func(what string, w work.WakeDelivery) {
+		e.t.Helper()
+		r := w.Wake.Reason
+		if w.Wake.ID != held.Wake.ID || r.Kind != work.WakeTaskFinished || r.TaskID != t.ID || r.State != work.TaskFailed ||
+			r.Outcome == nil || r.Outcome.Error != "first" {
+			e.t.Errorf("%s: wake %s %+v, want %s: task %s failed with error \"first\"", what, w.Wake.ID, r, held.Wake.ID, t.ID)
+		}
+	}
+	// The lease held across the retry runs out; the wake is delivered again, as it was.
+	again := e.claimWakeOne(held.LeaseExpiresAt)
+	firstOutcome("the earlier wake redelivered after the retry", again)
+	if again.Attempt != 2 {
+		e.t.Errorf("redelivery attempt %d, want 2", again.Attempt)
+	}
+	// The second run ends, with a wake of its own; the first is still unacknowledged.
+	d2 := e.claimOne(at(40))
+	e.finish(d2, work.Success(js(`2`)), at(41))
+	second := e.claimWakeOne(at(42))
+	if second.Wake.ID == held.Wake.ID || second.Wake.Reason.TaskID != t.ID || second.Wake.Reason.State != work.TaskSucceeded {
+		e.t.Errorf("second run's wake %s (%s), want a new one", second.Wake.ID, second.Wake.Reason.State)
+	}
+	e.ok("AckWakeAt of the second run's wake", e.ack(second, at(43)))
+	// The task and its current wake would be prunable from 43, but the first run's wake is
+	// not acknowledged: a prune keeps all of them.
+	e.prune(at(50), 0, 0)
+	e.sameTask("the task kept by the prune", e.taskByKey(s, "r"), e.mustTask(s, t.ID))
+	late := e.claimWakeOne(again.LeaseExpiresAt)
+	firstOutcome("the earlier wake after a prune", late)
+	e.ok("AckWakeAt of the earlier wake", e.ack(late, late.LeaseExpiresAt.Add(-time.Second)))
+	e.claimWakeNone(at(1000))
+	// Acknowledged, it is pruned at once, and the task with its current wake by its rule.
+	e.prune(at(1000), 1, 2)
+	e.absent(s, t.ID)
+	e.wantErr("TaskByKey of the pruned task", e.taskByKeyErr(s, "r"), work.ErrTaskNotFound)
 }
 
 func retryRetention(e *env) {
