@@ -65,7 +65,7 @@ func writeGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := goldenstore.Populate(ctx, q); err != nil {
+	if err := goldenstore.Populate(ctx, q, goldenstore.BigOutput); err != nil {
 		t.Fatal(err)
 	}
 	st, err := goldenstore.Dump(ctx, q, goldenNow)

@@ -25,16 +25,17 @@ var T0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Sessions are the sessions Populate writes.
 var Sessions = []string{"old", "alpha", "beta"}
 
-// BigOutput is the length of the one large output Populate writes: the Pebble store keeps it
-// in a blob file (pebblelog.BlobMin, 256 KiB).
+// BigOutput is the length of the one large output Populate writes into a Pebble store, which
+// keeps it in a blob file (pebblelog.BlobMin, 256 KiB). PostgreSQL keeps every value in its
+// rows: its golden dump takes a smaller one.
 const BigOutput = 256 << 10
 
 // Populate writes the golden history into q: tasks in every state (pending, scheduled, running,
-// succeeded with a large output, failed, canceled, released, retried), with idempotency keys,
+// succeeded with an output of bigOutput bytes, failed, canceled, released, retried), with idempotency keys,
 // priorities and headers; wakes available, leased, acknowledged and on completion; a schedule
 // with its first tick, and a removed one; kind policies; and a pruned range (session "old",
 // finished and pruned before the rest).
-func Populate(ctx context.Context, q *work.Queue) error {
+func Populate(ctx context.Context, q *work.Queue, bigOutput int) error {
 	at := func(min int) time.Time { return T0.Add(time.Duration(min) * time.Minute) }
 	step := func(err error, what string) error {
 		if err != nil {
@@ -132,7 +133,7 @@ func Populate(ctx context.Context, q *work.Queue) error {
 	if err != nil {
 		return step(err, "claim big")
 	}
-	big := `"` + strings.Repeat("b", BigOutput) + `"`
+	big := `"` + strings.Repeat("b", bigOutput) + `"`
 	if _, err := q.FinishAt(ctx, d, work.Outcome{State: work.TaskSucceeded, Summary: "large", Output: json.RawMessage(big)}, at(33)); err != nil {
 		return step(err, "finish big")
 	}
