@@ -17,10 +17,11 @@ var (
 	// ErrFormatTooNew: the store was written by a newer build (its marker or its format key
 	// names a newer format). Returned by Open.
 	ErrFormatTooNew = errors.New("pebblelog: store format is newer than this build")
-	// ErrNeedsUpgrade: a read of a store of an older format, opened read-only, that only a
-	// newer format can answer (format 3's kind index, session task lists and counts). A
-	// read-write Open upgrades the store.
-	ErrNeedsUpgrade = errors.New("pebblelog: store format is too old for this read")
+	// ErrFormatTooOld: the store is of an earlier development format (1 to 6) that this build
+	// neither reads nor upgrades; nothing in it was changed. The OpenError's Hint says how to
+	// move its data: export it with an earlier build, import it with this one. Returned by
+	// Open.
+	ErrFormatTooOld = errors.New("pebblelog: store format is older than this build reads")
 	// ErrLocked: another process holds the store (its WORKLOG.lock or Pebble's LOCK), or
 	// it is already open in this one (OpenError.Detail says which: share the open store).
 	// Returned by Open.
@@ -74,7 +75,7 @@ func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions
 // read the fields instead of the message.
 type OpenError struct {
 	Dir    string // the store's directory, as given to Open
-	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrLocked, ErrCorruptStore, ErrInvalidOptions, ErrReadOnlyStore or ErrStoreFailed
+	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrFormatTooOld, ErrLocked, ErrCorruptStore, ErrInvalidOptions, ErrReadOnlyStore or ErrStoreFailed
 	Field  string // ErrInvalidOptions: the Options field at fault ("MemTableSize")
 	File   string // the file at fault, relative to Dir, when one is ("000012.log", "MANIFEST-000001")
 	Offset int64  // the byte offset in File where the damage starts; -1 when unknown or no file

@@ -38,7 +38,6 @@ type Store struct {
 	maxIDs   *maxIDs                           // read at Open, then owned by the writer goroutine
 	counts   map[countID]int64                 // read at Open, then owned by the writer goroutine
 	policies map[string]*projection.KindPolicy // read at Open, then owned by the writer goroutine
-	format   int                               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
 }
 
 // Dir returns the store's directory.
@@ -123,16 +122,8 @@ func (s *Store) View(ctx context.Context, fn func(projection.Reader) error) (err
 	return fn(s.viewReader(s.db))
 }
 
-// viewReader is the projection.Reader of View and ViewSnapshot: a store of an older format
-// opened read-only has none of format 3's keyspaces, and its reads of them say so rather
-// than find nothing.
+// viewReader is the projection.Reader of View and ViewSnapshot.
 func (s *Store) viewReader(r pebble.Reader) projection.Reader {
-	if s.format < 3 {
-		return olderReader{reader{r, s.blobs}, s}
-	}
-	if s.format < 5 {
-		return format4Reader{reader{r, s.blobs}, s}
-	}
 	return reader{r, s.blobs}
 }
 

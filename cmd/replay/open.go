@@ -55,6 +55,8 @@ func openStore(dir string) (store, error) {
 		return c, nil
 	case pebblelog.ErrFormatTooNew:
 		return nil, fmt.Errorf("%s was written by a newer worklog: store %s: build replay from that worklog version or later", dir, oe.Detail)
+	case pebblelog.ErrFormatTooOld:
+		return nil, fmt.Errorf("%s was written by an earlier development build of worklog: store %s%s", dir, oe.Detail, hint(oe))
 	case pebblelog.ErrNotAStore:
 		return nil, fmt.Errorf("%s is not a worklog store: %s%s", dir, oe.Detail, hint(oe))
 	case pebblelog.ErrCorruptStore:

@@ -181,6 +181,10 @@ func TestStoreErrors(t *testing.T) {
 	os.WriteFile(file, []byte("x"), 0o644)
 	newer := demoStore(t)
 	os.WriteFile(filepath.Join(newer, "WORKLOG"), []byte("worklog store format 99\n"), 0o644)
+	older := filepath.Join(tmp, "older") // a store of an earlier development format
+	if err := os.CopyFS(older, os.DirFS(filepath.Join("..", "..", "pebblelog", "testdata", "format4-store"))); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		dir  string
 		want string
@@ -190,6 +194,9 @@ func TestStoreErrors(t *testing.T) {
 		{empty, "empty is not a worklog store: the directory is empty"},
 		{file, "file is a file, not a worklog store directory"},
 		{newer, fmt.Sprintf("was written by a newer worklog: store format 99, this build reads up to %d", pebblelog.FormatVersion)},
+		{older, "was written by an earlier development build of worklog: store format 4, an earlier development format: this build reads formats 7 and 8; " +
+			"move its data: with an earlier worklog build that reads it (up to commit 1a968ef), run `replay export " + older + " --wire > store.wlog`; " +
+			"then, with this build, `replay import store.wlog NEWDIR`"},
 	}
 	for _, c := range cases {
 		cmds := [][]string{{"log"}, {"verify"}}

@@ -14,11 +14,11 @@ import (
 	"github.com/worklog/worklog/work"
 )
 
-// TestFormat6StoreUpgradesToFormat8: a store whose format key and marker say 6 (what a
+// TestFormat7StoreUpgradesToFormat8: a store whose format key and marker say 7 (what a
 // build before the schedules wrote: no schedule keys) reads as it is read-only, with no
 // schedules, and a read-write Open makes it format 8; its tasks stay, schedules then work,
 // and Verify agrees.
-func TestFormat6StoreUpgradesToFormat8(t *testing.T) {
+func TestFormat7StoreUpgradesToFormat8(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	q, err := work.Open(dir, nil)
@@ -33,18 +33,18 @@ func TestFormat6StoreUpgradesToFormat8(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Back to format 6: the format key and the marker.
+	// Back to format 7: the format key and the marker.
 	db, err := pebble.Open(dir, &pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Set([]byte("mformat"), []byte("worklog store format 6"), pebble.Sync); err != nil {
+	if err := db.Set([]byte("mformat"), []byte("worklog store format 7"), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, pebblelog.MarkerFile), []byte("worklog store format 6\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pebblelog.MarkerFile), []byte("worklog store format 7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -53,7 +53,7 @@ func TestFormat6StoreUpgradesToFormat8(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p, err := ro.Verify(ctx, pebblelog.VerifyOptions{}); err != nil || len(p) > 0 {
-		t.Fatalf("read-only Verify of the format-6 store: %v %v", p, err)
+		t.Fatalf("read-only Verify of the format-7 store: %v %v", p, err)
 	}
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
