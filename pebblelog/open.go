@@ -30,7 +30,8 @@ const FormatVersion = 8
 
 // MinFormatVersion is the oldest store format this build opens: a read-write Open upgrades
 // a store of an older format than FormatVersion in place; a read-only one reads it as it is.
-const MinFormatVersion = 1
+// Stores of the earlier development formats are refused (ErrFormatTooOld).
+const MinFormatVersion = 7
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -1056,8 +1057,8 @@ func checkFormatKey(dir string, db *pebble.DB, fh *failures, exists, readOnly bo
 		e.Hint = "use a newer worklog"
 		return e
 	}
-	if n < oldestFormat {
-		e := refuse(ErrFormatTooOld, "format %d, an earlier development format: this build reads formats %d and %d", n, oldestFormat, FormatVersion)
+	if n < MinFormatVersion {
+		e := refuse(ErrFormatTooOld, "format %d, an earlier development format: this build reads formats %d and %d", n, MinFormatVersion, FormatVersion)
 		e.Hint = formatTooOldHint(dir)
 		return e
 	}

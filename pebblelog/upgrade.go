@@ -16,7 +16,7 @@ import (
 // WORKLOG marker. The format key is the witness of what the keyspaces hold; the marker lets
 // a build refuse a newer store before it opens Pebble. Open refuses a store whose marker or
 // format key names a format newer than FormatVersion (ErrFormatTooNew: checkMarker,
-// checkFormatKey), and one whose format key names a format before oldestFormat
+// checkFormatKey), and one whose format key names a format before MinFormatVersion
 // (ErrFormatTooOld: checkFormatKey, which runs on the read-only check before a read-write
 // Open changes anything), so a refused store is left as it was.
 //
@@ -27,10 +27,6 @@ import (
 // so that a format-7 build refuses the store from then on. A crash between the two writes
 // leaves format key 8 with an older marker: the next read-write Open raises the marker, and
 // a read-only Open reads the store as it is. A read-only Open never upgrades.
-
-// oldestFormat is the oldest store format this build opens: older development formats are
-// refused with ErrFormatTooOld.
-const oldestFormat = 7
 
 // storeFormats reads the version named by the marker and by the format key (0: none, an empty
 // store opened read-only).

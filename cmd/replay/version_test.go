@@ -57,7 +57,7 @@ func TestVersion(t *testing.T) {
 		t.Errorf("formats missing from --json: %v", want)
 	}
 	for _, s := range []string{"replay github.com/worklog/worklog " + v.Version, "built with " + v.Go,
-		"Pebble store (keys, records, marker)    reads 1 to 8, writes 8"} {
+		"Pebble store (keys, records, marker)    reads 7 to 8, writes 8"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("replay version lacks %q:\n%s", s, text)
 		}
