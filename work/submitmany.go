@@ -11,6 +11,25 @@ import (
 // MaxSubmitMany is the most requests one SubmitMany takes.
 const MaxSubmitMany = 10000
 
+// MaxSubmitManyBytes is the most bytes one SubmitMany takes, on every backend: the sum over
+// its requests' bytes: each one's input, kind, idempotency key, and headers' keys and values.
+// A batch of this size succeeds on every backend (memory, Open's Pebble store, PostgreSQL)
+// with the process's peak memory growing by less than 4x its bytes, the caller's own
+// requests included (TestSubmitManyMemory in package postgres measures each).
+const MaxSubmitManyBytes = 64 << 20
+
+// requestBytes is what r counts toward MaxSubmitManyBytes: the bytes of its input, kind,
+// idempotency key and headers (each key and value), what the stored task holds of the
+// request beyond fixed-size fields. Invalid requests count too: the limit bounds what the
+// caller hands over, checked before anything else.
+func requestBytes(r *TaskRequest) int {
+	n := len(r.Input) + len(r.Kind) + len(r.IdempotencyKey)
+	for k, v := range r.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // SubmitResult is what one request of SubmitMany did: the task, or this request's error.
 type SubmitResult struct {
 	Task Task
@@ -30,9 +49,10 @@ func (s *Session) SubmitMany(ctx context.Context, rs []TaskRequest) ([]SubmitRes
 // own error (ErrInvalidRequest for a request SubmitAt would refuse, ErrIdempotencyConflict),
 // while the others still apply. Every task of the batch has now as its submit time.
 //
-// The error is for the batch as a whole, and then nothing was recorded: an empty rs or more
-// than MaxSubmitMany requests (ErrInvalidRequest, field "requests"), a blank session, a now
-// out of range, a context that ended, a store that failed.
+// The error is for the batch as a whole, and then nothing was recorded: an empty rs, more
+// than MaxSubmitMany requests or more than MaxSubmitManyBytes bytes (ErrInvalidRequest,
+// field "requests", checked before the store is touched), a blank session, a now out of
+// range, a context that ended, a store that failed.
 func (s *Session) SubmitManyAt(ctx context.Context, rs []TaskRequest, now time.Time) ([]SubmitResult, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return nil, err
@@ -45,6 +65,13 @@ func (s *Session) SubmitManyAt(ctx context.Context, rs []TaskRequest, now time.T
 		return nil, invalid("requests", "must not be empty")
 	case len(rs) > MaxSubmitMany:
 		return nil, invalid("requests", fmt.Sprintf("has %d requests, more than the limit of %d", len(rs), MaxSubmitMany))
+	}
+	size := 0
+	for i := range rs {
+		size += requestBytes(&rs[i])
+	}
+	if size > MaxSubmitManyBytes {
+		return nil, invalid("requests", fmt.Sprintf("has %d bytes (inputs, kinds, keys, headers), more than the limit of %d", size, MaxSubmitManyBytes))
 	}
 	if _, err := nanos("now", now); err != nil {
 		return nil, err
