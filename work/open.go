@@ -47,7 +47,8 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	}
 	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
+		BorrowedInputMin: pebblelog.OwnedValueMin, // the batch copies it; the writer forgets it (input.go)
+		Retention:        o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
 }
 
 // urlScheme matches the scheme of a URL-shaped dir: a scheme of two or more characters

@@ -147,18 +147,27 @@ func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []Task
 	}
 	defer release()
 	for i := range ps {
-		ps[i].input = ownValue(rs[i].Input, staged)
+		ps[i].input = b.ownInput(rs[i].Input, staged)
 	}
 	var keys []string
+	size := 0
 	for i := range rs {
 		if k := rs[i].IdempotencyKey; k != "" {
 			keys = append(keys, k)
+		}
+		if len(rs[i].Input) < stageMin || !staged { // a staged input is a reference in the batch
+			size += requestBytes(&rs[i])
+		} else {
+			size += requestBytes(&rs[i]) - len(rs[i].Input)
 		}
 	}
 	out := make([]SubmitResult, len(rs))
 	err := b.update(ctx, func(tx txn) error {
 		if err := prefetchNewTaskKeys(tx, sessionID, keys); err != nil {
 			return err
+		}
+		if r, ok := engineTxn(tx).(engineapi.SubmitReserver); ok {
+			r.ReserveSubmits(len(ps), size)
 		}
 		for i := range ps { // fn may run twice: every result is set afresh
 			t, derr, err := b.submitIn(tx, sessionID, &ps[i], at)

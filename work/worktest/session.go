@@ -36,6 +36,7 @@ func sessionScenarios() []scenario {
 		{"submit_many/reopen_keeps_the_batch", submitManyReopen},
 		{"submit_many/validation", submitManyValidation},
 		{"submit_many/total_size_limit", submitManySizeLimit},
+		{"submit_many/the_callers_bytes_after", submitManyCallerBytes},
 	}
 }
 
@@ -666,5 +667,48 @@ func submitManySizeLimit(e *env) {
 	last := len(rs) - 1
 	if got := e.mustTask(s, res[last].Task.ID); len(got.Input) != len(rs[last].Input) {
 		e.t.Errorf("the batch's last task reads back with %d bytes of input, want %d", len(got.Input), len(rs[last].Input))
+	}
+}
+
+// submitManyCallerBytes: once SubmitMany has returned, the caller may overwrite its
+// requests' inputs, and nothing stored changes (a backend may have passed the caller's own
+// bytes to its writer instead of a copy: engineapi.Config.BorrowedInputMin). Inputs of each
+// size around the backends' thresholds (4 KiB: the caches' largest value; 64 KiB: Pebble's
+// direct encoding); the results may share the overwritten bytes, a read must not.
+func submitManyCallerBytes(e *env) {
+	const s = "session_many_bytes"
+	sizes := []int{100, 4<<10 + 1, 64<<10 + 1}
+	rs := make([]work.TaskRequest, 0, 2*len(sizes))
+	var want []string
+	for _, n := range sizes {
+		if n > e.h.MaxValueBytes {
+			continue
+		}
+		for k := range 2 {
+			in := exactly(n)
+			in[1] = byte('a' + k)
+			rs = append(rs, work.TaskRequest{Kind: "k", Input: in})
+			want = append(want, string(in))
+		}
+	}
+	res := e.submitMany(s, rs, at(1))
+	for _, r := range rs {
+		for i := 1; i < len(r.Input)-1; i++ {
+			r.Input[i] = 'X'
+		}
+	}
+	for i, r := range res {
+		if got := e.mustTask(s, r.Task.ID); string(got.Input) != want[i] {
+			e.t.Errorf("item %d (%d bytes): read back after the caller overwrote its input: %.12q..., want %.12q...",
+				i, len(want[i]), got.Input, want[i])
+		}
+	}
+	ds := e.claim(at(2), time.Minute, len(rs)+10)
+	for _, d := range ds {
+		for i, r := range res {
+			if d.Task.ID == r.Task.ID && string(d.Task.Input) != want[i] {
+				e.t.Errorf("item %d (%d bytes): claimed after the caller overwrote its input: %.12q...", i, len(want[i]), d.Task.Input)
+			}
+		}
 	}
 }
