@@ -281,6 +281,9 @@ type preparedSubmit struct {
 	newID   string
 	input   []byte
 	headers map[string]string // a copy: the caller may change its map afterwards
+	// borrowed: input is the caller's own bytes (ownInput), which the new task's snapshot
+	// takes as they are.
+	borrowed bool
 }
 
 // prepareSubmit converts r's times and draws the id its task gets if the submit makes one
@@ -335,6 +338,13 @@ func (b *logBackend) submitIn(tx txn, sessionID string, p *preparedSubmit, at in
 	t, err := mustTask(tx, p.newID)
 	if err != nil {
 		return Task{}, nil, err
+	}
+	if p.borrowed { // the caller's own bytes: the snapshot shares them rather than copy them
+		c := *t
+		c.Input = nil
+		out = b.taskSnapshot(&c)
+		out.Input = p.input
+		return out, nil, nil
 	}
 	return b.taskSnapshot(t), nil, nil
 }

@@ -12,10 +12,11 @@ import (
 const MaxSubmitMany = 10000
 
 // MaxSubmitManyBytes is the most bytes one SubmitMany takes, on every backend: the sum over
-// its requests' bytes: each one's input, kind, idempotency key, and headers' keys and values.
-// A batch of this size succeeds on every backend (memory, Open's Pebble store, PostgreSQL)
-// with the process's peak memory growing by less than 4x its bytes, the caller's own
-// requests included (TestSubmitManyMemory in package postgres measures each).
+// its requests of each one's input, kind, idempotency key, and headers' keys and values.
+// Each request keeps its own limits besides (an input at most the queue's MaxValueBytes).
+// A batch of this size succeeds on every backend (NewInMemory, Open's Pebble store,
+// PostgreSQL) with the process's peak memory growing by at most 4x its bytes, the caller's
+// own requests included.
 const MaxSubmitManyBytes = 64 << 20
 
 // requestBytes is what r counts toward MaxSubmitManyBytes: the bytes of its input, kind,
@@ -47,7 +48,13 @@ func (s *Session) SubmitMany(ctx context.Context, rs []TaskRequest) ([]SubmitRes
 // answered: a new task, the task an equal request with the same key made (earlier in the
 // batch too: a key repeated in the batch names the first request's task), or this request's
 // own error (ErrInvalidRequest for a request SubmitAt would refuse, ErrIdempotencyConflict),
-// while the others still apply. Every task of the batch has now as its submit time.
+// while the others still apply. Every task of the batch has now as its submit time. A
+// result's Task.Input longer than 4 KiB may share the bytes of its request's Input (the
+// store copied them: the caller may change them afterwards, and no read changes).
+//
+// The batch is one command of the queue's single writer: a call queued behind it (a Submit
+// of another goroutine) waits for the batch's write, so for about as long as the batch
+// itself takes, which MaxSubmitManyBytes bounds. Larger sets go in several batches.
 //
 // The error is for the batch as a whole, and then nothing was recorded: an empty rs, more
 // than MaxSubmitMany requests or more than MaxSubmitManyBytes bytes (ErrInvalidRequest,
@@ -148,6 +155,7 @@ func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []Task
 	defer release()
 	for i := range ps {
 		ps[i].input = b.ownInput(rs[i].Input, staged)
+		ps[i].borrowed = len(rs[i].Input) > 0 && &ps[i].input[0] == &rs[i].Input[0]
 	}
 	var keys []string
 	size := 0
