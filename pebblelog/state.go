@@ -248,6 +248,7 @@ func (s reader) LastSeq() (uint64, error) {
 type writer struct {
 	reader
 	b       *pebble.Batch
+	db      *pebble.DB // b's (Txn.ReserveSubmits makes a larger one)
 	lastSeq uint64
 	tasks   map[string]projection.Task
 	wakes   map[string]projection.Wake

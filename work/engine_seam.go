@@ -55,7 +55,8 @@ func newEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	}
 	caps := resolveCaps(e)
 	lb := &logBackend{eng: e, caps: caps, hub: newWaitHub(caps.watcher), ids: newIDSource(c.Entropy),
-		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
+		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin,
+		borrowedInputMin: c.BorrowedInputMin}
 	q := &Queue{b: lb, caps: resolveBackendCaps(lb), maxValue: maxValue, clock: clock}
 	if caps.forward != nil {
 		caps.forward.SetForwardServer(lb.serveForwarded)

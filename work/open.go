@@ -64,7 +64,8 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	}
 	q := newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger})
+		BorrowedInputMin: pebblelog.OwnedValueMin, // the batch copies it; the writer forgets it (input.go)
+		Retention:        o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger})
 	if !o.NoInspect {
 		q.stopInspect = serveInspect(dir, pe.Store(), o.Logger)
 	}

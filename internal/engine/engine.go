@@ -74,6 +74,13 @@ type NewKeyPrefetcher interface {
 // can name *work.Queue. Callers assert the result: engine.NewQueue(e, c).(*work.Queue).
 var NewQueue func(e Engine, c Config) any
 
+// SubmitReserver is a Txn that sizes what it writes ahead (Pebble's batch): a command about to
+// submit requests tasks whose requests hold bytes of values and text in all (a batch submit:
+// work.SubmitMany) says so first, so that the Txn does not grow its buffer again and again.
+type SubmitReserver interface {
+	ReserveSubmits(requests, bytes int)
+}
+
 // Config is what a queue over an Engine needs besides the engine.
 type Config struct {
 	MaxValueBytes int       // the largest input, payload or output accepted, in bytes
@@ -84,6 +91,12 @@ type Config struct {
 	// OwnedOutputMin: likewise for a task's output read by the decide code, from this length
 	// on (0: always copied).
 	OwnedOutputMin int
+	// BorrowedInputMin: a task input longer than this that a command appends is copied by
+	// the engine into what it writes (a batch, a transaction's rows) before the command's
+	// Update returns, and kept nowhere once it has: so the queue passes the caller's own
+	// bytes to the command instead of a copy of them (a SubmitMany of 64 MiB costs 64 MiB
+	// less). 0: every input is copied first (the in-memory engine keeps them in its state).
+	BorrowedInputMin int
 	// Retention > 0 starts the queue's background pruner (work's loop, the one every backend
 	// runs), with PruneInterval and Logger: work.Options' fields of the same names.
 	Retention, PruneInterval time.Duration

@@ -51,6 +51,9 @@ type pebbleTxn struct {
 
 func (t pebbleTxn) Append(ev events.Event) error { return t.t.Append(ev) }
 
+// ReserveSubmits is engineapi.SubmitReserver's: pebblelog.Txn.ReserveSubmits.
+func (t pebbleTxn) ReserveSubmits(requests, bytes int) { t.t.ReserveSubmits(requests, bytes) }
+
 func (e *Engine) Update(ctx context.Context, fn func(tx engineapi.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
