@@ -94,13 +94,6 @@ func wakeRule(ev events.Event, b, w *projection.Wake) string {
 	return ev.Type().String()
 }
 
-func stateOr(t *projection.Task) string {
-	if t == nil {
-		return "?"
-	}
-	return t.State.String()
-}
-
 func outcomeText(o events.Outcome) string {
 	switch o.State {
 	case events.StateSucceeded:

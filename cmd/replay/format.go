@@ -25,10 +25,6 @@ var (
 	wakeRejectText = narrate.WakeRejectText
 )
 
-// Times are printed in UTC: text with millisecond precision, JSON as RFC 3339 with every
-// nanosecond that is not zero.
-const textTime = narrate.TextTime
-
 func jsonTime(ns int64) string { return replayjson.Time(ns) }
 
 // clock is the short form used inside a story: the date is in the header.
