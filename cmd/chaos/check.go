@@ -17,12 +17,13 @@ import (
 
 // The checks, and how each is made:
 //
-//   - porcupine (linearizability): a key's submits are a register (sessionKeyModel: the first
+//   - porcupine (linearizability): a key's submits are a register (keyModel: the first
 //     submit of a key decides its task and intent; every acknowledged repeat returns that task,
 //     a repeat with another intent conflicts naming it); one task's handler runs, and all
-//     handler runs of the kind with MaxRunning 1, are a mutex (mutexModel: a run acquires at
-//     its start and releases at its last step less the tolerated margin, so two runs that
-//     overlap by more than the margin cannot be linearized).
+//     handler runs of the kind with MaxRunning 1, are a mutex (mutexModel: a run holds it from
+//     its start to its last step, less the spans its process was stopped, each span shrunk by
+//     half the tolerated margin at both ends, so two runs that overlap by more than the
+//     margin cannot be linearized).
 //   - direct, over the histories and the final log: an acknowledged submit, finish and
 //     acknowledgment is in the log; a submit or finish that definitely failed is not; a task
 //     is settled only by the delivery that holds its current claim, and again only after a
@@ -84,8 +85,9 @@ func (c *cluster) check(ctx context.Context, res result) result {
 	// were cut by a kill).
 	ops := map[string]*op{}
 	var order []string
-	procEnd := map[string]int64{}   // c2.1 → when it was killed or ended
-	stoppedAt := map[string]int64{} // c2.1 → the SIGSTOP in force, if any
+	procEnd := map[string]int64{}     // c2.1 → when it was killed or ended
+	stoppedAt := map[string]int64{}   // c2.1 → the SIGSTOP in force, if any
+	paused := map[string][][2]int64{} // c2.1 → its SIGSTOP..SIGCONT spans
 	var last int64
 	for i := range recs {
 		r := &recs[i]
@@ -104,9 +106,14 @@ func (c *cluster) check(ctx context.Context, res result) result {
 		case "nemesis":
 			switch r.F {
 			case "stop":
-				stoppedAt[r.Target] = r.At
+				if _, ok := stoppedAt[r.Target]; !ok {
+					stoppedAt[r.Target] = r.At
+				}
 			case "cont":
-				delete(stoppedAt, r.Target)
+				if s, ok := stoppedAt[r.Target]; ok {
+					paused[r.Target] = append(paused[r.Target], [2]int64{s, r.At})
+					delete(stoppedAt, r.Target)
+				}
 			case "kill", "exit":
 				if _, ok := procEnd[r.Target]; !ok {
 					procEnd[r.Target] = r.At
@@ -359,20 +366,29 @@ func (c *cluster) check(ctx context.Context, res result) result {
 	margin := c.cfg.margin.Nanoseconds()
 	var runOps []porcupine.Operation
 	for n, iv := range runs {
-		rel := iv.end - margin
-		if rel < iv.start+2 {
-			rel = iv.start + 2
-		}
 		who := fmt.Sprintf("%s#%d", iv.proc, iv.attempt)
-		for _, part := range []string{"task " + iv.task, "kind " + iv.kind} {
-			if strings.HasPrefix(part, "kind ") && iv.kind != kindRunOne {
+		// A run holds the mutex while its process executes: the spans its process was
+		// stopped (SIGSTOP) are cut out, since a stopped handler does nothing; what it does
+		// after SIGCONT counts again.
+		for _, seg := range cut([2]int64{iv.start, iv.end}, paused[groupProc(iv.proc)]) {
+			// Shrunk by half the margin at each end, two runs still overlap only when they
+			// overlapped by more than the margin.
+			acq, rel := seg[0]+margin/2, seg[1]-margin/2
+			if rel <= acq+1 {
 				continue
 			}
-			runOps = append(runOps,
-				porcupine.Operation{ClientId: cid(iv.proc), Input: mutexIn{part: part, who: who, acquire: true, run: n},
-					Call: iv.start, Output: iv, Return: iv.start + 1},
-				porcupine.Operation{ClientId: cid(iv.proc), Input: mutexIn{part: part, who: who, run: n},
-					Call: rel, Output: iv, Return: rel + 1})
+			sv := iv
+			sv.start, sv.end = seg[0], seg[1]
+			for _, part := range []string{"task " + iv.task, "kind " + iv.kind} {
+				if strings.HasPrefix(part, "kind ") && iv.kind != kindRunOne {
+					continue
+				}
+				runOps = append(runOps,
+					porcupine.Operation{ClientId: cid(iv.proc), Input: mutexIn{part: part, who: who, acquire: true, run: n},
+						Call: acq, Output: sv, Return: acq + 1},
+					porcupine.Operation{ClientId: cid(iv.proc), Input: mutexIn{part: part, who: who, run: n},
+						Call: rel, Output: sv, Return: rel + 1})
+			}
 		}
 	}
 	anomalies = append(anomalies, c.porcupine("runs", mutexModel(), runOps)...)
@@ -403,7 +419,7 @@ func (c *cluster) porcupine(name string, m porcupine.Model, ops []porcupine.Oper
 		if res == porcupine.Ok {
 			continue
 		}
-		what := describePart(part)
+		what := c.describePart(part)
 		a := anomaly{name, fmt.Sprintf("%s is not linearizable (%s, %d operations)", what, res, len(part))}
 		if res == porcupine.Unknown {
 			a.what = name + "-timeout"
@@ -419,7 +435,7 @@ func (c *cluster) porcupine(name string, m porcupine.Model, ops []porcupine.Oper
 	return out
 }
 
-func describePart(part []porcupine.Operation) string {
+func (c *cluster) describePart(part []porcupine.Operation) string {
 	switch in := part[0].Input.(type) {
 	case keyIn:
 		return "key " + in.key
@@ -437,7 +453,7 @@ func describePart(part []porcupine.Operation) string {
 		for i := range ivs {
 			for j := i + 1; j < len(ivs) && len(pairs) < 3; j++ {
 				a, b := ivs[i], ivs[j]
-				if lo, hi := max(a.start, b.start), min(a.end, b.end); hi > lo {
+				if lo, hi := max(a.start, b.start), min(a.end, b.end); hi-lo > c.cfg.margin.Nanoseconds() {
 					pairs = append(pairs, fmt.Sprintf("%s %s %s and %s %s %s overlap %v", who[i], a.task, span(a), who[j], b.task, span(b),
 						time.Duration(hi-lo).Round(time.Millisecond)))
 				}
@@ -451,6 +467,28 @@ func describePart(part []porcupine.Operation) string {
 func keyModelOf() porcupine.Model {
 	m := keyModel()
 	return m.ToModel()
+}
+
+// cut removes the spans from iv, returning what is left, in order.
+func cut(iv [2]int64, spans [][2]int64) [][2]int64 {
+	out := [][2]int64{iv}
+	for _, sp := range spans {
+		var next [][2]int64
+		for _, seg := range out {
+			if sp[1] <= seg[0] || sp[0] >= seg[1] {
+				next = append(next, seg)
+				continue
+			}
+			if sp[0] > seg[0] {
+				next = append(next, [2]int64{seg[0], sp[0]})
+			}
+			if sp[1] < seg[1] {
+				next = append(next, [2]int64{sp[1], seg[1]})
+			}
+		}
+		out = next
+	}
+	return out
 }
 
 func span(iv interval) string {
