@@ -117,7 +117,12 @@ func (c *client) submit(ctx context.Context) {
 	kind := kinds[c.rng.IntN(len(kinds))]
 	sess := sessions[c.rng.IntN(len(sessions))]
 	r := rec{F: "submit", Sess: sess, Kind: kind}
-	ms := 50 + c.rng.IntN(1500)
+	// Handler runs (the run kinds): most short, some longer than several leases, which
+	// only heartbeats keep.
+	ms := 50 + c.rng.IntN(500)
+	if c.rng.IntN(3) == 0 {
+		ms = 1000 + c.rng.IntN(3000)
+	}
 	if c.rng.IntN(2) == 0 {
 		// A keyed submit: keys are few, so repeats are many, from every client; the intent
 		// (1 or 2) decides the input, so half the repeats conflict.
@@ -128,7 +133,7 @@ func (c *client) submit(ctx context.Context) {
 			kind = kindManual
 		}
 		r.Kind = kind
-		ms = 300 * r.Intent
+		ms = 1200 * r.Intent
 	}
 	req := work.TaskRequest{Kind: kind, IdempotencyKey: r.Key,
 		Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, ms))}
