@@ -57,6 +57,35 @@ type Config struct {
 	// Heartbeat is how often a running task's lease is extended; 0: LeaseFor/3. It must be
 	// shorter than LeaseFor.
 	Heartbeat time.Duration
+	// LeaseMargin is how long before its lease runs out a handler's context ends when the
+	// lease could not be extended (the queue cannot be reached: heartbeats fail with
+	// work.ErrBackend): the context's cause is then ErrLeaseExpired, and the runner neither
+	// settles nor releases the task (another worker may claim it once the lease expires), so
+	// that two handlers of one task never run at once. The runner counts the lease on its own
+	// monotonic clock from the moment it sent the call that set it (the claim, or the last
+	// heartbeat that succeeded): the handler's context ends at that moment + LeaseFor -
+	// LeaseMargin, never later than the lease on the queue's clock, whatever the offset
+	// between the two clocks. LeaseMargin covers the rest: the time the handler takes to
+	// return once its context ends, a late timer on a loaded host, and a drift in rate
+	// between the clocks. 0: LeaseFor/5, or (LeaseFor-Heartbeat)/2 when that is shorter. It
+	// must be shorter than LeaseFor-Heartbeat, else the context would end before a
+	// heartbeat could extend the lease.
+	LeaseMargin time.Duration
+	// Timeout is the longest one attempt may run (> 0; 0: no limit). When an attempt runs
+	// past its limit the handler's context is canceled with a cause that matches ErrTimeout
+	// ("timeout after D"), and the attempt ends as a failure: retried after Backoff, up to
+	// MaxAttempts, like any error (TaskResult.Err, the log and the hooks say "timeout after
+	// D"). The runner stops extending the lease then: a handler that returns within what is
+	// left of it (at least LeaseFor-Heartbeat-LeaseMargin) has its failure recorded; one
+	// that ignores its context keeps its slot until it returns, and when its lease runs out
+	// first its context's lease deadline passes (ErrLeaseExpired), nothing is recorded and
+	// the task is delivered again once the lease expires. A late result is discarded, never
+	// recorded twice. The limit and the lease share one deadline per attempt: the context
+	// ends at the earlier of the two.
+	Timeout time.Duration
+	// KindTimeouts overrides Timeout for the kinds it names (each a kind of Handlers, each
+	// limit > 0).
+	KindTimeouts map[string]time.Duration
 	// MaxAttempts is the number of attempts a task gets (claims, redeliveries after a crash
 	// included): an error on the last one fails the task, and a task claimed beyond it
 	// (its earlier workers died) fails without running. 0: DefaultMaxAttempts. Only the
@@ -136,6 +165,13 @@ func (cfg *Config) validate() error {
 		return bad("Heartbeat", "must not be negative (0 is the default, LeaseFor/3)")
 	case cfg.Heartbeat >= cfg.LeaseFor:
 		return bad("Heartbeat", "must be shorter than LeaseFor")
+	case cfg.LeaseMargin < 0:
+		return bad("LeaseMargin", "must not be negative (0 is the default, LeaseFor/5)")
+	case cfg.LeaseMargin > 0 && cfg.LeaseMargin >= cfg.LeaseFor-cfg.heartbeat():
+		return bad("LeaseMargin", fmt.Sprintf("must be shorter than LeaseFor-Heartbeat (%v): the handler's context would end before a heartbeat could extend the lease",
+			cfg.LeaseFor-cfg.heartbeat()))
+	case cfg.Timeout < 0:
+		return bad("Timeout", "must not be negative (0 is the default: no limit)")
 	case cfg.MaxAttempts < 0:
 		return bad("MaxAttempts", fmt.Sprintf("must not be negative (0 is the default, %d)", DefaultMaxAttempts))
 	case cfg.WakeConcurrency < 0:
@@ -147,6 +183,14 @@ func (cfg *Config) validate() error {
 	case len(cfg.WakeSessions) > 0 && cfg.WakeHandler == nil:
 		return bad("WakeSessions", "needs WakeHandler")
 	}
+	for _, k := range slices.Sorted(maps.Keys(cfg.KindTimeouts)) {
+		switch d := cfg.KindTimeouts[k]; {
+		case d <= 0:
+			return bad("KindTimeouts", fmt.Sprintf("kind %q has a limit of %v, not positive", k, d))
+		case cfg.Handlers[k] == nil:
+			return bad("KindTimeouts", fmt.Sprintf("kind %q has no handler", k))
+		}
+	}
 	for _, sess := range cfg.WakeSessions {
 		if strings.TrimSpace(sess) == "" {
 			return bad("WakeSessions", "has a blank session")
@@ -155,14 +199,24 @@ func (cfg *Config) validate() error {
 	return nil
 }
 
+// heartbeat is Heartbeat, or its default when it is 0.
+func (cfg *Config) heartbeat() time.Duration {
+	if cfg.Heartbeat != 0 {
+		return cfg.Heartbeat
+	}
+	if hb := cfg.LeaseFor / 3; hb > 0 {
+		return hb
+	}
+	return cfg.LeaseFor
+}
+
 // withDefaults returns cfg with every zero optional field set to its default.
 func (cfg Config) withDefaults() Config {
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = cfg.LeaseFor / 3
-		if cfg.Heartbeat <= 0 {
-			cfg.Heartbeat = cfg.LeaseFor
-		}
+	cfg.Heartbeat = cfg.heartbeat()
+	if cfg.LeaseMargin == 0 {
+		cfg.LeaseMargin = min(cfg.LeaseFor/5, (cfg.LeaseFor-cfg.Heartbeat)/2)
 	}
+	cfg.KindTimeouts = maps.Clone(cfg.KindTimeouts)
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}

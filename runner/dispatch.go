@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"time"
 
@@ -124,6 +125,7 @@ func (r *Runner) settleAndClaim(batch []finished, want int) (int, []finished) {
 	}
 	// lifeCtx, not claimCtx: results are recorded during a stop too.
 	ctx, cancel := r.callCtx()
+	sent := time.Now() // the leases it claims expire LeaseFor after this, or later
 	results, ds, err := r.q.SettleAndClaim(ctx, settles, r.kinds, r.cfg.LeaseFor, want)
 	cancel()
 	if err != nil {
@@ -172,7 +174,7 @@ func (r *Runner) settleAndClaim(batch []finished, want int) (int, []finished) {
 		}
 	}
 	for _, d := range ds {
-		r.startTask(d)
+		r.startTask(d, sent)
 	}
 	return len(ds), report
 }
@@ -221,18 +223,27 @@ func (r *Runner) refused(f finished) bool {
 }
 
 // report logs a result the queue recorded (or refused with res.SettleErr) and calls
-// Hooks.TaskEnd.
+// Hooks.TaskEnd. The levels are what an operator acts on: a retry is INFO (the queue will
+// try again: nothing to do yet), a failure on the last attempt WARN (the task is failed, by
+// errors that were worth retrying), a permanent failure ERROR (the handler said it cannot
+// succeed), and so is a result the queue could not record; a success is DEBUG.
 func (r *Runner) report(f finished) {
 	d, res := f.settle.Delivery, f.res
-	attrs := append(taskAttrs(d), "result", res.Result)
+	attrs := append(taskAttrs(d), slog.String("result", res.Result.String()))
+	if res.Duration > 0 {
+		attrs = append(attrs, slog.Float64("duration_seconds", res.Duration.Seconds()))
+	}
 	ctx := f.t.ctx()
 	switch {
 	case res.SettleErr != nil:
 		r.log.ErrorContext(ctx, "runner: recording the result failed", append(attrs, "err", res.SettleErr)...)
-	case res.Result == Failed:
+	case res.Result == Failed && IsPermanent(res.Err):
 		r.log.ErrorContext(ctx, "runner: task failed", append(attrs, "err", res.Err)...)
+	case res.Result == Failed:
+		r.log.WarnContext(ctx, "runner: task failed on its last attempt", append(attrs, "err", res.Err)...)
 	case res.Result == Retried:
-		r.log.WarnContext(ctx, "runner: task will be retried", append(attrs, "retry_at", res.RetryAt, "err", res.Err)...)
+		r.log.InfoContext(ctx, "runner: task will be retried", append(attrs, "retry_at", res.RetryAt,
+			slog.Float64("retry_in_seconds", max(time.Until(res.RetryAt), 0).Seconds()), "err", res.Err)...)
 	case res.Result == Released:
 		r.log.WarnContext(ctx, "runner: task released at stop", attrs...)
 	default:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrStopped is returned by Start on a runner that was stopped.
@@ -81,12 +82,23 @@ func panicFrame(stack []byte) (fn, at string) {
 	return "", ""
 }
 
-// Causes of a handler's context cancellation (context.Cause).
+// Causes of a handler's context cancellation (context.Cause, errors.Is).
 var (
 	ErrCancelRequested = errors.New("runner: a cancel of the task was requested")
-	ErrLeaseLost       = errors.New("runner: the task's lease was lost")
-	ErrStopping        = errors.New("runner: stopping, the task is released")
+	// ErrLeaseLost: a heartbeat found the task claimed by another worker (or settled).
+	ErrLeaseLost = errors.New("runner: the task's lease was lost")
+	ErrStopping  = errors.New("runner: stopping, the task is released")
+	// ErrLeaseExpired: the lease could not be extended (the queue could not be reached) and
+	// runs out within Config.LeaseMargin; another worker may claim the task once it has. The
+	// runner records nothing of the attempt (TaskResult: LeaseLost, with this error).
+	ErrLeaseExpired = errors.New("runner: the task's lease could not be extended and is running out")
+	// ErrTimeout: the attempt ran past its time limit (Config.Timeout, KindTimeouts). The
+	// cause is an error that wraps it and says the limit: "runner: timeout after 30s".
+	ErrTimeout = errors.New("runner: timeout")
 )
+
+// timeoutError is the cause of an attempt that ran past its limit d.
+func timeoutError(d time.Duration) error { return fmt.Errorf("%w after %v", ErrTimeout, d) }
 
 // What the queue records of an error, in bytes (the queue takes up to 64 KiB): a failure's
 // message is cut to maxMessage, a release's reason, written again on every retry, to

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -17,7 +18,7 @@ const (
 	Failed                  // settled as failed: permanent error, last attempt, or attempts used up
 	Retried                 // released, to run again at TaskResult.RetryAt
 	Canceled                // settled as canceled: a cancel was requested
-	LeaseLost               // the lease was lost (another worker claimed the task); nothing recorded
+	LeaseLost               // the lease was lost (Err: ErrLeaseLost, another worker claimed the task) or ran out (ErrLeaseExpired); nothing recorded
 	Released                // a graceful stop ran out of time and gave the task back
 )
 
@@ -115,6 +116,10 @@ func (r *Runner) hook(method, subject, id string, call func()) (ok bool) {
 // taskAttrs are the attributes of every log record about a task: its id, session, kind and
 // attempt, under the same keys everywhere, so that a log pipeline can join a task's records
 // (and contrib/otelworklog's handler adds trace_id and span_id from the record's context).
+// They are typed for a JSON handler as for a text one: ids are strings, the attempt a
+// number; elsewhere results are words ("result":"retried") and durations are seconds with
+// the unit in the key ("duration_seconds":1.5), never a Duration's nanoseconds.
 func taskAttrs(d work.TaskDelivery) []any {
-	return []any{"task_id", d.Task.ID, "session", d.Task.SessionID, "kind", d.Task.Kind, "attempt", d.Attempt}
+	return []any{slog.String("task_id", d.Task.ID), slog.String("session", d.Task.SessionID),
+		slog.String("kind", d.Task.Kind), slog.Uint64("attempt", uint64(d.Attempt))}
 }

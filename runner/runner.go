@@ -82,15 +82,25 @@ type Runner struct {
 
 // task is one claimed task while its handler runs.
 type task struct {
-	d        work.TaskDelivery               // the claim (heartbeats keep the same attempt and token)
-	base     context.Context                 // the handler's context before Hooks.TaskStart
-	hookCtx  atomic.Pointer[context.Context] // what Hooks.TaskStart returned, once it runs
-	cancel   context.CancelCauseFunc
-	hb       *time.Timer
+	d       work.TaskDelivery               // the claim (heartbeats keep the same attempt and token)
+	base    context.Context                 // the handler's context before Hooks.TaskStart
+	hookCtx atomic.Pointer[context.Context] // what Hooks.TaskStart returned, once it runs
+	cancel  context.CancelCauseFunc
+	// timer is the task's one timer (tick): it fires at the earliest of the next heartbeat,
+	// the attempt's time limit and the lease deadline.
+	timer    *time.Timer
 	run      bool         // its handler started (set with started, under Runner.mu)
 	started  time.Time    // when its handler started
 	canceled atomic.Bool  // a cancel request was seen
 	owner    atomic.Int32 // 0 while the handler runs; then who records the result (ownerHandler, ownerLost, ownerStop)
+
+	tm       sync.Mutex    // guards the fields below, and arms timer
+	beatAt   time.Time     // the next heartbeat; zero while one is in flight, or none after a timeout
+	leaseEnd time.Time     // the lease deadline: when the call that set the lease was sent + LeaseFor - LeaseMargin
+	limitAt  time.Time     // the attempt's time limit (its handler's start + limit); zero: none
+	limit    time.Duration // the attempt's time limit
+	timedOut error         // the timeout's cause, once the limit passed
+	ended    bool          // the handler returned, or the deadline passed: the timer does nothing more
 }
 
 const (
@@ -129,7 +139,8 @@ func (r *Runner) Start() error {
 		return ErrStarted
 	}
 	r.started = true
-	r.log.Info("runner: started", "kinds", r.kinds, "concurrency", r.cfg.Concurrency, "lease", r.cfg.LeaseFor)
+	r.log.Info("runner: started", "kinds", r.kinds, "concurrency", r.cfg.Concurrency,
+		"lease_seconds", r.cfg.LeaseFor.Seconds(), "lease_margin_seconds", r.cfg.LeaseMargin.Seconds())
 	if len(r.kinds) > 0 {
 		r.loops.Go(r.dispatch)
 	}
@@ -168,7 +179,7 @@ func (r *Runner) stop(ctx context.Context) error {
 	// Prefetched tasks never started: they go back at once.
 	for _, t := range r.ready {
 		if t.take(ownerStop) {
-			t.hb.Stop()
+			t.stopTimer()
 			t.cancel(ErrStopping)
 			r.free++
 			r.queue(finished{t: t, settle: work.Settle{Delivery: t.d,
@@ -197,7 +208,7 @@ func (r *Runner) stop(ctx context.Context) error {
 			if !t.take(ownerStop) {
 				continue // its handler returned: its result is queued
 			}
-			t.hb.Stop()
+			t.stopTimer()
 			t.cancel(ErrStopping)
 			r.queue(finished{t: t, settle: work.Settle{Delivery: t.d,
 				Release: &work.ReleaseRequest{Reason: "runner stopping"}},

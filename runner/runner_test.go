@@ -136,6 +136,15 @@ func TestConfigErrors(t *testing.T) {
 		{"WakeConcurrency", func(c *runner.Config) { c.WakeConcurrency = -1 }},
 		{"WakeLeaseFor", func(c *runner.Config) { c.WakeLeaseFor = -1 }},
 		{"WorkerID", func(c *runner.Config) { c.WorkerID = strings.Repeat("w", 257) }},
+		{"LeaseMargin", func(c *runner.Config) { c.LeaseMargin = -1 }},
+		// LeaseFor 1 s, Heartbeat 333 ms: a margin of 667 ms would end the context before
+		// the first heartbeat could extend the lease.
+		{"LeaseMargin", func(c *runner.Config) { c.LeaseMargin = time.Second - time.Second/3 }},
+		{"LeaseMargin", func(c *runner.Config) { c.LeaseMargin = time.Second }},
+		{"Timeout", func(c *runner.Config) { c.Timeout = -1 }},
+		{"KindTimeouts", func(c *runner.Config) { c.KindTimeouts = map[string]time.Duration{"k": 0} }},
+		{"KindTimeouts", func(c *runner.Config) { c.KindTimeouts = map[string]time.Duration{"k": -time.Second} }},
+		{"KindTimeouts", func(c *runner.Config) { c.KindTimeouts = map[string]time.Duration{"other": time.Second} }},
 	}
 	for _, c := range cases {
 		cfg := good
@@ -151,6 +160,19 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := runner.New(q, good); err != nil {
 		t.Errorf("good config: %v", err)
+	}
+	// The limits' bounds: the largest margin, any positive limit.
+	edge := good
+	edge.LeaseMargin = time.Second - time.Second/3 - 1
+	edge.Timeout, edge.KindTimeouts = 1, map[string]time.Duration{"k": 1}
+	if _, err := runner.New(q, edge); err != nil {
+		t.Errorf("edge config: %v", err)
+	}
+	// The message names the kind.
+	bad := good
+	bad.KindTimeouts = map[string]time.Duration{"k": 0}
+	if _, err := runner.New(q, bad); err == nil || !strings.Contains(err.Error(), `"k"`) {
+		t.Errorf("KindTimeouts 0: %v, want an error naming kind \"k\"", err)
 	}
 }
 

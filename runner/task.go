@@ -11,12 +11,13 @@ import (
 )
 
 // startTask starts d's handler in a goroutine if a slot is free, else keeps it ready
-// (prefetched) for the next slot; its heartbeat starts now either way.
-func (r *Runner) startTask(d work.TaskDelivery) {
+// (prefetched) for the next slot; its heartbeat starts now either way, and its lease deadline
+// counts from sent, when the call that claimed it was sent.
+func (r *Runner) startTask(d work.TaskDelivery, sent time.Time) {
 	hctx, cancel := context.WithCancelCause(r.runCtx)
-	t := &task{d: d, base: hctx, cancel: cancel}
-	// Armed only once t.hb is set: the callback re-arms it.
-	t.hb = time.AfterFunc(time.Duration(1<<62), func() { r.beat(t) })
+	t := &task{d: d, base: hctx, cancel: cancel, leaseEnd: sent.Add(r.cfg.LeaseFor - r.cfg.LeaseMargin)}
+	// Armed only once t.timer is set: the callback re-arms it.
+	t.timer = time.AfterFunc(time.Duration(1<<62), func() { r.tick(t) })
 	r.mu.Lock()
 	r.active++
 	r.running[t] = struct{}{}
@@ -24,7 +25,7 @@ func (r *Runner) startTask(d work.TaskDelivery) {
 		// Claimed by a round that was in flight when Stop began: it goes back at once,
 		// and no handler starts once Stop waits for them.
 		t.take(ownerStop)
-		t.hb.Stop()
+		t.stopTimer()
 		t.cancel(ErrStopping)
 		r.free++
 		r.queue(finished{t: t, settle: work.Settle{Delivery: d,
@@ -33,7 +34,11 @@ func (r *Runner) startTask(d work.TaskDelivery) {
 		r.mu.Unlock()
 		return
 	}
-	t.hb.Reset(r.heartbeat)
+	t.tm.Lock()
+	now := time.Now()
+	t.beatAt = now.Add(r.heartbeat)
+	t.arm(now)
+	t.tm.Unlock()
 	if r.slots == 0 {
 		r.ready = append(r.ready, t)
 		r.mu.Unlock()
@@ -73,9 +78,17 @@ func (r *Runner) nextReady() *task {
 // runTask runs t's handler, queues its result, and returns the next ready task to run in
 // this slot (nil: none).
 func (r *Runner) runTask(t *task) *task {
+	d := t.d
+	if limit := r.limit(d.Task.Kind); limit > 0 {
+		t.tm.Lock()
+		t.limit, t.limitAt = limit, t.started.Add(limit)
+		if !t.ended {
+			t.arm(time.Now())
+		}
+		t.tm.Unlock()
+	}
 	ctx := r.taskStart(t.base, t.d)
 	t.hookCtx.Store(&ctx)
-	d := t.d
 	var out json.RawMessage
 	var err error
 	ran := false
@@ -91,13 +104,21 @@ func (r *Runner) runTask(t *task) *task {
 		ran = true
 		out, err = r.call(ctx, r.cfg.Handlers[d.Task.Kind], d.Task)
 	}
-	t.hb.Stop()
+	t.tm.Lock()
+	t.ended = true
+	timedOut := t.timedOut
+	t.tm.Unlock()
+	t.timer.Stop()
 	var took time.Duration
 	if ran {
 		took = time.Since(t.started)
 	}
+	if timedOut != nil {
+		// The attempt ran past its limit: it failed, whatever the handler returned since.
+		out, err = nil, timedOut
+	}
 	if !t.take(ownerHandler) {
-		// Lease lost or released by Stop: the result is not recorded.
+		// Lease lost or run out, or released by Stop: the result is not recorded.
 		r.mu.Lock()
 		r.free++
 		next := r.nextReady()
@@ -127,6 +148,14 @@ func (r *Runner) runTask(t *task) *task {
 	next := r.nextReady()
 	r.mu.Unlock()
 	return next
+}
+
+// limit is the time limit of an attempt of kind (0: none).
+func (r *Runner) limit(kind string) time.Duration {
+	if d, ok := r.cfg.KindTimeouts[kind]; ok {
+		return d
+	}
+	return r.cfg.Timeout
 }
 
 // call runs h, turning a panic into a *PanicError.

@@ -38,6 +38,12 @@
 // messaging.operation.name, messaging.message.id (the task id), messaging.destination.name
 // (the kind), worklog.session.id, worklog.task.attempt, worklog.worker, and at the end
 // worklog.outcome (succeeded, failed, retried, canceled, lease_lost, released) and error.type.
+// error.type is a stable name of bounded cardinality, as OpenTelemetry's conventions ask:
+// timeout (past runner.Config.Timeout), lease_expired (the lease could not be extended),
+// lease_lost, panic, a worklog error's kind (stale_delivery, backend, ...), the Go type of the
+// application's own error type when the error has one (*billing.DeclinedError, through
+// wrapping and runner.Permanent), permanent for a runner.Permanent error of no type of its
+// own, and _OTHER for a plain errors.New or fmt.Errorf error.
 // The settlement is a span event ("settle") on the process span rather than a span of its
 // own: the runner records results in batches (one fsync for many tasks), so a per-task
 // settle span would time the batch, not the task.
@@ -52,7 +58,7 @@
 //	messaging.client.sent.messages     counter        tasks submitted through Submit/SubmitMany, by kind
 //	worklog.runner.slots.used          up-down counter handlers running now
 //	worklog.runner.slots.available     gauge          Options.Slots minus the slots used
-//	worklog.runner.lease_lost          counter        results not recorded: the lease had been lost (a stale, fenced worker)
+//	worklog.runner.lease_lost          counter        results not recorded: the lease had been lost (a stale, fenced worker) or ran out (runner.ErrLeaseExpired)
 //	worklog.tasks                      gauge          tasks by state and kind (Queue.Stats)
 //	worklog.queue.due                  gauge          tasks claimable now
 //	worklog.queue.oldest_due_age       gauge, s       how long the oldest due task has waited

@@ -269,18 +269,29 @@ func recordError(span trace.Span, err error) {
 	span.SetAttributes(keyErrorType.String(errorType(err)))
 }
 
-// errorType is error.type: the kind sentinel a worklog error matches, else the error's Go
-// type, so that its cardinality stays bounded.
+// errorType is error.type, a stable name of bounded cardinality (OpenTelemetry's semantic
+// conventions): the kind sentinel a worklog error matches ("timeout", "lease_expired",
+// "stale_delivery", ...), "panic" for a handler's panic, else the Go type of the first error
+// in the chain that is the application's own (a user type: "*billing.DeclinedError"), else
+// "permanent" for an error marked runner.Permanent, else "_OTHER" (an errors.New or
+// fmt.Errorf error has no type worth naming).
 func errorType(err error) string {
 	for _, k := range []struct {
 		err  error
 		name string
 	}{
+		{runner.ErrTimeout, "timeout"},
+		{runner.ErrLeaseExpired, "lease_expired"},
+		{runner.ErrLeaseLost, "lease_lost"},
+		{runner.ErrCancelRequested, "cancel_requested"},
+		{runner.ErrStopping, "stopping"},
 		{work.ErrInvalidRequest, "invalid_request"},
 		{work.ErrIdempotencyConflict, "idempotency_conflict"},
 		{work.ErrTaskNotFound, "task_not_found"},
 		{work.ErrStaleDelivery, "stale_delivery"},
 		{work.ErrInvalidTransition, "invalid_transition"},
+		{work.ErrClosed, "closed"},
+		{work.ErrBackend, "backend"},
 		{context.Canceled, "context_canceled"},
 		{context.DeadlineExceeded, "context_deadline_exceeded"},
 	} {
@@ -288,7 +299,43 @@ func errorType(err error) string {
 			return k.name
 		}
 	}
-	return reflect.TypeOf(err).String()
+	var p *runner.PanicError
+	if errors.As(err, &p) {
+		return "panic"
+	}
+	for e := err; e != nil; e = unwrapFirst(e) {
+		if t := reflect.TypeOf(e); !anonymousErrors[t] {
+			return t.String()
+		}
+	}
+	if runner.IsPermanent(err) {
+		return "permanent"
+	}
+	return "_OTHER"
+}
+
+// anonymousErrors are the types of errors that say nothing about their kind: the standard
+// library's errors.New, fmt.Errorf and errors.Join, and runner.Permanent's wrapper.
+var anonymousErrors = func() map[reflect.Type]bool {
+	base := errors.New("x")
+	m := map[reflect.Type]bool{}
+	for _, e := range []error{base, fmt.Errorf("%w", base), fmt.Errorf("%w %w", base, base), errors.Join(base), runner.Permanent(base)} {
+		m[reflect.TypeOf(e)] = true
+	}
+	return m
+}()
+
+// unwrapFirst is the error err wraps, the first one when it wraps several.
+func unwrapFirst(err error) error {
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return u.Unwrap()
+	case interface{ Unwrap() []error }:
+		if es := u.Unwrap(); len(es) > 0 {
+			return es[0]
+		}
+	}
+	return nil
 }
 
 // Hooks returns the runner hooks: a "process <kind>" span around each handler run, the
@@ -324,7 +371,11 @@ func (h hooks) TaskEnd(ctx context.Context, d work.TaskDelivery, r runner.TaskRe
 		span.SetStatus(codes.Error, "recording the result failed: "+r.SettleErr.Error())
 	case r.Result == runner.LeaseLost:
 		k.errType = "lease_lost"
-		span.SetStatus(codes.Error, "lease lost: another worker claimed the task")
+		msg := "lease lost: another worker claimed the task"
+		if errors.Is(r.Err, runner.ErrLeaseExpired) {
+			k.errType, msg = "lease_expired", "lease expired: it could not be extended, nothing was recorded"
+		}
+		span.SetStatus(codes.Error, msg)
 	case r.Err != nil:
 		k.errType = errorType(r.Err)
 		span.RecordError(r.Err)

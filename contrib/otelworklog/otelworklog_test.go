@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -58,11 +59,15 @@ func (h endHooks) TaskEnd(ctx context.Context, d work.TaskDelivery, r runner.Tas
 }
 
 // runTasks runs n tasks of q through a runner with the instrumentation's hooks.
-func runTasks(t *testing.T, q *work.Queue, s *setup, n int, handlers map[string]runner.Handler) []runner.Result {
+func runTasks(t *testing.T, q *work.Queue, s *setup, n int, handlers map[string]runner.Handler, edits ...func(*runner.Config)) []runner.Result {
 	t.Helper()
 	h := endHooks{s.inst.Hooks(), make(chan runner.Result, n)}
-	r, err := runner.New(q, runner.Config{Handlers: handlers, Concurrency: 2, LeaseFor: time.Minute,
-		MaxAttempts: 1, Logger: quiet, Hooks: h})
+	cfg := runner.Config{Handlers: handlers, Concurrency: 2, LeaseFor: time.Minute,
+		MaxAttempts: 1, Logger: quiet, Hooks: h}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	r, err := runner.New(q, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +219,63 @@ func TestFailureSpanAndErrorType(t *testing.T) {
 	}
 	proc := spanNamed(t, spans, "process charge")
 	a := attrMap(proc.Attributes())
-	if a["worklog.outcome"] != "failed" || a["error.type"] == "" || proc.Status().Code.String() != "Error" {
+	if a["worklog.outcome"] != "failed" || a["error.type"] != "permanent" || proc.Status().Code.String() != "Error" {
 		t.Errorf("failed process span: outcome %q error.type %q status %v", a["worklog.outcome"], a["error.type"], proc.Status())
+	}
+}
+
+// declinedError is an application's own error type.
+type declinedError struct{ code string }
+
+func (e *declinedError) Error() string { return "declined: " + e.code }
+
+// Issue 45.4: a process span's error.type is a stable name of bounded cardinality, per
+// OpenTelemetry's conventions: "timeout" for an attempt past its time limit, "permanent" for
+// a Permanent error of no type of its own, "panic", the application's own type when the error
+// (wrapped or marked Permanent) has one, "_OTHER" for a plain error. Before, a Permanent
+// error's was "*runner.permanentError" and a plain one's "*errors.errorString".
+func TestErrorTypeNames(t *testing.T) {
+	s := newSetup(t, 0)
+	q := work.NewInMemory()
+	defer q.Close()
+	want := map[string]string{
+		"perm":    "permanent",
+		"user":    "*otelworklog_test.declinedError",
+		"wrapped": "*otelworklog_test.declinedError",
+		"panic":   "panic",
+		"slow":    "timeout",
+		"plain":   "_OTHER",
+	}
+	for kind := range want {
+		if _, err := q.Session("s").Submit(context.Background(), work.TaskRequest{Kind: kind}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runTasks(t, q, s, len(want), map[string]runner.Handler{
+		"perm": func(context.Context, work.Task) (json.RawMessage, error) {
+			return nil, runner.Permanent(errors.New("card declined"))
+		},
+		"user": func(context.Context, work.Task) (json.RawMessage, error) {
+			return nil, runner.Permanent(&declinedError{"51"})
+		},
+		"wrapped": func(context.Context, work.Task) (json.RawMessage, error) {
+			return nil, fmt.Errorf("charging: %w", &declinedError{"05"})
+		},
+		"panic": func(context.Context, work.Task) (json.RawMessage, error) { panic("boom") },
+		"slow": func(ctx context.Context, _ work.Task) (json.RawMessage, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+		"plain": func(context.Context, work.Task) (json.RawMessage, error) { return nil, errors.New("no") },
+	}, func(c *runner.Config) {
+		c.Concurrency = len(want)
+		c.KindTimeouts = map[string]time.Duration{"slow": 50 * time.Millisecond}
+	})
+	spans := s.spans.Ended()
+	for kind, w := range want {
+		if got := attrMap(spanNamed(t, spans, "process "+kind).Attributes())["error.type"]; got != w {
+			t.Errorf("process %s: error.type %q, want %q", kind, got, w)
+		}
 	}
 }
 
