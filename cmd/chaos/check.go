@@ -304,9 +304,24 @@ func (c *cluster) check(ctx context.Context, res result) result {
 		clients[p] = len(clients)
 		return clients[p]
 	}
+	// An unknown submit invoked after a key had its task can change nothing: left out, it
+	// spares porcupine a never-returning operation (many of them make its search long).
+	decided := map[string]int64{}
+	for _, k := range order {
+		o := ops[k]
+		if o.inv.F == "submit" && o.inv.Key != "" && o.done != nil && (o.done.T == "ok" || o.done.Err == work.ErrIdempotencyConflict.Error()) {
+			key := o.inv.Sess + "/" + o.inv.Key
+			if d, ok := decided[key]; !ok || o.done.At < d {
+				decided[key] = o.done.At
+			}
+		}
+	}
 	for _, k := range order {
 		o := ops[k]
 		if o.inv.F != "submit" || o.inv.Key == "" {
+			continue
+		}
+		if d, ok := decided[o.inv.Sess+"/"+o.inv.Key]; ok && o.inv.At > d && (o.done == nil || o.done.T == "info") {
 			continue
 		}
 		t, ret := "info", last+1
