@@ -116,9 +116,14 @@ func (c *cluster) start(id, inc int) error {
 	}
 	c.h.write(rec{T: "nemesis", F: "start", Target: p.name, Pid: p.cmd.Process.Pid})
 	go func() {
-		p.cmd.Wait()
+		err := p.cmd.Wait()
 		log.Close()
 		c.h.write(rec{T: "nemesis", F: "exit", Target: p.name})
+		if ps := p.cmd.ProcessState; err != nil && ps != nil && ps.ExitCode() > 0 {
+			// It ended by itself with an error (a signal of ours gives -1): the checker
+			// counts it.
+			c.h.write(rec{T: "nemesis", F: "crash", Target: p.name, Err: err.Error()})
+		}
 		close(p.done)
 	}()
 	c.mu.Lock()

@@ -114,6 +114,10 @@ func (c *cluster) check(ctx context.Context, res result) result {
 					paused[r.Target] = append(paused[r.Target], [2]int64{s, r.At})
 					delete(stoppedAt, r.Target)
 				}
+			case "crash":
+				add("process-crash", "%s ended by itself (%s): see %s.log", r.Target, r.Err, r.Target)
+			case "error":
+				add("nemesis-error", "%s", r.Err)
 			case "kill", "exit":
 				if _, ok := procEnd[r.Target]; !ok {
 					procEnd[r.Target] = r.At
