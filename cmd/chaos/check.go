@@ -27,7 +27,8 @@ import (
 //   - direct, over the histories and the final log: an acknowledged submit, finish and
 //     acknowledgment is in the log; a submit or finish that definitely failed is not; a task
 //     is settled only by the delivery that holds its current claim, and again only after a
-//     retry; a kind's claims never leave more than MaxRunning unexpired leases at the claim's
+//     retry; nothing is claimed under another claim's unexpired lease, nor after it was
+//     settled or acknowledged; a kind's claims never leave more than MaxRunning unexpired leases at the claim's
 //     time; every wake not acknowledged in the log is claimable at the end; Verify passes.
 type anomaly struct{ what, detail string }
 
@@ -146,6 +147,7 @@ func (c *cluster) check(ctx context.Context, res result) result {
 	acked := map[[2]string]bool{}
 	recorded := map[string]bool{}
 	ackedWake := map[string]bool{}
+	wakeLease := map[string]int64{} // wake → its current lease's expiry
 	type tstate struct {
 		attempt  uint32
 		held     bool // a claim not settled nor released
@@ -185,6 +187,13 @@ func (c *cluster) check(ctx context.Context, res result) result {
 						e.Seq, e.TaskID, kind, e.At, n, limit)
 				}
 			}
+			if s.held && s.exp > e.At {
+				add("claimed-while-leased", "seq %d: task %s claimed (attempt %d) at %d under attempt %d's lease, unexpired until %d",
+					e.Seq, e.TaskID, e.Attempt, e.At, s.attempt, s.exp)
+			}
+			if s.terminal {
+				add("claimed-when-terminal", "seq %d: task %s claimed (attempt %d) after it was settled or canceled", e.Seq, e.TaskID, e.Attempt)
+			}
 			s.attempt, s.held, s.exp = e.Attempt, true, e.LeaseExpiresAt
 		case *events.TaskExtended:
 			if s := ts[e.TaskID]; s != nil {
@@ -219,6 +228,15 @@ func (c *cluster) check(ctx context.Context, res result) result {
 			}
 		case *events.WakeRecorded:
 			recorded[e.WakeID] = true
+		case *events.WakeClaimed:
+			if exp, ok := wakeLease[e.WakeID]; ok && exp > e.At {
+				add("wake-claimed-while-leased", "seq %d: wake %s claimed (attempt %d) at %d under a lease unexpired until %d",
+					e.Seq, e.WakeID, e.Attempt, e.At, exp)
+			}
+			if ackedWake[e.WakeID] {
+				add("wake-claimed-after-ack", "seq %d: wake %s claimed (attempt %d) after its acknowledgment", e.Seq, e.WakeID, e.Attempt)
+			}
+			wakeLease[e.WakeID] = e.LeaseExpiresAt
 		case *events.WakeAcked:
 			acked[[2]string{e.WakeID, fmt.Sprint(e.Attempt)}] = true
 			ackedWake[e.WakeID] = true
