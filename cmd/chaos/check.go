@@ -431,6 +431,27 @@ func (c *cluster) check(ctx context.Context, res result) result {
 	anomalies = append(anomalies, c.porcupine("runs", mutexModel(), runOps)...)
 
 	res.anomalies = len(anomalies)
+	counts := map[string]int{}
+	for _, k := range order {
+		o := ops[k]
+		t := "info"
+		if o.done != nil {
+			t = o.done.T
+		}
+		counts[o.inv.F+" "+t]++
+	}
+	var nem int
+	for i := range recs {
+		if r := &recs[i]; r.T == "nemesis" && r.F != "start" && r.F != "exit" && r.F != "term" && r.F != "heal" && r.F != "cont" && r.F != "pg-start" {
+			nem++
+		}
+	}
+	fmt.Printf("%s: checked %d log events, %d keyed submits in %d keys, %d handler runs, %d wakes; %d faults; "+
+		"submits ok/fail/unknown %d/%d/%d, finishes %d/%d/%d, claims %d/%d/%d\n",
+		c.backend, len(log), len(keyOps), len(decided), len(runs), len(recorded), nem,
+		counts["submit ok"], counts["submit fail"], counts["submit info"],
+		counts["finish ok"], counts["finish fail"], counts["finish info"],
+		counts["claim ok"], counts["claim fail"], counts["claim info"])
 	if len(anomalies) > 0 {
 		f, _ := os.Create(c.dir + "/anomalies.txt")
 		for i, a := range anomalies {
