@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -37,7 +39,7 @@ type proc struct {
 	name    string // "c2.1"; the owning process's groups are "g2.1"
 	cmd     *exec.Cmd
 	done    chan struct{}
-	stopped bool
+	ctl     io.WriteCloser // the owning process's stdin (Pebble): link cuts
 }
 
 type cluster struct {
@@ -108,6 +110,12 @@ func (c *cluster) start(id, inc int) error {
 	p.cmd = exec.Command(self, "-test.run=^TestChaosChild$")
 	p.cmd.Env = c.env(p)
 	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if c.backend == "pebble" {
+		if p.ctl, err = p.cmd.StdinPipe(); err != nil {
+			log.Close()
+			return err
+		}
+	}
 	// The child dies with its parent, whatever ends the parent.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -157,8 +165,8 @@ func (c *cluster) nemesis(ctx context.Context) {
 	for _, n := range c.cfg.nemeses {
 		switch {
 		case n == "skew": // given to the processes when they start
-		case c.backend == "pebble" && (n == "partition" || n == "restart" || n == "terminate"):
-			// One process: nothing to partition, no server apart from it.
+		case c.backend == "pebble" && (n == "restart" || n == "terminate"):
+			// No server apart from the owning process.
 		default:
 			faults = append(faults, n)
 		}
@@ -192,9 +200,21 @@ func (c *cluster) nemesis(ctx context.Context) {
 		case "partition":
 			mode := []string{"freeze", "drop", "delay"}[c.rng.IntN(3)]
 			hold += 1500 * time.Millisecond // past the runner's lease
+			delay := c.between(20*time.Millisecond, 300*time.Millisecond)
+			if c.backend == "pebble" {
+				// A group's link inside the owning process.
+				g := c.rng.IntN(c.cfg.clients)
+				target := fmt.Sprintf("g%d.%d", g, p.inc)
+				c.h.write(rec{T: "nemesis", F: "partition-" + mode, Target: target})
+				fmt.Fprintf(p.ctl, "%d %s %d\n", g, mode, delay)
+				sleepCtx(ctx, hold)
+				fmt.Fprintf(p.ctl, "%d heal 0\n", g)
+				c.h.write(rec{T: "nemesis", F: "heal", Target: target})
+				continue
+			}
 			px := c.proxies[i]
 			c.h.write(rec{T: "nemesis", F: "partition-" + mode, Target: p.name})
-			px.set(mode, c.between(20*time.Millisecond, 300*time.Millisecond))
+			px.set(mode, delay)
 			sleepCtx(ctx, hold)
 			px.set("", 0)
 			c.h.write(rec{T: "nemesis", F: "heal", Target: p.name})
@@ -432,12 +452,14 @@ func ownerMain() int {
 	}
 	defer q.Close()
 	var wg sync.WaitGroup
+	links := make([]*link, groups)
 	for g := 0; g < groups; g++ {
 		var skew time.Duration
 		if g < len(skews) {
 			skew = skews[g]
 		}
-		c, err := newClient(q, fmt.Sprintf("g%d.%d", g, inc), skew)
+		links[g] = newLink(q)
+		c, err := newClient(work.New(links[g]), fmt.Sprintf("g%d.%d", g, inc), skew)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "chaos owner:", err)
 			return 1
@@ -448,6 +470,22 @@ func ownerMain() int {
 			c.serve(ctx)
 		}()
 	}
+	// The controller cuts and heals the groups' links through stdin: "<group> <mode> <delay>".
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			var g int
+			var mode string
+			var delay time.Duration
+			if _, err := fmt.Sscan(sc.Text(), &g, &mode, &delay); err != nil || g < 0 || g >= groups {
+				continue
+			}
+			if mode == "heal" {
+				mode = ""
+			}
+			links[g].set(mode, delay)
+		}
+	}()
 	wg.Wait()
 	return 0
 }
