@@ -261,7 +261,8 @@ func runBackend(ctx context.Context, cfg config, backend, dir string) result {
 	var q *work.Queue
 	switch backend {
 	case "postgres":
-		s, err := pgtest.Start()
+		var s *pgtest.Server
+		s, err = pgtest.Start()
 		if err != nil {
 			res.skipped = append(res.skipped, "postgres")
 			res.err = fmt.Errorf("no PostgreSQL server: %w", err)
