@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -417,7 +418,13 @@ func newClient(q *work.Queue, name string, skew time.Duration) (*client, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &client{q: q, h: h, rng: rand.New(rand.NewPCG(seed, uint64(len(name))*7919+uint64(name[1]))), skew: skew, keys: keysPerRun}
+	// Each client's choices come from the run's seed and its name (g2.1: group 2 of the owning
+	// process's incarnation 1).
+	f := fnv.New64a()
+	f.Write([]byte(name))
+	stream := f.Sum64()
+	c := &client{q: q, h: h, rng: rand.New(rand.NewPCG(seed, stream)), hrng: rand.New(rand.NewPCG(seed, stream+1)),
+		skew: skew, keys: keysPerRun}
 	if err := c.startRunner(name); err != nil {
 		return nil, err
 	}

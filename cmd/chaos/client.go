@@ -40,6 +40,9 @@ type client struct {
 	skew time.Duration // added to the real time of the At twins' now
 	keys int           // size of the key pool
 
+	hmu  sync.Mutex
+	hrng *rand.Rand // the handlers'
+
 	held  []work.TaskDelivery // manual deliveries held
 	tasks []string            // tasks this client submitted
 	run   *runner.Runner
@@ -156,12 +159,6 @@ func (c *client) submit(ctx context.Context) {
 		r.Task = t.ID
 		c.tasks = append(c.tasks, sess+"/"+t.ID)
 	})
-	if errors.Is(err, work.ErrIdempotencyConflict) {
-		var we *work.Error
-		if errors.As(err, &we) {
-			r.Task = we.ID
-		}
-	}
 }
 
 // complete writes the completion of operation n.
@@ -409,13 +406,12 @@ func (c *client) handler(ctx context.Context, t work.Task) (json.RawMessage, err
 	return json.RawMessage(`2`), nil
 }
 
-var rngMu sync.Mutex
-var hrng = rand.New(rand.NewPCG(1, 2))
-
+// rng2 is the handlers' choice (one in eight fails), from the client's seed: handlers run
+// in the runner's goroutines, so it has a generator and a lock of its own.
 func (c *client) rng2() bool {
-	rngMu.Lock()
-	defer rngMu.Unlock()
-	return hrng.IntN(8) == 0
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.hrng.IntN(8) == 0
 }
 
 // startRunner starts the client's runner on the run kinds.
