@@ -229,25 +229,37 @@ func (r *Runner) refused(f finished) bool {
 // succeed), and so is a result the queue could not record; a success is DEBUG.
 func (r *Runner) report(f finished) {
 	d, res := f.settle.Delivery, f.res
-	attrs := append(taskAttrs(d), slog.String("result", res.Result.String()))
-	if res.Duration > 0 {
-		attrs = append(attrs, slog.Float64("duration_seconds", res.Duration.Seconds()))
-	}
 	ctx := f.t.ctx()
+	level, msg := slog.LevelDebug, "runner: task done"
 	switch {
 	case res.SettleErr != nil:
-		r.log.ErrorContext(ctx, "runner: recording the result failed", append(attrs, "err", res.SettleErr)...)
+		level, msg = slog.LevelError, "runner: recording the result failed"
 	case res.Result == Failed && IsPermanent(res.Err):
-		r.log.ErrorContext(ctx, "runner: task failed", append(attrs, "err", res.Err)...)
+		level, msg = slog.LevelError, "runner: task failed"
 	case res.Result == Failed:
-		r.log.WarnContext(ctx, "runner: task failed on its last attempt", append(attrs, "err", res.Err)...)
+		level, msg = slog.LevelWarn, "runner: task failed on its last attempt"
 	case res.Result == Retried:
-		r.log.InfoContext(ctx, "runner: task will be retried", append(attrs, "retry_at", res.RetryAt,
-			slog.Float64("retry_in_seconds", max(time.Until(res.RetryAt), 0).Seconds()), "err", res.Err)...)
+		level, msg = slog.LevelInfo, "runner: task will be retried"
 	case res.Result == Released:
-		r.log.WarnContext(ctx, "runner: task released at stop", attrs...)
-	default:
-		r.log.DebugContext(ctx, "runner: task done", attrs...)
+		level, msg = slog.LevelWarn, "runner: task released at stop"
+	}
+	// The attributes are built only for a record the logger keeps: a success is at Debug,
+	// which a logger usually drops, and W2 runs tens of thousands of them a second.
+	if r.log.Enabled(ctx, level) {
+		attrs := append(taskAttrs(d), slog.String("result", res.Result.String()))
+		if res.Duration > 0 {
+			attrs = append(attrs, slog.Float64("duration_seconds", res.Duration.Seconds()))
+		}
+		switch {
+		case res.SettleErr != nil:
+			attrs = append(attrs, "err", res.SettleErr)
+		case res.Result == Retried:
+			attrs = append(attrs, "retry_at", res.RetryAt,
+				slog.Float64("retry_in_seconds", max(time.Until(res.RetryAt), 0).Seconds()), "err", res.Err)
+		case res.Err != nil && res.Result != Released:
+			attrs = append(attrs, "err", res.Err)
+		}
+		r.log.Log(ctx, level, msg, attrs...)
 	}
 	r.taskEnd(ctx, d, res)
 }

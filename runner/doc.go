@@ -29,6 +29,11 @@
 //     handler's context (context.Cause: ErrCancelRequested); one that finds the lease lost
 //     (work.ErrStaleDelivery: another worker claimed the task after the lease expired)
 //     cancels it with ErrLeaseLost, and then the runner records nothing for it.
+//   - A handler never outlives its lease: when heartbeats fail (the queue cannot be
+//     reached), its context ends LeaseMargin before the lease can expire (cause
+//     ErrLeaseExpired), and the runner records nothing for it, so two handlers of one task
+//     never run at once. Timeout and KindTimeouts limit an attempt's run (cause ErrTimeout:
+//     a failure, retried like any error); the limit and the lease share one deadline.
 //   - Results: a handler's nil error settles the task as succeeded with the returned output;
 //     an error releases it (Queue.Release) to run again after Backoff (exponential with
 //     jitter by default), until MaxAttempts, when it fails; an error marked with Permanent
@@ -49,7 +54,12 @@
 //     not recorded because the queue closed or the store failed) is in its *StopError.
 //   - A Hooks method (or Config.Backoff) that panics is recovered and logged: it never
 //     kills the host process nor loses a task's result.
-//   - It logs with log/slog (Config.Logger) and tells Config.Hooks about every task and wake
+//   - It logs with log/slog (Config.Logger), with attributes typed for a JSON handler
+//     (results as words, durations in seconds with the unit in the key, ids as strings): a
+//     retry at Info (the queue will try again, nothing to do yet), a failure on the last
+//     attempt at Warn (errors worth retrying wore the task out), a permanent failure and a
+//     result that could not be recorded at Error (the handler gave up, or the store failed),
+//     a success at Debug. It tells Config.Hooks about every task and wake
 //     it handles, so metrics and tracing (OpenTelemetry, Prometheus) plug in without being
 //     dependencies of worklog.
 //
