@@ -87,7 +87,8 @@ func (c *Console) apiStats(r *http.Request) (any, error) {
 	return j, nil
 }
 
-// action wraps a POST on a task: the same-origin and read-only checks were made in ServeHTTP.
+// action wraps a POST on a task: the Host, Authorize, Actions and same-origin checks were
+// made in ServeHTTP.
 // A form from the console's own page is answered with a redirect back to the task's page; a
 // script's call with the task object as JSON.
 func (c *Console) action(fn func(ctx context.Context, session, id string) error) http.HandlerFunc {
@@ -164,7 +165,7 @@ func (c *Console) verify(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, asHTTPError(err))
 		return
 	}
-	p := &page{Title: "Verify", Nav: "verify", Root: rootOf(r.URL.EscapedPath()), ReadOnly: c.ro}
+	p := &page{Title: "Verify", Nav: "verify", Root: rootOf(r.URL.EscapedPath()), ReadOnly: !c.actions}
 	c.ix.mu.RLock()
 	p.Head = c.ix.lastSeq
 	c.ix.mu.RUnlock()

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,8 +21,8 @@ import (
 )
 
 // browser starts a headless Debian chromium for one test, or skips the test with one line
-// when there is none (.ci/run installs it).
-func browser(t *testing.T) (context.Context, *atomic.Int32) {
+// when there is none (.ci/run installs it). extra are more of chromium's options.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, *atomic.Int32) {
 	t.Helper()
 	bin := os.Getenv("WORKLOG_CHROMIUM")
 	if bin == "" {
@@ -42,6 +43,7 @@ func browser(t *testing.T) (context.Context, *atomic.Int32) {
 		chromedp.WindowSize(1280, 1000),
 		chromedp.UserDataDir(t.TempDir()),
 	)
+	opts = append(opts, extra...)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
@@ -105,7 +107,7 @@ func shoot(t *testing.T, ctx context.Context, name string) {
 func TestBrowserPagesSliderAndActions(t *testing.T) {
 	ctx, dialogs := browser(t)
 	f := newFixture(t)
-	srv := newServer(t, f.q, nil)
+	srv := newServer(t, f.q, withActions())
 	u := srv.URL
 
 	// Every page loads, and its title is the page's.
@@ -235,5 +237,54 @@ func TestBrowserInjectedScriptsNeverRun(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := dialogs.Load(); n != 0 {
 		t.Fatalf("%d alert(s) opened: a user's script ran", n)
+	}
+}
+
+// TestBrowserDNSRebinding is the attack of issue 43 §2 in a real browser: chromium resolves
+// evil.example to 127.0.0.1 (as an attacker's DNS does after the page has loaded), loads the
+// console by that name, and the page's own script (same origin as far as the browser knows)
+// asks for a task and posts a retry. The console, actions on and an Authorize that lets
+// everyone through, answers 421 to both and the task stays failed; by 127.0.0.1 the same
+// script reads the task and the retry acts (the control: the script and the browser work).
+// Before the Host check the page loaded by evil.example read the task and retried it (200).
+func TestBrowserDNSRebinding(t *testing.T) {
+	ctx, _ := browser(t, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
+	f := newFixture(t)
+	srv := newServer(t, f.q, withActions())
+	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "http://"), ":")
+	attack := `(async () => {
+		const task = await fetch("/api/tasks/` + f.failed + `");
+		const retry = await fetch("/api/tasks/` + f.failed + `/retry", {method: "POST"});
+		return [task.status, retry.status, (await task.text()).includes("card declined")];
+	})()`
+	run := func(origin string) []any {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(origin+"/log"), chromedp.WaitReady(chromedp.CSS("body"))); err != nil {
+			t.Fatalf("%s: %v", origin, err)
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](attack, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("the script on %s: %v", origin, err)
+		}
+		return got
+	}
+	evil := "http://evil.example:" + port
+	if err := chromedp.Do(ctx, chromedp.Navigate(evil+"/tasks/"+f.failed), chromedp.WaitReady(chromedp.CSS("body"))); err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body"))); !strings.Contains(body, "does not answer to the host") || strings.Contains(body, "card declined") {
+		t.Errorf("the task page by evil.example:\n%s", body)
+	}
+	if got := run(evil); fmt.Sprint(got) != "[421 421 false]" {
+		t.Errorf("the rebinding page's script: task, retry, read = %v, want [421 421 false]", got)
+	}
+	if st := taskState(t, f.q, "checkout-1", f.failed); st != work.TaskFailed {
+		t.Fatalf("the rebinding page retried the task: %v", st)
+	}
+	if got := run(srv.URL); fmt.Sprint(got) != "[200 200 true]" {
+		t.Errorf("the console's own page's script: task, retry, read = %v, want [200 200 true]", got)
+	}
+	if st := taskState(t, f.q, "checkout-1", f.failed); st != work.TaskPending {
+		t.Errorf("the console's own retry: %v", st)
 	}
 }

@@ -1,7 +1,18 @@
 // Package console is worklog's web console: an http.Handler over any *work.Queue that shows
 // the queue live and as it was at any past sequence number, from the same fold as the store
-// and the replay tool (docs/console.md). Mount it behind the application's own auth, under a
-// prefix with http.StripPrefix; `replay serve` serves it read-only over a store.
+// and the replay tool (docs/console.md). Mount it under a prefix with http.StripPrefix;
+// `replay serve` serves it read-only over a store.
+//
+// It is secure by default (docs/console.md, "Security"):
+//
+//   - Read-only: every POST is refused with 403 and no action is offered, unless
+//     Options.Actions is true, which requires Options.Authorize.
+//   - Options.Authorize, when set, is asked about every request (pages, the API, the live
+//     tail, the assets) before anything is read.
+//   - It answers only to the Host names it is served at (a defence against DNS rebinding):
+//     localhost and the loopback addresses unless Options.AllowedHosts lists others; any
+//     other Host gets 421 Misdirected Request, with nothing read or changed.
+//   - A POST whose Origin names another host, or that a browser marks cross-site, gets 403.
 package console
 
 import (
@@ -14,19 +25,44 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/worklog/worklog/internal/optionerr"
 	"github.com/worklog/worklog/work"
 )
 
-// Options configures New. A nil *Options means all defaults.
+// Options configures New. A nil *Options means all defaults: read-only, no Authorize, and
+// answering only to localhost and the loopback addresses.
 type Options struct {
-	ReadOnly bool         // no actions: every POST is refused with 403
-	Logger   *slog.Logger // nil: discarded
+	// Actions offers the actions: Cancel and Retry on a task's page and their POST routes
+	// under /api. false (the default): the console is read-only, every POST is refused with
+	// 403 and no action's button is shown. true requires Authorize.
+	Actions bool
+	// Authorize, when set, is called with every request before the console reads or changes
+	// anything (every page, the API, the live tail, the assets, the actions); an error refuses
+	// the request with 403 and the error's text (so it should say what is missing, and never a
+	// secret). It is required when Actions is true: New refuses Actions without it (an
+	// *OptionError naming Authorize). nil (the default): every request that passes the Host
+	// check is served. A panic in it is a 500, as any panic of a request.
+	Authorize func(r *http.Request) error
+	// AllowedHosts are the names the console answers to, besides localhost and the loopback
+	// addresses (127.0.0.0/8, ::1), which it always answers to on any port. A request whose
+	// Host is none of them gets 421 Misdirected Request before anything is read or changed:
+	// a page of another site, whose DNS name the attacker points at the console's address
+	// (DNS rebinding), can neither read the console nor act through it. An application that
+	// serves the console on a real name or a non-loopback address lists it here. Each entry
+	// is a host name ("ops.example.com"), an IP address ("10.0.0.5", "2001:db8::1"), either
+	// with ":port" to allow that port only ("ops.example.com:8443", "[2001:db8::1]:8080"), or
+	// "*", which turns the check off: use it only when something in front of the console (a
+	// reverse proxy) already refuses unknown Hosts. Names match without regard to case or a
+	// final dot. nil (the default): loopback only.
+	AllowedHosts []string
+	Logger       *slog.Logger // nil: discarded
 	// TraceURL links a task page's trace id (from the W3C traceparent header the submitter
 	// put in the task's Headers, e.g. with contrib/otelworklog) to a tracing UI: the URL with
 	// {trace_id} replaced by the 32 hex digits, such as
@@ -47,20 +83,32 @@ var assetFS embed.FS
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
+// OptionError is the error New returns for Options it refuses: it names the field
+// (Options "console.Options", Field "Authorize", "AllowedHosts", "TraceURL") and matches
+// ErrInvalidOptions. It is the type of work.OptionError.
+type OptionError = optionerr.Error
+
+// ErrInvalidOptions is matched (errors.Is) by every *OptionError; it is the value of
+// work.ErrInvalidOptions.
+var ErrInvalidOptions = optionerr.ErrInvalid
+
 // Console is the handler New returns.
 type Console struct {
-	q        *work.Queue
-	ro       bool
-	traceURL string // Options.TraceURL
-	log      *slog.Logger
-	ix       *index
-	mux      *http.ServeMux
-	pages    map[string]*template.Template
+	q         *work.Queue
+	actions   bool                      // Options.Actions
+	authorize func(*http.Request) error // Options.Authorize
+	hosts     hostRule                  // Options.AllowedHosts
+	traceURL  string                    // Options.TraceURL
+	log       *slog.Logger
+	ix        *index
+	mux       *http.ServeMux
+	pages     map[string]*template.Template
 }
 
 // New returns the console of q. It reads q's log (Queue.ReadLog) into its own index at once,
 // and what is new at each request after that; q must keep a log (every queue of this module
-// does).
+// does). Options it refuses (Actions without Authorize, a malformed AllowedHosts entry or
+// TraceURL) are an *OptionError naming the field, before anything is read.
 func New(q *work.Queue, opts *Options) (http.Handler, error) {
 	if q == nil {
 		return nil, errors.New("console: nil queue")
@@ -69,16 +117,14 @@ func New(q *work.Queue, opts *Options) (http.Handler, error) {
 	if opts != nil {
 		o = *opts
 	}
+	hosts, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if o.TraceURL != "" {
-		u, err := url.Parse(strings.ReplaceAll(o.TraceURL, "{trace_id}", "0"))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(o.TraceURL, "{trace_id}") {
-			return nil, fmt.Errorf("console: Options.TraceURL %q: must be an http(s) URL holding {trace_id}", o.TraceURL)
-		}
-	}
-	c := &Console{q: q, ro: o.ReadOnly, log: o.Logger, ix: newIndex(q), traceURL: o.TraceURL}
+	c := &Console{q: q, actions: o.Actions, authorize: o.Authorize, hosts: hosts, log: o.Logger, ix: newIndex(q), traceURL: o.TraceURL}
 	if err := c.ix.catchUp(context.Background()); err != nil {
 		return nil, fmt.Errorf("console: reading the queue's log: %w", err)
 	}
@@ -87,6 +133,25 @@ func New(q *work.Queue, opts *Options) (http.Handler, error) {
 	}
 	c.routes()
 	return c, nil
+}
+
+// validate refuses the first field of o out of range, and compiles AllowedHosts.
+func (o *Options) validate() (hostRule, error) {
+	bad := func(field, msg string) error { return optionerr.New("console.Options", field, msg) }
+	if o.Actions && o.Authorize == nil {
+		return hostRule{}, bad("Authorize", "Actions is true but Authorize is nil: a console that can cancel and retry tasks must say who may (set Authorize, or leave Actions false for a read-only console)")
+	}
+	hosts, err := compileHosts(o.AllowedHosts)
+	if err != nil {
+		return hostRule{}, bad("AllowedHosts", err.Error())
+	}
+	if o.TraceURL != "" {
+		u, err := url.Parse(strings.ReplaceAll(o.TraceURL, "{trace_id}", "0"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(o.TraceURL, "{trace_id}") {
+			return hostRule{}, bad("TraceURL", fmt.Sprintf("%q must be an http(s) URL holding {trace_id}", o.TraceURL))
+		}
+	}
+	return hosts, nil
 }
 
 func (c *Console) parseTemplates() error {
@@ -133,8 +198,10 @@ func (c *Console) routes() {
 	c.mux = m
 }
 
-// ServeHTTP sets the security headers of every answer, refuses a cross-origin POST and turns a
-// panic into a plain 500 page (logged, never shown with a stack).
+// ServeHTTP sets the security headers of every answer; refuses, before anything is read, a
+// Host the console does not answer to (421), a request Authorize refuses (403), and a POST
+// when actions are off or from another origin (403); and turns a panic into a plain 500 page
+// (logged, never shown with a stack).
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
@@ -153,17 +220,157 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "internal error: the console failed on this request (see the application's log)", http.StatusInternalServerError)
 		}
 	}()
+	if !c.hosts.allows(r.Host) {
+		c.log.Info("console: refused a request for a Host it does not answer to", "host", r.Host, "path", r.URL.Path)
+		c.refuse(w, r, &httpError{code: http.StatusMisdirectedRequest, msg: fmt.Sprintf(
+			"This console does not answer to the host %q. It answers only to the names it is served at "+
+				"(localhost and the loopback addresses, and those its application lists in console.Options.AllowedHosts; "+
+				"replay serve: --allow-host), so that a page of another site cannot reach it through a DNS name of its own (DNS rebinding).", r.Host)})
+		return
+	}
+	if c.authorize != nil {
+		if err := c.authorize(r); err != nil {
+			c.refuse(w, r, &httpError{code: http.StatusForbidden, msg: "not authorized: " + err.Error()})
+			return
+		}
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if !c.actions {
+			writeJSONError(w, &httpError{code: http.StatusForbidden, msg: "this console is read-only: actions are disabled (console.Options.Actions is false)"})
+			return
+		}
 		if !sameOrigin(r) {
 			writeJSONError(w, &httpError{code: http.StatusForbidden, msg: "cross-origin request refused: the console accepts actions only from its own pages"})
 			return
 		}
-		if c.ro {
-			writeJSONError(w, &httpError{code: http.StatusForbidden, msg: "this console is read-only: actions are disabled"})
-			return
-		}
 	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// refuse answers a request refused before the router: JSON under /api and for the live tail,
+// the error page elsewhere.
+func (c *Console) refuse(w http.ResponseWriter, r *http.Request, e *httpError) {
+	if p := r.URL.Path; strings.HasPrefix(p, "/api/") || p == "/log/stream" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		writeJSONError(w, e)
+		return
+	}
+	c.errorPage(w, r, e)
+}
+
+// hostRule is Options.AllowedHosts compiled: the Hosts a request may name.
+type hostRule struct {
+	any   bool            // "*"
+	names map[string]bool // "name" (any port) and "name:port", normalized by hostKey
+}
+
+// compileHosts checks and compiles the entries of Options.AllowedHosts.
+func compileHosts(list []string) (hostRule, error) {
+	h := hostRule{names: map[string]bool{}}
+	for i, e := range list {
+		if e == "*" {
+			h.any = true
+			continue
+		}
+		host, port, err := splitHost(e)
+		if err == nil && port != "" {
+			n, perr := strconv.ParseUint(port, 10, 16)
+			if perr != nil || n == 0 {
+				err = fmt.Errorf("port %q is not a port number (1 to 65535)", port)
+			}
+		}
+		if err == nil && !validHost(host) {
+			err = errors.New("not a host name or an IP address")
+		}
+		if err != nil {
+			return hostRule{}, fmt.Errorf("entry %d, %q: %v; write a host name or IP address, optionally with :port, or \"*\" for any Host", i, e, err)
+		}
+		h.names[hostKey(host, port)] = true
+	}
+	return h, nil
+}
+
+// allows reports whether a request's Host is one the console answers to.
+func (h hostRule) allows(hostHeader string) bool {
+	host, port, err := splitHost(hostHeader)
+	if err != nil || host == "" {
+		return false
+	}
+	if isLoopback(host) || h.any {
+		return true
+	}
+	return h.names[hostKey(host, "")] || (port != "" && h.names[hostKey(host, port)])
+}
+
+// splitHost splits "name", "name:port", "1.2.3.4:80", "::1", "[::1]" and "[::1]:80" into the
+// host (without brackets, lower case, no final dot) and the port ("" when none).
+func splitHost(s string) (host, port string, err error) {
+	switch {
+	case strings.HasPrefix(s, "["):
+		if strings.HasSuffix(s, "]") {
+			host = s[1 : len(s)-1]
+		} else if host, port, err = net.SplitHostPort(s); err != nil {
+			return "", "", err
+		}
+		if net.ParseIP(host) == nil || !strings.Contains(host, ":") {
+			return "", "", errors.New("brackets hold an IPv6 address")
+		}
+	case strings.Count(s, ":") > 1: // a bare IPv6 address
+		host = s
+	case strings.Contains(s, ":"):
+		if host, port, err = net.SplitHostPort(s); err != nil {
+			return "", "", err
+		}
+		if port == "" {
+			return "", "", errors.New("empty port")
+		}
+	default:
+		host = s
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return host, port, nil
+}
+
+func hostKey(host, port string) string {
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String() // one spelling of each address
+	}
+	if port == "" {
+		return host
+	}
+	return host + "\x00" + port
+}
+
+// validHost is a DNS name (letters, digits, '-', '_' in dot-separated labels of 1 to 63
+// bytes, 253 in all) or an IP address.
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isLoopback: localhost, 127.0.0.0/8, ::1 (and ::ffff:127.0.0.0/104). A browser sends
+// these only for a page it loaded from this very machine: no DNS name of an attacker's is
+// one of them.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // sameOrigin is the spec's rule: an Origin naming another host, or Sec-Fetch-Site:
@@ -296,7 +503,7 @@ type page struct {
 	AtSeq    uint64
 	AtTime   string
 	Head     uint64
-	ReadOnly bool
+	ReadOnly bool   // actions are off: no action is offered
 	Keep     string // "?at_seq=N" on a past page: links stay in the past
 	NowURL   string
 	Data     any
@@ -330,7 +537,7 @@ func (c *Console) page(fn pageFunc) http.HandlerFunc {
 }
 
 func (c *Console) newPage(r *http.Request, ct cut) *page {
-	p := &page{Root: rootOf(r.URL.EscapedPath()), Cut: ct, Past: ct.past, AtSeq: ct.seq, Head: ct.head, ReadOnly: c.ro}
+	p := &page{Root: rootOf(r.URL.EscapedPath()), Cut: ct, Past: ct.past, AtSeq: ct.seq, Head: ct.head, ReadOnly: !c.actions}
 	if ct.at != 0 || ct.seq != 0 {
 		p.AtTime = fmtTime(ct.at)
 	}
@@ -377,7 +584,7 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, e *httpError
 	if e.code >= 500 {
 		c.log.Error("console: request failed", "path", r.URL.Path, "err", e.msg)
 	}
-	p := &page{Title: http.StatusText(e.code), Root: rootOf(r.URL.EscapedPath()), ReadOnly: c.ro, Data: e}
+	p := &page{Title: http.StatusText(e.code), Root: rootOf(r.URL.EscapedPath()), ReadOnly: !c.actions, Data: e}
 	c.render(w, e.code, "error", p)
 }
 

@@ -99,6 +99,13 @@ func newFixture(t testing.TB) *fixture {
 	return f
 }
 
+// withActions is the Options of a console whose actions are on, for tests of the actions
+// themselves: its Authorize lets everyone through (the tests of Authorize are in
+// security_test.go).
+func withActions() *console.Options {
+	return &console.Options{Actions: true, Authorize: func(*http.Request) error { return nil }}
+}
+
 func newServer(t testing.TB, q *work.Queue, o *console.Options) *httptest.Server {
 	t.Helper()
 	h, err := console.New(q, o)
@@ -217,7 +224,7 @@ func TestPagesShowTheFold(t *testing.T) {
 
 func TestTimeTravel(t *testing.T) {
 	f := newFixture(t)
-	srv := newServer(t, f.q, nil)
+	srv := newServer(t, f.q, withActions())
 	// The failed task: submitted at seq 4, claimed at 5, redelivered at 6.
 	r := get(t, srv, "/tasks/"+f.failed+"?at_seq=5")
 	if !strings.Contains(r.body, `id="task-state">running<`) || !strings.Contains(r.body, `id="past-banner"`) {
@@ -313,7 +320,7 @@ func taskState(t *testing.T, q *work.Queue, session, id string) work.TaskState {
 
 func TestPostsOnlyFromTheConsolesOwnOrigin(t *testing.T) {
 	f := newFixture(t)
-	srv := newServer(t, f.q, nil)
+	srv := newServer(t, f.q, withActions())
 	u, _ := url.Parse(srv.URL)
 	for _, hdr := range []map[string]string{
 		{"Origin": "https://evil.example"},
@@ -355,21 +362,34 @@ func TestPostsOnlyFromTheConsolesOwnOrigin(t *testing.T) {
 	}
 }
 
-func TestReadOnlyRefusesEveryPost(t *testing.T) {
+// The default console is read-only: every POST (from its own origin too) is 403 and changes
+// nothing, and no page offers an action.
+func TestReadOnlyByDefault(t *testing.T) {
 	f := newFixture(t)
-	srv := newServer(t, f.q, &console.Options{ReadOnly: true})
-	for _, p := range []string{"/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.failed + "/retry", "/", "/api/stats"} {
-		r := post(t, srv, p, nil)
-		if r.code != http.StatusForbidden || !strings.Contains(r.body, "read-only") {
-			t.Errorf("POST %s: %d %s", p, r.code, r.body)
+	for _, o := range []*console.Options{nil, {}, {Authorize: func(*http.Request) error { return nil }}} {
+		srv := newServer(t, f.q, o)
+		u, _ := url.Parse(srv.URL)
+		for _, p := range []string{"/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.failed + "/retry", "/", "/api/stats"} {
+			for _, hdr := range []map[string]string{nil, {"Origin": "http://" + u.Host, "Sec-Fetch-Site": "same-origin"}, {"Content-Type": "application/x-www-form-urlencoded"}} {
+				r := post(t, srv, p, hdr)
+				if r.code != http.StatusForbidden || !strings.Contains(r.body, "read-only") {
+					t.Errorf("%+v: POST %s %v: %d %s", o, p, hdr, r.code, r.body)
+				}
+			}
 		}
-	}
-	if st := taskState(t, f.q, "checkout-1", f.pending); st != work.TaskPending {
-		t.Fatalf("read-only console changed a task: %v", st)
-	}
-	r := get(t, srv, "/tasks/"+f.pending)
-	if !strings.Contains(r.body, `id="cancel-btn" disabled`) || !strings.Contains(r.body, "read-only") {
-		t.Error("a read-only task page offers Cancel")
+		if st := taskState(t, f.q, "checkout-1", f.pending); st != work.TaskPending {
+			t.Fatalf("read-only console changed a task: %v", st)
+		}
+		if st := taskState(t, f.q, "checkout-1", f.failed); st != work.TaskFailed {
+			t.Fatalf("read-only console changed a task: %v", st)
+		}
+		for _, id := range []string{f.pending, f.failed, f.running} {
+			r := get(t, srv, "/tasks/"+id)
+			if r.code != http.StatusOK || strings.Contains(r.body, "cancel-btn") || strings.Contains(r.body, "retry-btn") ||
+				strings.Contains(r.body, `method="post"`) || !strings.Contains(r.body, `id="read-only-note"`) {
+				t.Errorf("%+v: the read-only page of %s offers an action (or lacks the note): %d", o, id, r.code)
+			}
+		}
 	}
 }
 
@@ -450,7 +470,7 @@ func TestTheConsoleSeesNewEvents(t *testing.T) {
 
 func TestRetry(t *testing.T) {
 	f := newFixture(t)
-	srv := newServer(t, f.q, nil)
+	srv := newServer(t, f.q, withActions())
 	if r := get(t, srv, "/tasks/"+f.failed); strings.Contains(r.body, `id="retry-btn" disabled`) {
 		t.Fatal("a failed task's Retry is disabled")
 	}
@@ -626,7 +646,9 @@ func refCounts(t *testing.T, q *work.Queue, seq uint64) map[string]int {
 	out := map[string]int{"pending": 0, "running": 0, "succeeded": 0, "failed": 0, "canceled": 0}
 	for id := range ids {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/tasks/"+id+"?at_seq="+strconvU(seq), nil))
+		req := httptest.NewRequest(http.MethodGet, "/api/tasks/"+id+"?at_seq="+strconvU(seq), nil)
+		req.Host = "localhost" // not httptest's example.com, which the console does not answer to
+		h.ServeHTTP(w, req)
 		var j struct {
 			State string `json:"state"`
 		}

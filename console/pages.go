@@ -31,6 +31,9 @@ var funcs = template.FuncMap{
 
 var stateNames = [nStates]string{"pending", "running", "succeeded", "failed", "canceled"}
 
+// phaseNames are a pending task's phases (projection.Task.PendingPhase), as other queues name them.
+var phaseNames = []string{projection.PhaseAvailable, projection.PhaseScheduled, projection.PhaseRetrying}
+
 // countRow is one row of a counts table.
 type countRow struct {
 	Name   string
@@ -259,6 +262,8 @@ func tasksUpTo(ix *index, s *sessRec, seq uint64) int {
 type sessionData struct {
 	ID       string
 	States   [nStates]string
+	Phases   []string          // the pending phases, which the state filter takes too
+	PhaseOf  map[string]string // a listed pending task's phase at the page's time, by id
 	Kinds    []string
 	State    string
 	Kind     string
@@ -337,9 +342,15 @@ func (c *Console) session(r *http.Request, p *page) (string, error) {
 	}
 	m, _ := foldEvents(evs, false)
 	qs := r.URL.Query()
-	d := &sessionData{ID: id, States: stateNames, State: qs.Get("state"), Kind: qs.Get("kind")}
-	if d.State != "" && !slices.Contains(stateNames[:], d.State) {
-		return "", badRequest("state %q is not a task state: one of %s", d.State, strings.Join(stateNames[:], ", "))
+	d := &sessionData{ID: id, States: stateNames, Phases: phaseNames, PhaseOf: map[string]string{}, State: qs.Get("state"), Kind: qs.Get("kind")}
+	if d.State != "" && !slices.Contains(stateNames[:], d.State) && !slices.Contains(phaseNames, d.State) {
+		return "", badRequest("state %q is not a task state: one of %s, or a pending task's phase: %s", d.State, strings.Join(stateNames[:], ", "), strings.Join(phaseNames, ", "))
+	}
+	// A pending task's phase is derived from a time: the page's (the cut's event on a past
+	// page, the host's clock on a live one).
+	now := time.Now().UnixNano()
+	if p.Past {
+		now = p.Cut.at
 	}
 	kinds := map[string]bool{}
 	err = m.ScanSessionTasks(id, 0, func(_ uint64, tid string) bool {
@@ -348,10 +359,14 @@ func (c *Console) session(r *http.Request, p *page) (string, error) {
 			return true
 		}
 		kinds[t.Kind] = true
-		if (d.State == "" || t.State.String() == d.State) && (d.Kind == "" || t.Kind == d.Kind) {
+		phase := t.PendingPhase(now)
+		if (d.State == "" || t.State.String() == d.State || phase == d.State) && (d.Kind == "" || t.Kind == d.Kind) {
 			d.Matching++
 			if len(d.Tasks) < sessionTaskLimit {
 				d.Tasks = append(d.Tasks, taskObject(t))
+				if phase != "" {
+					d.PhaseOf[t.ID] = phase
+				}
 			}
 		}
 		return true
@@ -477,7 +492,7 @@ func (c *Console) task(r *http.Request, p *page) (string, error) {
 		}
 	}
 	d.Slider = sliderOf(ix.tasks[ti].seqs, p.Cut.seq, p.Head)
-	d.Actions = !p.Past && !c.ro
+	d.Actions = !p.Past && c.actions
 	d.CanCancel = d.Actions && !t.State.Terminal()
 	d.CanRetry = d.Actions && t.Retryable()
 	p.Data = d

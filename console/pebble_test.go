@@ -45,7 +45,7 @@ func TestPrunedHistoryOnPebble(t *testing.T) {
 	if res, err := q.Prune(ctx, t0.Add(time.Minute)); err != nil || res.Tasks != 1 {
 		t.Fatalf("prune: %+v %v", res, err)
 	}
-	srv := newServer(t, q, nil)
+	srv := newServer(t, q, withActions())
 	for _, c := range []struct {
 		path string
 		code int

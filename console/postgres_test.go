@@ -31,7 +31,7 @@ func TestConsoleOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	srv := newServer(t, a, nil)
+	srv := newServer(t, a, withActions())
 	s := b.Session("pg-" + hostile)
 	tk, err := s.SubmitAt(ctx, work.TaskRequest{Kind: "k", Input: json.RawMessage(`{"a":1}`)}, t0)
 	if err != nil {

@@ -186,10 +186,10 @@ func TestEveryTypeEverywhere(t *testing.T) {
 	}
 }
 
-// TestDesignTableListsEveryType: docs/design.md §2 has a row for every type, with its number,
+// TestDesignTableListsEveryType: docs/events.md has a row for every type, with its number,
 // name and subject, and no row for a type the catalogue does not have.
 func TestDesignTableListsEveryType(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "design.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "events.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,13 +201,13 @@ func TestDesignTableListsEveryType(t *testing.T) {
 	for _, info := range Types() {
 		want := fmt.Sprintf("%d %s", info.Type, info.Subject)
 		if got, ok := rows[info.Name]; !ok {
-			t.Errorf("docs/design.md §2 has no row for %s: add | %d | `%s` | %s | ... |", info.Name, info.Type, info.Name, info.Subject)
+			t.Errorf("docs/events.md has no row for %s: add | %d | `%s` | %s | ... |", info.Name, info.Type, info.Name, info.Subject)
 		} else if got != want {
-			t.Errorf("docs/design.md §2 says %s is %q, the catalogue %q", info.Name, got, want)
+			t.Errorf("docs/events.md says %s is %q, the catalogue %q", info.Name, got, want)
 		}
 		delete(rows, info.Name)
 	}
 	for name := range rows {
-		t.Errorf("docs/design.md §2 has a row for %s, which the catalogue does not have", name)
+		t.Errorf("docs/events.md has a row for %s, which the catalogue does not have", name)
 	}
 }

@@ -1,33 +1,3 @@
-// Package postgres runs worklog's queue on PostgreSQL: the same *work.Queue, the same events
-// and the same decide and fold code as the embedded store, on a database that any number of
-// processes on any number of hosts share.
-//
-// The log is the events table (the wire bytes of package events, one row per sequence
-// number); the projection is in tables beside it (tasks, wakes, idempotency keys, the
-// eligibility indexes, each session's task list, the counts), written in the same
-// transaction as the events it folds. projection.Apply runs in Go against a
-// projection.State over the transaction: no SQL re-implements a rule.
-//
-// Every writing transaction locks the one row of log_head first, so sequence numbers are
-// gap-free and in commit order across every process; each process keeps its throughput by
-// running every command waiting for it in one transaction (group commit, as the Pebble
-// store's writer does). docs/design.md §9 describes the schema, the log head and the
-// failures.
-//
-// Which schema: the queue's tables live in the schema named worklog (DefaultSchema, created
-// when missing) unless the DSN's search_path names another, which is resolved as PostgreSQL
-// resolves it for a CREATE TABLE: the first schema of the path that exists, $user meaning the
-// session user's; when none exists, the first is created. System schemas (pg_*,
-// information_schema) are refused. One database holds several queues, one per schema. A
-// queue an older version created in public (which Open without search_path used then) is
-// reached with search_path=public; Open without search_path refuses to start a new queue
-// beside it and says so.
-//
-// The queue's own connections set what they need whatever the database or role sets
-// (statement_timeout and lock_timeout off, idle_in_transaction_session_timeout 60 s; the
-// application's connections keep theirs), keep TCP keepalives on, and bound every wait on
-// the server: the writer's transactions by Options.WriteTimeout, Close by
-// Options.CloseTimeout, every other call by its context.
 package postgres
 
 import (

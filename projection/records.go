@@ -113,3 +113,25 @@ func compareEntries(a, b IndexEntry) int {
 func (t *Task) DueEntry(at int64) IndexEntry {
 	return IndexEntry{Pri: t.Priority, At: at, Seq: t.SubmitSeq, ID: t.ID}
 }
+
+// The phases of a pending task, as other queues (River, Sidekiq, asynq) name them. They are
+// derived from the record and a time, never stored: PendingPhase.
+const (
+	PhaseAvailable = "available" // due: a claim at that time may take it
+	PhaseScheduled = "scheduled" // its run time is later (submitted with a run time, or retried by its session for later)
+	PhaseRetrying  = "retrying"  // released by a worker after an attempt, to run again later
+)
+
+// PendingPhase is the phase of a pending task at now (Unix nanoseconds), "" for a task that
+// is not pending. A task released for a retry whose run time has come is available again.
+func (t *Task) PendingPhase(now int64) string {
+	switch {
+	case t.State != events.StatePending:
+		return ""
+	case t.ScheduledAt <= now:
+		return PhaseAvailable
+	case t.Attempts > t.AttemptsAtRetry:
+		return PhaseRetrying
+	}
+	return PhaseScheduled
+}

@@ -34,7 +34,7 @@ var ErrClosed = engineapi.ErrClosed
 // Error carries the detail of a failure. Kind is one of the six sentinels.
 type Error struct {
 	Kind    error  // one of the sentinels above
-	Field   string // ErrIdempotencyConflict: the first differing field of the intent ("kind", "run_at", "wake", "input"; "payload" for a wake); ErrInvalidRequest: "session_id", "task_id", "wake_id", "kind", "idempotency_key", "lease_for", "limit", "input", "payload", "outcome", "output", "run_at", "now", "kinds", "sessions", "reason", "states", "requests", "priority", "headers"
+	Field   string // ErrIdempotencyConflict: the first differing field of the intent ("kind", "run_at", "wake", "input"; "payload" for a wake); ErrInvalidRequest: "session_id", "task_id", "wake_id", "kind", "idempotency_key", "lease_for", "limit", "input", "payload", "outcome", "output", "run_at", "now", "kinds", "sessions", "reason", "states", "phases", "requests", "priority", "headers"
 	ID      string // ErrTaskNotFound, ErrStaleDelivery: the task or wake id; ErrIdempotencyConflict: the existing task or wake the key names
 	Key     string // ErrIdempotencyConflict
 	Message string

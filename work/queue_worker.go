@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/worklog/worklog/events"
@@ -41,9 +42,13 @@ const MaxReasonBytes = events.MaxReleaseReason
 // TaskFilter selects a session's tasks (Session.Tasks).
 type TaskFilter struct {
 	States []TaskState // empty: every state
-	Kinds  []string    // empty: every kind
-	After  string      // a task id: list only tasks submitted after it (cursor); "" from the first
-	Limit  int         // at most this many; must be > 0
+	// Phases, when not empty, lists only the pending tasks in one of these phases at the
+	// listing's time (Task.PhaseAt), with the tasks of States' other states: States
+	// {TaskPending} with Phases {PhaseRetrying} lists the tasks waiting for a retry.
+	Phases []Phase
+	Kinds  []string // empty: every kind
+	After  string   // a task id: list only tasks submitted after it (cursor); "" from the first
+	Limit  int      // at most this many; must be > 0
 }
 
 // StateCounts is a number of tasks in each state.
@@ -224,12 +229,48 @@ func (s *Session) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 			return nil, invalid("states", "names an unknown task state")
 		}
 	}
+	for _, p := range f.Phases {
+		if !validPhase(p) {
+			return nil, invalid("phases", "names an unknown phase: "+string(p))
+		}
+	}
 	rb, rerr := s.q.running()
 	if rerr != nil {
 		return nil, rerr
 	}
-	ts, err := rb.Tasks(ctx, s.id, f)
-	return ts, wrap(err)
+	if len(f.Phases) == 0 {
+		ts, err := rb.Tasks(ctx, s.id, f)
+		return ts, wrap(err)
+	}
+	return s.tasksInPhases(ctx, rb, f, s.q.now())
+}
+
+// tasksInPhases is Tasks with f.Phases: a phase is derived from a time, so no backend
+// indexes it; the session's tasks are read page after page, in the listing's order, and
+// the pending ones outside the phases passed over until Limit tasks are found.
+func (s *Session) tasksInPhases(ctx context.Context, rb RunningBackend, f TaskFilter, now time.Time) ([]Task, error) {
+	var out []Task
+	page := f
+	page.Phases = nil
+	for {
+		ts, err := rb.Tasks(ctx, s.id, page)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		for _, t := range ts {
+			if t.State == TaskPending && !slices.Contains(f.Phases, t.PhaseAt(now)) {
+				continue
+			}
+			out = append(out, t)
+			if len(out) == f.Limit {
+				return out, nil
+			}
+		}
+		if len(ts) < page.Limit {
+			return out, nil
+		}
+		page.After = ts[len(ts)-1].ID
+	}
 }
 
 // Settle is one finished delivery for SettleAndClaim: exactly one of Outcome and Release.

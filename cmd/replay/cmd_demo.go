@@ -49,6 +49,7 @@ func (a *app) demoCommand() *cobra.Command {
 	var seed uint64
 	var keep, serve bool
 	var addr string
+	var allow []string
 	c := &cobra.Command{
 		Use:   "demo [DIR]",
 		Short: "Build a sample store, then show its timeline and verify it",
@@ -71,7 +72,7 @@ func (a *app) demoCommand() *cobra.Command {
 				return usagef(c, "--keep is for the temporary store; a DIR given to demo is always kept")
 			}
 			if serve {
-				return a.runDemoServe(c.Context(), dir, seed, c.Flags().Changed("seed"), keep, addr)
+				return a.runDemoServe(c.Context(), dir, seed, c.Flags().Changed("seed"), keep, addr, allow)
 			}
 			return a.runDemo(c.Context(), dir, seed, c.Flags().Changed("seed"), keep)
 		},
@@ -80,6 +81,7 @@ func (a *app) demoCommand() *cobra.Command {
 	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary store (without DIR) and print where it is and how big")
 	c.Flags().BoolVar(&serve, "serve", false, "then serve the web console on the store, read-only, until interrupted (replay serve)")
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "with --serve: the address to listen on")
+	allowHostFlag(c, &allow, "with --serve: ")
 	return c
 }
 

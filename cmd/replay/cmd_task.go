@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/narrate"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -231,188 +231,19 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 // taskRule says which rule of the fold an event about a task applied, from the task before
 // (nil before its submission) and after; ok is false for a type it has no case for.
 func taskRule(ev events.Event, b, t *projection.Task) (rule string, ok bool) {
-	if r := taskRuleText(ev, b, t); r != "" {
+	if r := narrate.TaskRule(ev, b, t); r != "" {
 		return r, true
 	}
 	return ev.Type().String() + " " + unknownEventNote, false
-}
-
-// taskRuleText is taskRule's text, "" for a type it has no case for.
-func taskRuleText(ev events.Event, b, t *projection.Task) string {
-	h := ev.Head()
-	switch e := ev.(type) {
-	case *events.TaskSubmitted:
-		var r string
-		switch {
-		case !e.HasRunAt:
-			r = fmt.Sprintf("submit: new task of kind %s, immediate (scheduled_at = submit time %s) → pending and due", word(e.Kind), fmtTime(h.At))
-		case e.RunAt > h.At:
-			r = fmt.Sprintf("submit: new task of kind %s, run_at %s → pending, not due before then", word(e.Kind), fmtTime(e.RunAt))
-		default:
-			r = fmt.Sprintf("submit: new task of kind %s, run_at %s already passed → pending and due", word(e.Kind), fmtTime(e.RunAt))
-		}
-		if e.IdempotencyKey != "" {
-			r += fmt.Sprintf("; idempotency key %s recorded for the session (a repeat returns this task)", word(e.IdempotencyKey))
-		}
-		if e.WakeOnCompletion {
-			r += "; wake policy on_completion"
-		}
-		if e.Priority != 0 {
-			r += fmt.Sprintf("; priority %d (claimed before due tasks of lower priority)", e.Priority)
-		}
-		if len(e.Headers) > 0 {
-			r += "; headers " + strings.Join(headerWords(e.Headers), " ")
-		}
-		if e.Schedule != "" {
-			r += fmt.Sprintf("; the tick %s of schedule %s, submitted by the claim at %s (the schedule's next tick: %s)",
-				fmtTime(e.Tick), word(e.Schedule), fmtTime(h.At), fmtNext(e.ScheduleNext))
-		}
-		return r
-	case *events.TaskClaimed:
-		var r string
-		if b.State == events.StatePending {
-			r = fmt.Sprintf("claim: pending and due (scheduled_at %s <= now %s) → running, attempt %d, lease until %s",
-				fmtTime(b.ScheduledAt), fmtTime(h.At), e.Attempt, fmtTime(e.LeaseExpiresAt))
-		} else {
-			r = fmt.Sprintf("claim: running, but the lease of attempt %d expired at %s (<= now %s) → redelivered: running, attempt %d, lease until %s; attempt %d can no longer settle",
-				b.Attempts, fmtTime(b.LeaseExpiresAt), fmtTime(h.At), e.Attempt, fmtTime(e.LeaseExpiresAt), b.Attempts)
-		}
-		if e.Worker != "" {
-			r += "; claimed by " + word(e.Worker)
-		}
-		if b.CancelRequested {
-			r += fmt.Sprintf("; the cancel request of %s stays recorded: the worker should settle with Cancellation", fmtTime(b.CancelRequestedAt))
-		}
-		return r
-	case *events.TaskCancelRequested:
-		if b.State == events.StatePending {
-			r := "cancel request while pending → canceled at once"
-			if b.WakeOnCompletion {
-				r += " (a completion wake follows: policy on_completion)"
-			}
-			return r
-		}
-		if b.CancelRequested {
-			return fmt.Sprintf("cancel request while running: already recorded at %s (the first time is kept), worker must settle", fmtTime(b.CancelRequestedAt))
-		}
-		return "cancel request while running: recorded, worker must settle"
-	case *events.TaskSettled:
-		r := fmt.Sprintf("settle by attempt %d: owns the claim (attempt and lease token match) → %s", e.Attempt, outcomeText(e.Outcome))
-		if e.Outcome.State == events.StateCanceled && !b.CancelRequested {
-			r += " (cancellation without a cancel request)"
-		}
-		if h.At > b.LeaseExpiresAt {
-			r += fmt.Sprintf("; its lease had expired at %s, but only a new claim fences a late worker", fmtTime(b.LeaseExpiresAt))
-		}
-		if t.WakeOnCompletion {
-			r += "; a completion wake follows (policy on_completion)"
-		}
-		return r
-	case *events.TaskSettleRejected:
-		switch e.Reason {
-		case events.RejectSuperseded:
-			return fmt.Sprintf("stale settlement rejected: attempt %d superseded by attempt %d; state unchanged (%s)", e.Attempt, b.Attempts, b.State)
-		case events.RejectTokenMismatch:
-			return fmt.Sprintf("stale settlement rejected: attempt %d is current but the lease token does not match; state unchanged (%s)", e.Attempt, b.State)
-		case events.RejectNotClaimed:
-			return fmt.Sprintf("stale settlement rejected: attempt %d holds no claim, the task is already %s; state unchanged", e.Attempt, b.State)
-		}
-		return fmt.Sprintf("stale settlement rejected (%s); state unchanged", e.Reason)
-	case *events.TaskSubmitRejected:
-		return fmt.Sprintf("a submission taken in from the inbox (postgres.SubmitTx) reused this task's key %s with another %s (a %s request): rejected, no task; state unchanged (%s)",
-			e.IdempotencyKey, e.Field, e.Kind, b.State)
-	case *events.TaskExtended:
-		r := fmt.Sprintf("heartbeat by attempt %d: owns the claim → lease extended to %s (was until %s)",
-			e.Attempt, fmtTime(e.LeaseExpiresAt), fmtTime(b.LeaseExpiresAt))
-		if h.At > b.LeaseExpiresAt {
-			r += fmt.Sprintf("; its lease had expired at %s, but only a new claim fences a late worker", fmtTime(b.LeaseExpiresAt))
-		}
-		if b.CancelRequested {
-			r += fmt.Sprintf("; a cancel was requested at %s, which the worker sees in the task this heartbeat returns", fmtTime(b.CancelRequestedAt))
-		}
-		return r
-	case *events.TaskReleased:
-		reason := ""
-		if e.Reason != "" {
-			reason = " (reason " + shortWord(e.Reason, 200) + ")"
-		}
-		if b.CancelRequested {
-			r := fmt.Sprintf("released by attempt %d while a cancel was requested (at %s): canceled at %s, as a cancel of pending work%s",
-				e.Attempt, fmtTime(b.CancelRequestedAt), fmtTime(h.At), reason)
-			if t.WakeOnCompletion {
-				r += "; a completion wake follows (policy on_completion)"
-			}
-			return r
-		}
-		when := "at once (" + fmtTime(h.At) + ")"
-		if e.RunAt > h.At {
-			when = "at " + fmtTime(e.RunAt)
-		}
-		return fmt.Sprintf("released by attempt %d: owns the claim → pending again %s%s, no claim; attempts stay %d, the next claim is attempt %d",
-			e.Attempt, when, reason, b.Attempts, b.Attempts+1)
-	case *events.TaskRetried:
-		when := "at once (" + fmtTime(h.At) + ")"
-		if e.RunAt > h.At {
-			when = "at " + fmtTime(e.RunAt)
-		}
-		r := fmt.Sprintf("retried by an operator: %s after %d attempt(s) → pending again %s; outcome and finish cleared, attempts stay %d, the next claim is attempt %d (a runner's MaxAttempts counts from here)",
-			b.State, e.Attempts, when, e.Attempts, e.Attempts+1)
-		if b.CompletionWakeID != "" {
-			r += fmt.Sprintf("; completion wake %s stays recorded, and the next end records a new one", b.CompletionWakeID)
-		}
-		return r
-	}
-	return ""
 }
 
 // wakeRule is taskRule for an event about a wake; completion says the wake is the completion
 // wake of the task being explained.
 func wakeRule(ev events.Event, b, w *projection.Wake, completion bool) (rule string, ok bool) {
-	if r := wakeRuleText(ev, b, w, completion); r != "" {
+	if r := narrate.WakeRule(ev, b, w, completion); r != "" {
 		return r, true
 	}
 	return ev.Type().String() + " " + unknownEventNote, false
-}
-
-// wakeRuleText is wakeRule's text, "" for a type it has no case for.
-func wakeRuleText(ev events.Event, b, w *projection.Wake, completion bool) string {
-	h := ev.Head()
-	// "claim: ..." for the wake being explained, "claim of completion wake W: ..." for a
-	// task's completion wake.
-	of := ""
-	if completion {
-		of = " of completion wake " + w.ID
-	}
-	switch e := ev.(type) {
-	case *events.WakeRecorded:
-		if e.Reason == events.WakeTaskFinished {
-			if completion {
-				return fmt.Sprintf("completion wake %s recorded (policy on_completion): the session will be woken with outcome %s; claimable at once", e.WakeID, e.Outcome.State)
-			}
-			return fmt.Sprintf("completion wake of task %s (outcome %s) recorded: claimable at once", e.TaskID, e.Outcome.State)
-		}
-		r := "wake request: new wake, claimable at once"
-		if e.IdempotencyKey != "" {
-			r += fmt.Sprintf("; idempotency key %s recorded for the session", word(e.IdempotencyKey))
-		}
-		return r
-	case *events.WakeClaimed:
-		if b.Claimed() {
-			return fmt.Sprintf("claim%s: the lease of delivery %d expired at %s (<= now %s) → redelivered: delivery %d, lease until %s; delivery %d can no longer acknowledge",
-				of, b.Attempts, fmtTime(b.LeaseExpiresAt), fmtTime(h.At), e.Attempt, fmtTime(e.LeaseExpiresAt), b.Attempts)
-		}
-		return fmt.Sprintf("claim%s: available (recorded %s <= now %s) → delivered, delivery %d, lease until %s",
-			of, fmtTime(b.CreatedAt), fmtTime(h.At), e.Attempt, fmtTime(e.LeaseExpiresAt))
-	case *events.WakeAcked:
-		what := ""
-		if completion {
-			what = " completion wake " + w.ID
-		}
-		return fmt.Sprintf("acknowledge%s by delivery %d: owns the claim → acknowledged, never delivered again", what, e.Attempt)
-	case *events.WakeAckRejected:
-		return fmt.Sprintf("stale acknowledgment%s rejected: %s; state unchanged", of, wakeRejectText(e.Reason, e.Attempt, b.Attempts, b.Acked))
-	}
-	return ""
 }
 
 func (a *app) writeExplanation(x *explanation) {

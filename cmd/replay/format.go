@@ -3,24 +3,32 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/narrate"
 	"github.com/worklog/worklog/internal/replayjson"
 	"github.com/worklog/worklog/projection"
 )
 
+// The words of text output are narrate's, so that `replay task` and the console tell a
+// task's history alike.
+var (
+	fmtTime        = narrate.Time
+	word           = narrate.Word
+	shortWord      = narrate.ShortWord
+	headerWords    = narrate.HeaderWords
+	shortJSON      = narrate.ShortJSON
+	outcomeText    = narrate.OutcomeText
+	wakeRejectText = narrate.WakeRejectText
+)
+
 // Times are printed in UTC: text with millisecond precision, JSON as RFC 3339 with every
 // nanosecond that is not zero.
-const textTime = "2006-01-02T15:04:05.000Z"
+const textTime = narrate.TextTime
 
-func fmtTime(ns int64) string  { return time.Unix(0, ns).UTC().Format(textTime) }
 func jsonTime(ns int64) string { return replayjson.Time(ns) }
 
 // clock is the short form used inside a story: the date is in the header.
@@ -40,63 +48,6 @@ func (a *app) token(t string) string {
 	}
 	return events.Redacted
 }
-
-// word prints s bare when it is a plain word, quoted otherwise.
-func word(s string) string {
-	if s == "" {
-		return `""`
-	}
-	// Invalid UTF-8 is quoted too: ranging over it yields U+FFFD, which is printable, while the
-	// bytes themselves would reach the terminal raw (0x9B is CSI to an 8-bit terminal).
-	if !utf8.ValidString(s) {
-		return strconv.Quote(s)
-	}
-	for _, r := range s {
-		if unicode.IsSpace(r) || r == '"' || r == '=' || r == '\\' || !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
-
-// headerWords are a task's headers for text output, in key order: key=value, each escaped
-// as word escapes user strings (a header is the submitter's, not ours to trust).
-func headerWords(h map[string]string) []string {
-	keys := slices.Sorted(maps.Keys(h))
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = word(k) + "=" + word(h[k])
-	}
-	return out
-}
-
-// shortWord is word(s) with s cut to max bytes (at a character boundary) for text output:
-// a worker's free text (a release reason, up to 64 KiB) stays on one readable line.
-func shortWord(s string, max int) string {
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8Start(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return word(s)
-}
-
-// shortJSON is a JSON value on one line, cut to max bytes for text output.
-func shortJSON(b []byte, max int) string {
-	s := string(compactJSON(b))
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8Start(s[cut]) {
-			cut--
-		}
-		return s[:cut] + "…"
-	}
-	return s
-}
-
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // compactJSON is the caller's JSON on one line. Bytes that are not JSON (a store written by
 // hand) come back as a JSON string of them, so the output always parses.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/narrate"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -50,7 +51,7 @@ func TestPriorityAndHeadersShown(t *testing.T) {
 	if !strings.Contains(string(b), `"priority":-7`) || !strings.Contains(string(b), `"tenant":"acme"`) {
 		t.Errorf("task JSON %s lacks the priority or headers", b)
 	}
-	rule := taskRuleText(ev, nil, task)
+	rule := narrate.TaskRule(ev, nil, task)
 	if !strings.Contains(rule, "priority -7") || !strings.Contains(rule, "tenant=acme") {
 		t.Errorf("rule %q lacks the priority or headers", rule)
 	}

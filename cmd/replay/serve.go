@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,30 +34,65 @@ it is changed. A postgres:// URL is served live: each page reads what was commit
 last, by every process. --archive DIR reads the store's archive of pruned events with it.
 
 The console listens on 127.0.0.1 (this machine only) unless --addr names another interface.
-It has no login of its own: mount package console in your application behind its auth to
-expose it further.`
+It answers only to the Host names it listens on: localhost and the loopback addresses, the
+address of --addr (every address of this machine's interfaces for 0.0.0.0 or ::), and each
+name given with --allow-host; any other Host gets 421 Misdirected Request, so that a page of
+another site cannot read the store through a DNS name of its own that points here (DNS
+rebinding). It has no login of its own: mount package console in your application, with
+console.Options.Authorize, to expose it further.`
 
 func (a *app) serveCommand() *cobra.Command {
 	var addr string
+	var allow []string
 	c := &cobra.Command{
 		Use:   "serve DIR|URL",
 		Short: "Serve the web console over a store, read-only",
 		Long:  serveLong,
 		Example: `  replay serve ./store
   replay serve ./store --addr 127.0.0.1:9000
+  replay serve ./store --addr 0.0.0.0:9000 --allow-host ops-box.internal
   replay serve postgres://localhost/app`,
 		Args: storeArgs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.serve(c.Context(), displayName(args[0]), addr, nil)
+			return a.serve(c.Context(), displayName(args[0]), addr, allow, nil)
 		},
 	}
 	c.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "the address to listen on (host:port); the default answers this machine only")
+	allowHostFlag(c, &allow, "")
 	return c
 }
 
+// allowHostFlag is serve's and demo's --allow-host; what prefixes its help.
+func allowHostFlag(c *cobra.Command, allow *[]string, what string) {
+	c.Flags().StringArrayVar(allow, "allow-host", nil, what+"also answer to the Host `NAME` (a host name or address, optionally with :port; repeat for more); \"*\" answers to any Host and turns off the DNS-rebinding check")
+}
+
+// serveHosts is what the console of replay serve answers to besides the loopback names:
+// the address it listens on (each of this machine's interface addresses when that is
+// 0.0.0.0 or ::), then the --allow-host names.
+func serveHosts(ln net.Addr, allow []string) []string {
+	var hosts []string
+	host, _, _ := net.SplitHostPort(ln.String())
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil, ip.IsLoopback():
+	case ip.IsUnspecified():
+		addrs, _ := net.InterfaceAddrs() // none on an error: the loopback names and --allow-host remain
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+				hosts = append(hosts, n.IP.String())
+			}
+		}
+	default:
+		hosts = append(hosts, ip.String())
+	}
+	return append(hosts, allow...)
+}
+
 // serve opens dir read-only, builds a queue over it and serves the console on addr until
-// ctx ends. ready, when not nil, receives the listening address (tests).
-func (a *app) serve(ctx context.Context, dir, addr string, ready chan<- string) error {
+// ctx ends, answering to the Host names of serveHosts. ready, when not nil, receives the
+// listening address (tests).
+func (a *app) serve(ctx context.Context, dir, addr string, allow []string, ready chan<- string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stop()
 	st, err := a.openStore(dir)
@@ -68,13 +105,20 @@ func (a *app) serve(ctx context.Context, dir, addr string, ready chan<- string) 
 		return err
 	}
 	defer q.Close()
-	h, err := console.New(q, &console.Options{ReadOnly: true, Logger: slog.New(slog.NewTextHandler(a.stderr, nil))})
-	if err != nil {
-		return fmt.Errorf("%s: %v", dir, err)
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %v", addr, err)
+	}
+	defer ln.Close()
+	hosts := serveHosts(ln.Addr(), allow)
+	// Read-only: no Actions (console's default), so every POST is refused.
+	h, err := console.New(q, &console.Options{AllowedHosts: hosts, Logger: slog.New(slog.NewTextHandler(a.stderr, nil))})
+	var oe *console.OptionError
+	if errors.As(err, &oe) && oe.Field == "AllowedHosts" {
+		return fmt.Errorf("--allow-host: %s", oe.Message)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %v", dir, err)
 	}
 	url := "http://" + ln.Addr().String() + "/"
 	scope := "this machine only"
@@ -82,6 +126,14 @@ func (a *app) serve(ctx context.Context, dir, addr string, ready chan<- string) 
 		scope = "every host that can reach " + host + ": the console has no login of its own"
 	}
 	fmt.Fprintf(a.out, "Serving the console of %s read-only at %s (listening on %s: %s). Ctrl-C stops.\n", dir, url, ln.Addr(), scope)
+	names := "localhost and the loopback addresses"
+	if len(hosts) > 0 {
+		names += ", " + strings.Join(hosts, ", ")
+	}
+	if slices.Contains(hosts, "*") {
+		names = "any Host (--allow-host \"*\": the DNS-rebinding check is off)"
+	}
+	fmt.Fprintf(a.out, "It answers to the Host names %s; any other Host is refused (--allow-host adds one).\n", names)
 	a.out.Flush()
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -187,7 +239,7 @@ func (e *roEngine) Close() error {
 
 // runDemoServe builds the demo store (in dir, or a temporary directory) and serves the
 // console on it until interrupted.
-func (a *app) runDemoServe(ctx context.Context, dir string, seed uint64, seeded, keep bool, addr string) error {
+func (a *app) runDemoServe(ctx context.Context, dir string, seed uint64, seeded, keep bool, addr string, allow []string) error {
 	temp := dir == ""
 	if temp {
 		d, err := os.MkdirTemp("", "worklog-demo-")
@@ -201,7 +253,7 @@ func (a *app) runDemoServe(ctx context.Context, dir string, seed uint64, seeded,
 	err := a.demoIn(ctx, dir, seed, seeded, true)
 	if err == nil {
 		fmt.Fprintln(a.out)
-		err = a.serve(ctx, dir, addr, nil)
+		err = a.serve(ctx, dir, addr, allow, nil)
 	}
 	if temp && !keep {
 		if rerr := os.RemoveAll(dir); rerr != nil {

@@ -516,24 +516,6 @@ func sameDay(a, b int64) bool {
 // carry the date).
 func (s *sessionStory) when(ns int64) string { return clock(ns) }
 
-func outcomeText(o events.Outcome) string {
-	s := o.State.String()
-	switch o.State {
-	case events.StateSucceeded:
-		if o.Summary != "" {
-			s += " " + word(o.Summary)
-		}
-		if len(o.Output) > 0 && string(o.Output) != "null" {
-			s += ", output " + shortJSON(o.Output, 50)
-		}
-	case events.StateFailed:
-		s += ": " + word(o.Error)
-	case events.StateCanceled:
-		s += " (the worker stopped after a cancel request)"
-	}
-	return s
-}
-
 // rejectText explains a rejected settlement from the task as it was.
 func rejectText(r events.RejectReason, presented, attempts uint32, state events.TaskState) string {
 	switch r {
@@ -543,21 +525,6 @@ func rejectText(r events.RejectReason, presented, attempts uint32, state events.
 		return fmt.Sprintf("attempt %d is current but the lease token does not match", presented)
 	case events.RejectNotClaimed:
 		return fmt.Sprintf("not claimed: the task is already %s", state)
-	}
-	return r.String()
-}
-
-func wakeRejectText(r events.RejectReason, presented, attempts uint32, acked bool) string {
-	switch r {
-	case events.RejectSuperseded:
-		return fmt.Sprintf("superseded by delivery %d", attempts)
-	case events.RejectTokenMismatch:
-		return fmt.Sprintf("delivery %d is current but the lease token does not match", presented)
-	case events.RejectNotClaimed:
-		if acked {
-			return "not claimed: the wake is already acknowledged"
-		}
-		return "not claimed: no delivery holds the wake"
 	}
 	return r.String()
 }
