@@ -439,3 +439,44 @@ func TestWriterOpensOverDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A payload zstd does not shrink is stored raw: no frame is stored larger than its raw
+// bytes, so the reader's one bound (maxFrameRaw) holds for both lengths. Readers read it as
+// any frame.
+func TestIncompressibleFrameStoredRaw(t *testing.T) {
+	dir := t.TempDir()
+	w, err := OpenWriter(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noise := make([]byte, 64<<10)
+	for i := range noise {
+		noise[i] = byte(rand.Uint32())
+	}
+	if err := w.Add(1, noise); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, segName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := parseFrameHeader("seg", segHeaderLen, b[segHeaderLen:])
+	if err != nil || h.codec != codecNone || h.stored != h.raw {
+		t.Fatalf("frame %+v (%v): want codec none, stored = raw", h, err)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, ok, err := r.Get(1)
+	if err != nil || !ok || !bytes.Equal(got, noise) {
+		t.Fatalf("Get: %v %v, %d bytes", ok, err, len(got))
+	}
+}

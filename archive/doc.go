@@ -45,7 +45,12 @@
 // segment's last valid frame when they were never fsynced. A Writer that opens the archive
 // after a crash records the last segment's valid length in the next segment's header, so
 // that in any segment but the last the tail is known exactly and damage before it is
-// refused; in the last segment everything from the first invalid frame on is a torn tail.
+// refused; in the last segment everything from the first frame a torn write can explain on
+// is a torn tail (bytes missing, a checksum that fails). A frame header whose checksum holds
+// was written whole: a claim in it no Writer makes is damage in any segment, named as such.
+// No frame is larger than 72 MiB, raw or stored (the largest event, one 64 MiB value with
+// its texts, fits): a header claiming more is refused before anything is allocated for it,
+// and decompression stops at the raw length the header declares.
 // Damage in the last segment's tail cannot be told from an unsynced write; the store's
 // pruned ranges can: Reader.Missing lists the pruned sequences the archive lacks (replay
 // verify --archive).

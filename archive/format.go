@@ -25,9 +25,14 @@ const (
 	codecNone byte = 0
 	codecZstd byte = 1
 
-	// maxFrameRaw bounds a frame's raw payload as read: a damaged length cannot make a
-	// reader allocate more than a frame can hold (one event is at most 64 MiB of values).
-	maxFrameRaw = 1 << 30
+	// maxFrameRaw bounds a frame's payload, raw and as stored, on both sides: the Writer
+	// never writes a larger one (Add refuses a larger event, FrameBytes is at most it, a
+	// payload zstd does not shrink is stored raw), and a reader refuses a header that claims
+	// more as corrupt before it allocates anything for the frame. A frame is FrameBytes
+	// (1 MiB by default) or one event larger than that; an event is at most one value of
+	// 64 MiB (work.Options.MaxValueBytes) with its ids, texts (64 KiB each) and headers
+	// (16 KiB): 72 MiB holds the largest with room to spare.
+	maxFrameRaw = 72 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -171,8 +176,16 @@ func parseFrameHeader(file string, off int64, b []byte) (frameHeader, error) {
 		return h, corrupt(file, off+4, "unknown codec %d", h.codec)
 	case h.count == 0 || h.first == 0 || h.last < h.first || uint64(h.count) > h.last-h.first+1:
 		return h, corrupt(file, off+8, "%d records in seqs [%d, %d]", h.count, h.first, h.last)
-	case h.raw > maxFrameRaw || (h.codec == codecNone && h.raw != h.stored):
+	case h.stored > maxFrameRaw:
+		return h, corrupt(file, off+16, "payload of %d bytes stored, more than a frame holds (%d)", h.stored, maxFrameRaw)
+	case h.raw > maxFrameRaw:
+		return h, corrupt(file, off+20, "payload of %d bytes raw, more than a frame holds (%d)", h.raw, maxFrameRaw)
+	case h.codec == codecNone && h.raw != h.stored:
 		return h, corrupt(file, off+20, "payload of %d bytes (%d stored)", h.raw, h.stored)
+	case uint64(h.count)*recordOverhead > uint64(h.raw):
+		return h, corrupt(file, off+8, "%d records in a payload of %d bytes", h.count, h.raw)
+	case uint64(h.runsLen) > uint64(h.count)*2*binary.MaxVarintLen64:
+		return h, corrupt(file, off+12, "runs index of %d bytes for %d records", h.runsLen, h.count)
 	}
 	return h, nil
 }

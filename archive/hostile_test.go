@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -145,5 +146,81 @@ func TestFIFOSegmentRefused(t *testing.T) {
 				t.Fatal("Open blocked on the FIFO")
 			}
 		})
+	}
+}
+
+// lyingSegment writes an archive of one segment whose one frame, every checksum valid,
+// carries payload and a header edited by lie; sealed or not (an unsealed segment is the
+// last one written, whose tail a crash may have torn).
+func lyingSegment(t *testing.T, sealed bool, payload []byte, lie func(*frameHeader)) string {
+	t.Helper()
+	dir := t.TempDir()
+	b := appendSegHeader(nil, 1, 0)
+	runs := appendRuns(nil, []projection.SeqRange{{From: 1, To: 1}})
+	h := frameHeader{codec: codecZstd, count: 1, runsLen: uint32(len(runs)), stored: uint32(len(payload)), raw: 1 << 10,
+		first: 1, last: 1, runsCRC: crc(runs), payloadCRC: crc(payload)}
+	lie(&h)
+	if h.runsLen != uint32(len(runs)) {
+		runs = appendRuns(nil, []projection.SeqRange{{From: h.first, To: h.last}})
+		h.runsLen, h.runsCRC = uint32(len(runs)), crc(runs)
+	}
+	b = appendFrameHeader(b, &h)
+	b = append(b, runs...)
+	b = append(b, payload...)
+	if sealed {
+		b = appendSeal(b, int64(len(b)))
+	}
+	if err := os.WriteFile(filepath.Join(dir, segName(1)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestLyingLengthsRefused: a frame header, its checksum valid, that claims a length no
+// Writer writes (a raw payload of 1e9 or 4e9 bytes, a stored one of 1e9 or 4e9 bytes, 1e7
+// records in a few bytes) is refused as corrupt, naming the file and the offset of the
+// field, before anything is allocated for the frame (the bytes allocated by Open, Check and
+// Get together stay under 1 MiB); in a sealed segment and in the last, unsealed one alike,
+// where a header whose checksum holds is not a torn write.
+func TestLyingLengthsRefused(t *testing.T) {
+	small := zstdBomb(1, 0) // 128 KiB of 'A', no content size: a decoder knows only the header's raw
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+		lie     func(*frameHeader)
+		field   int64 // the offset of the field in the frame header
+	}{
+		{"raw 1e9", small, func(h *frameHeader) { h.raw = 1e9 }, 20},
+		{"raw 4e9", small, func(h *frameHeader) { h.raw = 4e9 }, 20},
+		{"stored 1e9", small, func(h *frameHeader) { h.stored = 1e9 }, 16},
+		{"stored 4e9", small, func(h *frameHeader) { h.stored = 4e9 }, 16},
+		{"records 1e7", []byte("0123456789abcdef"), func(h *frameHeader) {
+			h.codec, h.raw, h.stored, h.count, h.last, h.runsLen = codecNone, 16, 16, 1e7, 1e7, 0
+		}, 8},
+	} {
+		for _, sealed := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/sealed=%v", tc.name, sealed), func(t *testing.T) {
+				dir := lyingSegment(t, sealed, tc.payload, tc.lie)
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				r, err := Open(dir)
+				if err == nil {
+					err = r.Check(context.Background())
+					if _, _, gerr := r.Get(1); err == nil {
+						err = gerr
+					}
+					r.Close()
+				}
+				runtime.ReadMemStats(&after)
+				if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+					t.Errorf("allocated %d KiB to refuse the frame (want at most 1 MiB)", alloc>>10)
+				}
+				var ae *Error
+				if !errors.As(err, &ae) || !errors.Is(err, ErrCorrupt) || ae.File != filepath.Join(dir, segName(1)) || ae.Offset != segHeaderLen+tc.field {
+					t.Errorf("got %v, want an *Error of kind ErrCorrupt naming %s at offset %d", err, segName(1), segHeaderLen+tc.field)
+				}
+			})
+		}
 	}
 }

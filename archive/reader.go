@@ -105,9 +105,9 @@ func scanSegment(fs vfs.FS, path string, n uint32, valid int64) (*segment, error
 				break
 			}
 		}
-		fr, ferr := readFrame(f, path, off, end, last, buf)
+		fr, torn, ferr := readFrame(f, path, off, end, last, buf)
 		if ferr != nil {
-			if last {
+			if last && torn {
 				break // the torn tail
 			}
 			return nil, ferr
@@ -124,40 +124,51 @@ func scanSegment(fs vfs.FS, path string, n uint32, valid int64) (*segment, error
 }
 
 // readFrame reads the frame at off, which must end by end; whole reads its payload and
-// checks its checksum.
-func readFrame(f vfs.File, path string, off, end int64, whole bool, buf []byte) (frame, error) {
+// checks its checksum. torn reports an error a write that never completed can leave (bytes
+// missing, or not the ones written: a checksum fails): in the last segment that is its torn
+// tail. A header whose checksum holds was written whole; what it claims is then the frame
+// as written, and a claim no Writer makes (a length past maxFrameRaw, a runs index at odds
+// with its header) is damage wherever it is.
+func readFrame(f vfs.File, path string, off, end int64, whole bool, buf []byte) (fr frame, torn bool, err error) {
 	if end-off < frameHeaderLen {
-		return frame{}, corrupt(path, off, "frame header truncated (%d of %d bytes)", end-off, frameHeaderLen)
+		return frame{}, true, corrupt(path, off, "frame header truncated (%d of %d bytes)", end-off, frameHeaderLen)
 	}
 	if _, err := f.ReadAt(buf, off); err != nil {
-		return frame{}, fmt.Errorf("archive: reading %s at offset %d: %w", path, off, err)
+		return frame{}, false, fmt.Errorf("archive: reading %s at offset %d: %w", path, off, err)
+	}
+	if string(buf[:4]) != frameMagic || binary.BigEndian.Uint32(buf[48:]) != crc(buf[:48]) {
+		_, err := parseFrameHeader(path, off, buf)
+		return frame{}, true, err
 	}
 	h, err := parseFrameHeader(path, off, buf)
 	if err != nil {
-		return frame{}, err
+		return frame{}, false, err
 	}
 	if off+h.size() > end {
-		return frame{}, corrupt(path, off, "frame of %d bytes runs past the segment's end at %d", h.size(), end)
+		return frame{}, true, corrupt(path, off, "frame of %d bytes runs past the segment's end at %d", h.size(), end)
 	}
 	rb := make([]byte, h.runsLen)
 	if _, err := f.ReadAt(rb, off+frameHeaderLen); err != nil {
-		return frame{}, fmt.Errorf("archive: reading %s at offset %d: %w", path, off, err)
+		return frame{}, false, fmt.Errorf("archive: reading %s at offset %d: %w", path, off, err)
+	}
+	if got := crc(rb); got != h.runsCRC {
+		return frame{}, true, corrupt(path, off+frameHeaderLen, "runs index checksum %08x, want %08x", got, h.runsCRC)
 	}
 	runs, err := parseRuns(path, off+frameHeaderLen, &h, rb)
 	if err != nil {
-		return frame{}, err
+		return frame{}, false, err
 	}
-	fr := frame{off: off, h: h, runs: runs}
+	fr = frame{off: off, h: h, runs: runs}
 	if whole {
 		p := make([]byte, h.stored)
 		if _, err := f.ReadAt(p, fr.payloadOff()); err != nil {
-			return frame{}, fmt.Errorf("archive: reading %s at offset %d: %w", path, fr.payloadOff(), err)
+			return frame{}, false, fmt.Errorf("archive: reading %s at offset %d: %w", path, fr.payloadOff(), err)
 		}
 		if got := crc(p); got != h.payloadCRC {
-			return frame{}, corrupt(path, fr.payloadOff(), "payload checksum %08x, want %08x", got, h.payloadCRC)
+			return frame{}, true, corrupt(path, fr.payloadOff(), "payload checksum %08x, want %08x", got, h.payloadCRC)
 		}
 	}
-	return fr, nil
+	return fr, false, nil
 }
 
 // Reader reads an archive. Open it with Open or OpenFS; it is safe for concurrent use.
@@ -578,10 +589,11 @@ func (r *Reader) load(f *frame, dec *zstd.Decoder, from, to uint64) (*cursor, er
 // newDecoder returns the decoder of frames' payloads. DecodeAll stops at the capacity of the
 // buffer it is given (inflate gives the frame's declared raw length): a payload that inflates
 // further, a zstd bomb, is refused having decoded at most one block (128 KiB) past it,
-// instead of growing its output to the decoder's memory limit.
+// instead of growing its output to the decoder's memory limit. Its window and memory are
+// bounded by the largest frame (maxFrameRaw), whatever a zstd frame declares.
 func newDecoder() (*zstd.Decoder, error) {
 	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxFrameRaw),
-		zstd.WithDecodeAllCapLimit(true))
+		zstd.WithDecoderMaxWindow(maxFrameRaw), zstd.WithDecodeAllCapLimit(true))
 }
 
 // inflate decompresses a frame's payload, which its header says holds raw bytes: exactly

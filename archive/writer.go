@@ -20,7 +20,8 @@ type WriterOptions struct {
 	// SegmentBytes is the size from which the writer starts a new segment. Default 64 MiB.
 	SegmentBytes int64
 	// FrameBytes is the raw size from which a frame is closed and a new one begun (one
-	// event larger than it is a frame of its own). Default 1 MiB.
+	// event larger than it is a frame of its own). Default 1 MiB; at most 72 MiB, the
+	// largest frame a reader accepts (a larger value is taken as 72 MiB).
 	FrameBytes int
 	// NoCompression stores payloads as they are instead of zstd-compressed.
 	NoCompression bool
@@ -77,6 +78,7 @@ func OpenWriter(dir string, o *WriterOptions) (*Writer, error) {
 	if opts.FrameBytes <= 0 {
 		opts.FrameBytes = defaultFrameBytes
 	}
+	opts.FrameBytes = min(opts.FrameBytes, maxFrameRaw)
 	fs := opts.FS
 	if err := mkdirSynced(fs, dir); err != nil {
 		return nil, fmt.Errorf("archive: creating %s: %w", dir, err)
@@ -170,7 +172,7 @@ func (w *Writer) Add(seq uint64, wire []byte) error {
 		return fmt.Errorf("archive: Add of seq %d after %d", seq, w.last)
 	}
 	if len(wire) > maxFrameRaw-recordOverhead {
-		return fmt.Errorf("archive: event %d of %d bytes is too large", seq, len(wire))
+		return fmt.Errorf("archive: event %d of %d bytes is too large (a frame holds %d)", seq, len(wire), maxFrameRaw)
 	}
 	if len(w.buf) > 0 && len(w.buf)+len(wire)+recordOverhead > w.o.FrameBytes {
 		if err := w.flushFrame(); err != nil {
@@ -278,8 +280,10 @@ func (w *Writer) flushFrame() error {
 		first: w.seqs[0], last: w.seqs[len(w.seqs)-1]}
 	payload := w.buf
 	if w.enc != nil {
-		h.codec = codecZstd
-		payload = w.enc.EncodeAll(w.buf, make([]byte, 0, len(w.buf)/2))
+		// A payload zstd does not shrink is stored raw: stored is never more than raw.
+		if z := w.enc.EncodeAll(w.buf, make([]byte, 0, len(w.buf)/2)); len(z) < len(w.buf) {
+			h.codec, payload = codecZstd, z
+		}
 	}
 	out := appendRuns(w.out[:0], runs)
 	h.runsLen, h.stored = uint32(len(out)), uint32(len(payload))

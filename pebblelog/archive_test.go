@@ -5,15 +5,13 @@ import (
 	"context"
 	"errors"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // PlanPrune names the group Txn.Prune would remove, with the log's bytes; PruneArchived
 // removes it only when every event of it was archived, else nothing.
 func TestPlanPruneAndPruneArchived(t *testing.T) {
 	dir := t.TempDir()
-	copyFixtureFrom(t, "format2-store", vfs.Default, dir)
+	settledStore(t, dir)
 	s := openT(t, dir, &Options{})
 	defer s.Close()
 	ctx := context.Background()

@@ -22,17 +22,21 @@ type fileID struct{ dev, ino uint64 }
 // either no longer is the file opened: gone, or another file by that name (a directory
 // re-created in its place, compared by device and inode where the FS has them).
 //
-// Checks are two stats. The syncer checks before it answers a batch whenever the last good
-// check started more than dirCheckInterval ago, so no batch is acknowledged more than
-// dirCheckInterval after the directory went; the watchdog's goroutine checks as often, so an
-// idle store fails too, and its reads refuse; creating a WAL file (a rotation) and Close
-// check always.
+// On Linux the syncer also checks, before it answers each group (after its fsync), that the
+// directory it holds open still has links (one fstat per group, not per command: a removed
+// directory has none): no call that began after the directory was removed is acknowledged.
+// The other checks are two stats: the syncer makes them before it answers a batch whenever
+// the last good check started more than dirCheckInterval ago, so no batch is acknowledged
+// more than dirCheckInterval after the directory was moved away or replaced (or removed, on
+// other platforms); the watchdog's goroutine checks as often, so an idle store fails too,
+// and its reads refuse; creating a WAL file (a rotation) and Close check always.
 type dirWatch struct {
 	fs        vfs.FS
 	dir, lock string // the store's directory and its WORKLOG.lock
 	dirID     fileID
 	lockID    fileID
-	ids       bool // dirID and lockID are known; false: only existence is checked
+	ids       bool       // dirID and lockID are known; false: only existence is checked
+	h         *dirHandle // the directory held open (Linux); nil: none
 }
 
 // newDirWatch records the identity of dir and of its lock file, taken by Open.
@@ -50,6 +54,7 @@ func newDirWatch(fs vfs.FS, dir string) (*dirWatch, error) {
 	w.dirID, dok = idOf(di)
 	w.lockID, lok = idOf(li)
 	w.ids = dok && lok
+	w.h = openDirHandle(fs, dir)
 	return w, nil
 }
 
@@ -103,6 +108,21 @@ func (f *failures) checkDir() error {
 	}
 	f.dirChecked.Store(start + 1)
 	return nil
+}
+
+// checkDirLinked fails the store if its directory, held open, was removed (Linux; nothing
+// elsewhere): the syncer's check before it answers a group.
+func (f *failures) checkDirLinked() {
+	if w := f.dirs.Load(); w != nil && w.h.removed() {
+		f.fail(&dirGoneError{What: "was removed"})
+	}
+}
+
+// releaseDir closes the directory's handle, once the syncer has ended.
+func (f *failures) releaseDir() {
+	if w := f.dirs.Load(); w != nil {
+		w.h.close()
+	}
 }
 
 // checkDirEvery is checkDir unless the last good check started less than dirCheckInterval

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // The kinds of error the store returns. Check with errors.Is; the values Open returns are
@@ -19,10 +17,11 @@ var (
 	// ErrFormatTooNew: the store was written by a newer build (its marker or its format key
 	// names a newer format). Returned by Open.
 	ErrFormatTooNew = errors.New("pebblelog: store format is newer than this build")
-	// ErrNeedsUpgrade: a read of a store of an older format, opened read-only, that only a
-	// newer format can answer (format 3's kind index, session task lists and counts). A
-	// read-write Open upgrades the store.
-	ErrNeedsUpgrade = errors.New("pebblelog: store format is too old for this read")
+	// ErrFormatTooOld: the store is of an earlier development format (1 to 6) that this build
+	// neither reads nor upgrades; nothing in it was changed. The OpenError's Hint says how to
+	// move its data: export it with an earlier build, import it with this one. Returned by
+	// Open.
+	ErrFormatTooOld = errors.New("pebblelog: store format is older than this build reads")
 	// ErrLocked: another process holds the store (its WORKLOG.lock or Pebble's LOCK), or
 	// it is already open in this one (OpenError.Detail says which: share the open store).
 	// Returned by Open.
@@ -36,7 +35,7 @@ var (
 	// *OptionError naming it; Open, which checks options before it touches the directory, an
 	// *OpenError of this kind wrapping that *OptionError. It is the one sentinel of every
 	// worklog options struct (work.ErrInvalidOptions, runner.ErrInvalidConfig: the same value).
-	ErrInvalidOptions = optionerr.ErrInvalid
+	ErrInvalidOptions = errors.New("worklog: invalid options")
 	// ErrClosed: a call on a closed store (every Store method but Close and Dir).
 	ErrClosed = errors.New("pebblelog: store closed")
 	// ErrStoreFailed: a write, an fsync or a read of the store failed in a way after which
@@ -50,17 +49,33 @@ var (
 	ErrReadOnlyStore = errors.New("pebblelog: store opened read-only")
 )
 
-// OptionError refuses one field of Options (Options "pebblelog.Options", Field, Message):
-// the one error shape of worklog's options structs, the same type as work.OptionError and
-// runner.ConfigError. It matches ErrInvalidOptions.
-type OptionError = optionerr.Error
+// OptionError refuses one field of an options struct: the one error shape of every worklog
+// options struct (work.OptionError and runner.ConfigError are this type; it is declared here,
+// in the lowest package with options, so that all of them share it). It matches
+// ErrInvalidOptions.
+type OptionError struct {
+	Options string // the struct, package-qualified: "pebblelog.Options", "work.Options", "runner.Config"
+	Field   string // the field as spelled in Go: "MaxConns", "Heartbeat"
+	Message string // what is wrong, and what is allowed
+}
+
+func (e *OptionError) Error() string {
+	name := e.Field
+	if e.Options != "" {
+		name = e.Options + "." + e.Field
+	}
+	return "invalid " + name + ": " + e.Message
+}
+
+// Is matches ErrInvalidOptions.
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }
 
 // OpenError is the error Open (and Options.Validate) returns when it refuses a directory or
 // options. errors.Is(err, Kind) holds, and errors.Unwrap gives the cause, if any: callers
 // read the fields instead of the message.
 type OpenError struct {
 	Dir    string // the store's directory, as given to Open
-	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrLocked, ErrCorruptStore, ErrInvalidOptions, ErrReadOnlyStore or ErrStoreFailed
+	Kind   error  // ErrNotAStore, ErrFormatTooNew, ErrFormatTooOld, ErrLocked, ErrCorruptStore, ErrInvalidOptions, ErrReadOnlyStore or ErrStoreFailed
 	Field  string // ErrInvalidOptions: the Options field at fault ("MemTableSize")
 	File   string // the file at fault, relative to Dir, when one is ("000012.log", "MANIFEST-000001")
 	Offset int64  // the byte offset in File where the damage starts; -1 when unknown or no file

@@ -17,13 +17,16 @@ import (
 // priority is there in an index with priorities (projection.IndexSpec.Priority), so that
 // byte order is claim order.
 
+// The per-session wake index's keyspace (keys.go): the per-session available-wake index
+// (projection.IndexSessionWakes: index.go), the available-wake index's entries again under
+// each wake's session, which is length-prefixed so that one session's range holds no other
+// session's keys. A claim of the wakes of chosen sessions (work's ClaimSessionWakes) reads
+// it, so its cost does not depend on other sessions' wakes.
+
 // pebbleIndex is where an index lives in the keyspace.
 type pebbleIndex struct {
 	prefix byte
-	// format is the store format that added the index: a store of an older format opened
-	// read-only does not have it, and a scan of it says so (what names it).
-	format int
-	what   string
+	what   string // names the index in errors
 	// lows: the writer keeps low-water marks for it (indexLows), per partition in a
 	// partitioned index. The per-session wake index keeps none: the tombstones a scan of it
 	// steps over are those of one session's own claims and acknowledgements since the last
@@ -32,13 +35,11 @@ type pebbleIndex struct {
 }
 
 var pebbleIndexes = [projection.NumIndexes]pebbleIndex{
-	projection.IndexDue:          {prefix: prefixDue, format: 1, what: "due index", lows: true},
-	projection.IndexKindDue:      {prefix: prefixKindDue, format: 3, what: "per-kind due index", lows: true},
-	projection.IndexWakes:        {prefix: prefixAvailable, format: 1, what: "available-wake index", lows: true},
-	projection.IndexSessionWakes: {prefix: prefixSessionWake, format: 5, what: "per-session wake index"},
-	// Format 7 added the lease index, but a store of an older format holds no policy, so no
-	// claim or stats scans it: opened read-only, it reads as the empty keyspace it is.
-	projection.IndexKindLeases: {prefix: prefixKindLease, format: 1, what: "per-kind lease index"},
+	projection.IndexDue:          {prefix: prefixDue, what: "due index", lows: true},
+	projection.IndexKindDue:      {prefix: prefixKindDue, what: "per-kind due index", lows: true},
+	projection.IndexWakes:        {prefix: prefixAvailable, what: "available-wake index", lows: true},
+	projection.IndexSessionWakes: {prefix: prefixSessionWake, what: "per-session wake index"},
+	projection.IndexKindLeases:   {prefix: prefixKindLease, what: "per-kind lease index"},
 }
 
 // indexHead is the start of partition part of index ix, with room for an entry's tail.
@@ -295,23 +296,3 @@ func (ws *writerState) mergePartLows(batch map[partLow]runMarks) {
 
 // maxFreeMarks bounds the arrays of marks the writer keeps for reuse (ownRunMarks).
 const maxFreeMarks = 64
-
-// ScanIndex of a store of a format before 3 opened read-only: what format 3 and 5 added is
-// not there to read.
-func (o olderReader) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
-	if pebbleIndexes[ix].format > o.s.format {
-		return o.needsUpgrade(pebbleIndexes[ix].what)
-	}
-	return o.reader.ScanIndex(ix, part, from, to, fn)
-}
-
-// format4Reader reads a store of format 3 or 4 opened read-only: everything but what format
-// 5 added.
-type format4Reader struct {
-	reader
-	s *Store
-}
-
-func (o format4Reader) ScanIndex(ix projection.Index, part string, from, to int64, fn func(projection.IndexEntry) bool) error {
-	return olderReader(o).ScanIndex(ix, part, from, to, fn)
-}

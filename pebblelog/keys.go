@@ -52,10 +52,6 @@ var projectionPrefixes = []byte{prefixSession, prefixTask, prefixWake, prefixTas
 	prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject, prefixBlob, prefixSessionWake,
 	prefixKindPolicy, prefixKindLease, prefixSchedule, prefixScheduleDue}
 
-// format3Prefixes are the keyspaces format 3 added. A store of an older format opened
-// read-only has none of them (the upgrade builds them: upgrade.go).
-var format3Prefixes = []byte{prefixKindDue, prefixSessionTask, prefixCount, prefixPrunable, prefixSubject}
-
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 9)
 	k[0] = prefixEvent
@@ -133,19 +129,14 @@ func priorityStart(head []byte, pri int64) []byte {
 }
 
 // parseDueTail parses a due-index key whose (priority, at, seq) follow a head of head
-// bytes; a key of the layout before format 6 (no priority: what a read-only Open of an older
-// store reads) parses with priority 0 and legacy set.
-func parseDueTail(k []byte, head int) (pri, at int64, seq uint64, legacy, ok bool) {
-	switch len(k) {
-	case head + 24:
-		pri = int64(^binary.BigEndian.Uint64(k[head:]) ^ (1 << 63))
-		at, seq, ok = parseIndexTail(k[head+8:], 0)
-		return pri, at, seq, false, ok
-	case head + 16:
-		at, seq, ok = parseIndexTail(k, head)
-		return 0, at, seq, true, ok
+// bytes.
+func parseDueTail(k []byte, head int) (pri, at int64, seq uint64, ok bool) {
+	if len(k) != head+24 {
+		return 0, 0, 0, false
 	}
-	return 0, 0, 0, false, false
+	pri = int64(^binary.BigEndian.Uint64(k[head:]) ^ (1 << 63))
+	at, seq, ok = parseIndexTail(k[head+8:], 0)
+	return pri, at, seq, ok
 }
 
 // sessionTaskPrefix is the start of one session's task list.

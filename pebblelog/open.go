@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -17,26 +18,20 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // FormatVersion is the store format this build writes and the newest it reads: the key
-// layout, the projection record layout and the marker. Version 1 is the first; version 2
-// writes records without the values their creating event holds (input.go), reads version 1,
-// and upgrades it on a read-write open (upgrade.go). Version 3 adds the per-kind due index,
-// the session task lists and the counts by kind and state (state_kinds_sessions.go), which the
-// upgrade from 1 or 2 builds from the records. Version 4 stores values of BlobMin bytes or
-// more in blob files (blob.go); the upgrade from 3 writes nothing but the version, since a
-// format-3 store holds no blob and its events and records read as they are. Version 5 adds
-// the per-session available-wake index (session_wakes.go), which the upgrade from any older
-// format builds from the wake records. Version 6 keys the due index and the per-kind due
-// index by priority first (keys.go) and appends Headers to task records; the upgrade from any
-// older format rebuilds both indexes from the task records (upgrade6.go). Version 7 adds the
-// per-kind policies and the per-kind lease index (state_kind_policies.go). Version 8 adds the schedules and their index by next
-// tick (state_schedules.go); the upgrade from an older format only clears those keyspaces,
-// which such a store cannot hold (upgrade8.go).
+// layout (keys.go), the projection record layout (internal/recordcodec), the blob files
+// (blob.go) and the marker. A later build opens a store of this format, forever: it reads it,
+// or upgrades it in place on a read-write Open (docs/pebble.md, "Store formats and the
+// upgrade promise"). Format 7 (without schedules) is upgraded in place (upgrade.go); the
+// earlier development formats 1 to 6 are refused (ErrFormatTooOld).
 const FormatVersion = 8
+
+// MinFormatVersion is the oldest store format this build opens: a read-write Open upgrades
+// a store of an older format than FormatVersion in place; a read-only one reads it as it is.
+// Stores of the earlier development formats are refused (ErrFormatTooOld).
+const MinFormatVersion = 7
 
 // pebbleFormat pins Pebble's on-disk format to a named version. Left unset, Pebble v2 creates
 // old-format stores; FormatNewest would upgrade stores silently (and for good) on every
@@ -51,6 +46,12 @@ const MarkerFile = "WORKLOG"
 // lockFile is worklog's own inter-process lock, taken before Pebble's, so that a store held
 // by another process is reported as such instead of with Pebble's raw lock error.
 const lockFile = "WORKLOG.lock"
+
+// SocketFile is the socket of the inspection endpoint that work.Open serves in the store
+// directory while it holds the store (internal/inspect): the one file of a store that is a
+// socket, not a regular file. Open leaves it alone; the next work.Open removes a crashed
+// process's.
+const SocketFile = "WORKLOG.sock"
 
 const markerPrefix = "worklog store format "
 
@@ -158,7 +159,7 @@ func (o *Options) EnsureDefaults() {
 // it touches the directory, so bad options never leave a half-made store.
 func (o *Options) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return optionerr.New("pebblelog.Options", field, fmt.Sprintf(format, args...))
+		return &OptionError{Options: "pebblelog.Options", Field: field, Message: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case o.CacheSize < 0 || o.CacheSize > MaxCacheSize:
@@ -181,6 +182,9 @@ func (o *Options) Validate() error {
 //     (no WORKLOG marker, a marker of an unknown form, someone else's database), or, with
 //     ReadOnly, a missing or empty directory.
 //   - ErrFormatTooNew: the marker or the format key names a newer format.
+//   - ErrFormatTooOld: the format key names an earlier development format (1 to 6); the
+//     Hint says how to move the data (replay export --wire with an earlier build, replay
+//     import with this one).
 //   - ErrLocked: another process, or another Open in this one, holds the store.
 //   - ErrCorruptStore: the marker says a store exists but a file of its database is missing
 //     or damaged, or the marker itself is missing from a directory that worklog's own files
@@ -935,6 +939,9 @@ func checkRegularFiles(fs vfs.FS, dir string, names []string) error {
 		if st.IsDir() || st.Mode().IsRegular() {
 			return st.IsDir(), nil
 		}
+		if rel == SocketFile && st.Mode().Type() == iofs.ModeSocket {
+			return false, nil
+		}
 		return false, &OpenError{Dir: dir, Kind: ErrCorruptStore, File: rel, Offset: -1,
 			Detail: fmt.Sprintf("%s is not a regular file (mode %s)", rel, st.Mode().Type()),
 			Hint:   "remove it and restore the file from a backup or a checkpoint"}
@@ -1050,5 +1057,17 @@ func checkFormatKey(dir string, db *pebble.DB, fh *failures, exists, readOnly bo
 		e.Hint = "use a newer worklog"
 		return e
 	}
+	if n < MinFormatVersion {
+		e := refuse(ErrFormatTooOld, "format %d, an earlier development format: this build reads formats %d and %d", n, MinFormatVersion, FormatVersion)
+		e.Hint = formatTooOldHint(dir)
+		return e
+	}
 	return nil
+}
+
+// formatTooOldHint says how to move the store in dir, of an earlier development format, to
+// this build. Builds up to commit 1a968ef read and upgrade every format from 1 on.
+func formatTooOldHint(dir string) string {
+	return "move its data: with an earlier worklog build that reads it (up to commit 1a968ef), run `replay export " + dir +
+		" --wire > store.wlog`; then, with this build, `replay import store.wlog NEWDIR`"
 }

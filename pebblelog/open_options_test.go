@@ -5,11 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/worklog/worklog/internal/optionerr"
 )
 
 // Each option out of range is refused with ErrInvalidOptions naming the field, before the
@@ -90,7 +89,7 @@ func TestOpenOptionsDefaults(t *testing.T) {
 		o.StallTimeout != DefaultStallTimeout || o.NoSync || o.ReadOnly {
 		t.Errorf("EnsureDefaults gave %+v", o)
 	}
-	optionerr.FieldsCovered(t, Options{}, "FS", "NoSync", "ReadOnly", "CacheSize", "MemTableSize",
+	fieldsCovered(t, Options{}, "FS", "NoSync", "ReadOnly", "CacheSize", "MemTableSize",
 		"MaxBatchCommands", "RecordCacheSize", "Logger", "StallTimeout")
 	mine := Options{MaxBatchCommands: 7}
 	s := openT(t, t.TempDir(), &mine)
@@ -120,5 +119,17 @@ func TestMetricsAfterClose(t *testing.T) {
 	}
 	if _, err := s.Metrics(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Metrics after Close = %v, want ErrClosed", err)
+	}
+}
+
+// fieldsCovered is internal/optionerr.FieldsCovered, which this package's tests cannot import
+// (optionerr imports pebblelog: OptionError is declared here).
+func fieldsCovered(t *testing.T, v any, covered ...string) {
+	t.Helper()
+	rt := reflect.TypeOf(v)
+	for i := range rt.NumField() {
+		if f := rt.Field(i).Name; !slices.Contains(covered, f) {
+			t.Errorf("%s.%s is in no case of its table test: add its refusals and its default", rt.Name(), f)
+		}
 	}
 }

@@ -104,8 +104,8 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 		before := listing(t, dir)
 		_, err := Open(dir, &Options{})
 		wantOpenErr(t, err, ErrFormatTooNew, dir)
-		if !strings.Contains(err.Error(), "99") {
-			t.Errorf("error %q does not name the format found", err)
+		if want := fmt.Sprintf("format 99, this build reads up to %d", FormatVersion); !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name the store's format and this build's (%q)", err, want)
 		}
 		if after := listing(t, dir); !slices.Equal(before, after) {
 			t.Errorf("a refused Open changed the store:\nbefore %q\nafter  %q", before, after)
@@ -159,6 +159,9 @@ func TestOpenRefusesNewerFormatKey(t *testing.T) {
 	before := fileHashes(t, dir)
 	_, err := Open(dir, &Options{})
 	wantOpenErr(t, err, ErrFormatTooNew, dir)
+	if want := fmt.Sprintf("this build reads up to %d", FormatVersion); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name this build's format (%q)", err, want)
+	}
 	if after := fileHashes(t, dir); !maps.Equal(before, after) {
 		t.Errorf("the refused Open changed the store:\nbefore %v\nafter  %v", before, after)
 	}

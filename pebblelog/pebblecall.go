@@ -10,7 +10,7 @@ import (
 // Our writer is not the only goroutine of ours that rotates Pebble's WAL: a flush does it in
 // its caller's goroutine (DB.Flush, and DB.Compact, which flushes a memtable that overlaps its
 // range: CompactPruned after a prune, Tools.CompactRange, a new store's rotateFirstWAL), and a
-// commit outside the writer may fill the memtable (the format key, the upgrade's batches).
+// commit outside the writer may fill the memtable (the format key, the upgrade's).
 // When the WAL write in flight fails meanwhile, DB.rotateWAL panics with DB.mu unlocked, a
 // fatal runtime error that ended the host process (walFS). And a write to the WAL outside the
 // writer (LogData: Checkpoint, the archive, removePrunedBlobs and Close with NoSync; the

@@ -2,10 +2,10 @@ package pebblelog
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
 )
@@ -25,13 +25,28 @@ func countKeys(t *testing.T, db pebble.Reader, p byte) int {
 	return n
 }
 
-// The upgrade of the format-2 fixture builds the retention index (its settled tasks without
-// completion wakes, its acknowledged wakes) and one subject index entry per event; Verify
-// agrees; and a prune of everything prunable on the upgraded store leaves it verifiable, with
-// the pruned ranges explaining the gaps, and nothing prunable left.
-func TestUpgradeBuildsRetentionIndex(t *testing.T) {
+// settledStore writes a store in dir of settled tasks in two sessions (each task's submit,
+// claim and settlement), with no completion wakes: every task is prunable.
+func settledStore(t *testing.T, dir string) {
+	t.Helper()
+	s := openT(t, dir, &Options{})
+	for i := range 6 {
+		session, task := fmt.Sprintf("s%d", i%2), fmt.Sprintf("t%d", i)
+		appendEvents(t, s, submitted(session, task, sec(3*i+1), false))
+		appendEvents(t, s, claimed(session, task, sec(3*i+2), 1, "tok"))
+		appendEvents(t, s, settled(session, task, sec(3*i+3), 1, "tok"))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A store of settled tasks holds one retention index entry per task and one subject index
+// entry per event; Verify agrees; and a prune of everything prunable leaves it verifiable,
+// with the pruned ranges explaining the gaps, and nothing prunable left.
+func TestPruneEverything(t *testing.T) {
 	dir := t.TempDir()
-	copyFixtureFrom(t, "format2-store", vfs.Default, dir)
+	settledStore(t, dir)
 	s := openT(t, dir, &Options{})
 	defer s.Close()
 	last, err := s.LastSeq(context.Background())
@@ -43,7 +58,7 @@ func TestUpgradeBuildsRetentionIndex(t *testing.T) {
 	}
 	prunable := countKeys(t, s.db, prefixPrunable)
 	if prunable == 0 {
-		t.Fatal("the upgrade built no retention index entry; the fixture has settled tasks")
+		t.Fatal("no retention index entry; the store has settled tasks")
 	}
 	mustVerify(t, s)
 	var res PruneResult
@@ -88,7 +103,7 @@ func TestUpgradeBuildsRetentionIndex(t *testing.T) {
 // retained event, and a range without a gap are each a problem.
 func TestVerifyPrunedRanges(t *testing.T) {
 	dir := t.TempDir()
-	copyFixtureFrom(t, "format2-store", vfs.Default, dir)
+	settledStore(t, dir)
 	s := openT(t, dir, &Options{})
 	defer s.Close()
 	err := s.Update(context.Background(), func(tx *Txn) error {

@@ -107,9 +107,7 @@ func (s reader) WakeKey(session, key string) (string, error) {
 // seeks to the start of the next lower priority; the seek lands on the next priority present
 // (and an entry before from seeks to from in its own priority). Cost: one seek per priority
 // present plus the entries fn sees, so a future high-priority entry never hides a due lower
-// one, and a claim reads no future entry of a priority past its first. A store of an older
-// format opened read-only has no priority in its keys (parseDueTail's legacy layout, all
-// priority 0): the walk ends at its first future entry, as before format 6.
+// one, and a claim reads no future entry of a priority past its first.
 //
 // v, when not nil, is the writer's marks of the partition (runMarks; from is then
 // math.MinInt64): the walk's first key and each run's start are sought at their marks, and
@@ -151,20 +149,16 @@ func (s reader) scanDue(head []byte, from, to int64, v *dueMarkView, fn func(pro
 	}
 	ok := enter(math.MaxInt64)
 	for ok {
-		pri, at, seq, legacy, good := parseDueTail(it.Key(), len(head))
+		pri, at, seq, good := parseDueTail(it.Key(), len(head))
 		if !good {
 			return fmt.Errorf("%w: due index key %q", ErrCorruptRecord, it.Key())
 		}
 		if at < from {
-			if legacy {
-				ok = it.Next()
-			} else {
-				ok = it.SeekGE(appendDueTail(bytes.Clone(head), pri, from, 0))
-			}
+			ok = it.SeekGE(appendDueTail(bytes.Clone(head), pri, from, 0))
 			continue
 		}
 		if at > to {
-			if legacy || pri == math.MinInt64 {
+			if pri == math.MinInt64 {
 				break
 			}
 			ok = enter(pri - 1)
@@ -254,6 +248,7 @@ func (s reader) LastSeq() (uint64, error) {
 type writer struct {
 	reader
 	b       *pebble.Batch
+	db      *pebble.DB // b's (Txn.ReserveSubmits makes a larger one)
 	lastSeq uint64
 	tasks   map[string]projection.Task
 	wakes   map[string]projection.Wake

@@ -83,27 +83,3 @@ func (s reader) KindPolicies(fn func(*projection.KindPolicy) bool) (err error) {
 
 // The writer keeps the committed policies in memory (decide_cache.go): its PutKindPolicy,
 // DeleteKindPolicy, KindPolicy and KindPolicies are there.
-
-// The upgrade to format 7 (upgrade.go calls it for a store of format < 7 opened read-write).
-//
-// The lease index follows from the task records alone (a running task's entry is its lease
-// expiry at its SubmitSeq, under its kind), so it is built from them in one pass, as format
-// 5's index is, in the same crash order: clear, build in batches committed without sync,
-// then the synced format key. No older store holds a policy; the policy keyspace is cleared
-// all the same, so that a partial earlier attempt leaves nothing.
-func (s *Store) buildFormat7() error {
-	if err := s.clearKeyspaces(prefixKindPolicy, prefixKindLease); err != nil {
-		return fmt.Errorf("clearing the kind policies and lease index: %w", err)
-	}
-	return s.buildFromRecords(prefixTask, func(b *pebble.Batch, key, v []byte) error {
-		t, err := decodeTask(key, v)
-		if err != nil {
-			return err
-		}
-		e, in := t.LeaseEntry()
-		if !in {
-			return nil
-		}
-		return b.Set(indexEntryKey(projection.IndexKindLeases, t.Kind, e), []byte(e.ID), nil)
-	}, nil)
-}

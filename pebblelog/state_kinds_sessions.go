@@ -231,23 +231,3 @@ func mergeCounts(committed, delta map[countID]int64) {
 func (w *writer) PutSessionTask(sessionID string, submitSeq uint64, taskID string) error {
 	return w.b.Set(sessionTaskKey(sessionID, submitSeq), []byte(taskID), nil)
 }
-
-// olderReader reads a store of a format before 3 opened read-only (the replay tool on a store
-// not yet upgraded): what format 3 added is not there to read.
-type olderReader struct {
-	reader
-	s *Store
-}
-
-func (o olderReader) needsUpgrade(what string) error {
-	return fmt.Errorf("%w: %s is format %d, which has no %s; open it read-write once to upgrade it to format %d",
-		ErrNeedsUpgrade, o.s.dir, o.s.format, what, FormatVersion)
-}
-
-func (o olderReader) ScanSessionTasks(string, uint64, func(uint64, string) bool) error {
-	return o.needsUpgrade("session task lists")
-}
-
-func (o olderReader) Counts(func(string, events.TaskState, int64) bool) error {
-	return o.needsUpgrade("counts")
-}

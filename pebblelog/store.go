@@ -38,7 +38,6 @@ type Store struct {
 	maxIDs   *maxIDs                           // read at Open, then owned by the writer goroutine
 	counts   map[countID]int64                 // read at Open, then owned by the writer goroutine
 	policies map[string]*projection.KindPolicy // read at Open, then owned by the writer goroutine
-	format   int                               // the format the store is read in: FormatVersion once upgraded (upgrade.go)
 }
 
 // Dir returns the store's directory.
@@ -97,18 +96,19 @@ func (s *Store) Close() error {
 		// returned before the database is closed.
 		idle := s.fh.idle(s.done)
 		if !s.fh.waitWriter(idle) {
-			return s.fh.abandon(idle, func() { s.db.Close(); s.lock.Close() })
+			return s.fh.abandon(idle, func() { s.db.Close(); s.fh.releaseDir(); s.lock.Close() })
 		}
 		if s.opts.NoSync && s.fh.err() == nil {
 			err = s.fh.call("a WAL sync", func() error { return s.db.LogData(nil, pebble.Sync) })
 			if s.fh.parked.Load() || s.fh.calls.Load() != 0 {
-				return s.fh.abandon(s.fh.idle(s.done), func() { s.db.Close(); s.lock.Close() })
+				return s.fh.abandon(s.fh.idle(s.done), func() { s.db.Close(); s.fh.releaseDir(); s.lock.Close() })
 			}
 		}
 	}
 	err = errors.Join(err, s.db.Close())
 	// Pebble closes "cleanly" into unlinked files when the directory went: never a nil.
 	err = errors.Join(err, s.fh.closeCheck())
+	s.fh.releaseDir()
 	err = errors.Join(err, s.recordCleanClose(err), s.lock.Close())
 	return err
 }
@@ -122,16 +122,8 @@ func (s *Store) View(ctx context.Context, fn func(projection.Reader) error) (err
 	return fn(s.viewReader(s.db))
 }
 
-// viewReader is the projection.Reader of View and ViewSnapshot: a store of an older format
-// opened read-only has none of format 3's keyspaces, and its reads of them say so rather
-// than find nothing.
+// viewReader is the projection.Reader of View and ViewSnapshot.
 func (s *Store) viewReader(r pebble.Reader) projection.Reader {
-	if s.format < 3 {
-		return olderReader{reader{r, s.blobs}, s}
-	}
-	if s.format < 5 {
-		return format4Reader{reader{r, s.blobs}, s}
-	}
 	return reader{r, s.blobs}
 }
 

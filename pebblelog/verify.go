@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -21,8 +20,9 @@ const maxProblems = 1000
 
 // VerifyOptions tunes Verify. The zero value is fine.
 //
-// It is source.VerifyOptions: one Verify signature for every read-only source.
-type VerifyOptions = source.VerifyOptions
+// It is projection.VerifyOptions: one Verify signature for every read-only source
+// (postgres.VerifyOptions is the same type).
+type VerifyOptions = projection.VerifyOptions
 
 // Verify rebuilds the projection from the log, with the same fold the live store uses, and
 // compares it with the stored projection keyspace by keyspace. It also checks that the log is
@@ -77,11 +77,7 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	if err := s.rebuild(ctx, snap, rebuilt, storedLast, vo, add); err != nil {
 		return nil, err
 	}
-	// A store of an older format opened read-only has none of format 3's (or 5's) keyspaces
-	// yet: they are compared once an upgrade has built them. Likewise, its due indexes are in
-	// the layout before format 6 (no priority), which the rebuild does not write: they are
-	// compared once the upgrade has rebuilt them.
-	if err := compare(snap, rebuilt, s.format, s.blobs, add); err != nil {
+	if err := compare(snap, rebuilt, s.blobs, add); err != nil {
 		return nil, err
 	}
 	return problems, nil
@@ -233,26 +229,17 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	return b.Commit(pebble.NoSync)
 }
 
-// compare walks each projection keyspace of the stored and the rebuilt store side by side;
-// those a later format added only when the store's format has them.
-func compare(stored pebble.Reader, rebuilt pebble.Reader, format int, bl *blobStore, add func(string, ...any) bool) error {
-	format3 := format >= 3
+// compare walks each projection keyspace of the stored and the rebuilt store side by side.
+func compare(stored pebble.Reader, rebuilt pebble.Reader, bl *blobStore, add func(string, ...any) bool) error {
 	for _, p := range projectionPrefixes {
-		if !format3 && bytes.IndexByte(format3Prefixes, p) >= 0 {
-			continue
-		}
-		if format < 5 && p == prefixSessionWake || format < 6 && (p == prefixDue || p == prefixKindDue) ||
-			format < 7 && (p == prefixKindPolicy || p == prefixKindLease) {
-			continue
-		}
-		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, format3, bl, add); err != nil {
+		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, bl, add); err != nil {
 			return err
 		}
 	}
-	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), format3, bl, add)
+	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), bl, add)
 }
 
-func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, bl *blobStore, add func(string, ...any) bool) (err error) {
+func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, bl *blobStore, add func(string, ...any) bool) (err error) {
 	a, err := stored.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
@@ -294,7 +281,7 @@ func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, bl
 				return err
 			}
 			if !bytes.Equal(va, vb) {
-				for _, d := range diffValues(reader{stored, bl}, a.Key(), va, vb, format3) {
+				for _, d := range diffValues(reader{stored, bl}, a.Key(), va, vb) {
 					if !add("%s", d) {
 						return nil
 					}
@@ -309,7 +296,7 @@ func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, format3 bool, bl
 // diffValues explains a differing value: field by field for records. Records are compared
 // with their values read from the log (input.go): a format-1 record carries them, the rebuild
 // (format 2) does not, and they are the same record when the carried values are the log's.
-func diffValues(log reader, key, stored, rebuilt []byte, format3 bool) []string {
+func diffValues(log reader, key, stored, rebuilt []byte) []string {
 	name := describeKey(key)
 	switch key[0] {
 	case prefixKindPolicy:
@@ -340,9 +327,6 @@ func diffValues(log reader, key, stored, rebuilt []byte, format3 bool) []string 
 	case prefixWake:
 		x, errX := decodeWake(key, stored)
 		y, errY := decodeWake(key, rebuilt)
-		if errX == nil && errY == nil && !format3 && x.AckedAt == 0 {
-			x.AckedAt = y.AckedAt // an older format keeps no AckedAt: the upgrade sets it
-		}
 		if errX == nil && errY == nil {
 			errX, errY = fillWake(log, x), fillWake(log, y)
 		}
@@ -391,7 +375,7 @@ func describeKey(k []byte) string {
 			return fmt.Sprintf("%s (session %q, key %q)", what, session, key)
 		}
 	case prefixDue:
-		if pri, at, seq, _, ok := parseDueTail(k, 1); ok {
+		if pri, at, seq, ok := parseDueTail(k, 1); ok {
 			return fmt.Sprintf("due index entry (priority %d, at %d, seq %d)", pri, at, seq)
 		}
 	case prefixAvailable:
@@ -404,7 +388,7 @@ func describeKey(k []byte) string {
 		}
 	case prefixKindDue:
 		if kind, rest, ok := splitScoped(k); ok {
-			if pri, at, seq, _, ok := parseDueTail([]byte(rest), 0); ok {
+			if pri, at, seq, ok := parseDueTail([]byte(rest), 0); ok {
 				return fmt.Sprintf("kind index entry (kind %q, priority %d, at %d, seq %d)", kind, pri, at, seq)
 			}
 		}

@@ -63,6 +63,41 @@ func (t *Txn) Append(ev events.Event) error {
 	return projection.Apply(t.w, ev)
 }
 
+// ReserveSubmits tells the Txn that its command is about to append the submits of requests
+// tasks whose requests hold bytes of values and text in all (work.SubmitMany): it gives
+// the writer's batch room for what they will write, so that Pebble does not grow it by
+// doubling as they are appended (every doubling copies the batch; the last leaves it up to
+// twice the size it needs: 4x a 64 MiB batch's bytes were allocated, 2x at once at the
+// peak). What the batch held already is copied into the new one once.
+func (t *Txn) ReserveSubmits(requests, bytes int) {
+	need := bytes + requests*submitWriteBytes
+	if need < reserveMin {
+		return
+	}
+	old := t.w.b
+	nb := t.w.db.NewIndexedBatchWithSize(old.Len() + need)
+	if !old.Empty() {
+		if err := nb.Apply(old, nil); err != nil {
+			nb.Close() // keep the old batch: it only grows as before
+			return
+		}
+	}
+	// The old batch is left to the garbage collector, not closed: Close would hand its
+	// buffer to Pebble's pool for reuse, and a value read from it earlier in the group may
+	// still be referenced.
+	t.w.b, t.w.reader.r = nb, nb
+}
+
+// submitWriteBytes is what one submit writes to the batch beyond its request's bytes (the
+// event's other fields and its three keys, the task record, the key and index entries,
+// Pebble's framing of each): about 600 bytes measured (a batch of 10,000 submits of 6,701
+// bytes each is 73 MB: 67 MB of requests), with room to spare, for a short fall makes
+// Pebble double the whole batch. reserveMin: below it, growing costs little.
+const (
+	submitWriteBytes = 1 << 10
+	reserveMin       = 1 << 20
+)
+
 // directEncodeMin is the size of values above which Append encodes the event straight into
 // the batch (appendDirect) rather than into the Txn's buffer, which the batch then copies:
 // with a 64 MiB input that buffer was one more 64 MiB copy, kept until the batch ended.
@@ -323,8 +358,9 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 		if len(p.blobs) > 0 {
 			s.removePrunedBlobs(p.blobs)
 		}
-		// No batch is answered more than dirCheckInterval after the store's directory went
-		// (its fsyncs reach unlinked files): see dirWatch.
+		// No batch is answered after the store's directory was removed (Linux), nor more
+		// than dirCheckInterval after it went (its fsyncs reach unlinked files): dirWatch.
+		s.fh.checkDirLinked()
 		s.fh.checkDirEvery()
 		if err := s.fh.err(); err != nil {
 			for i := range p.results {
@@ -341,7 +377,7 @@ func (s *Store) syncLoop(q <-chan pending, done chan<- struct{}) {
 
 func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
-	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
+	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, db: s.db, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
 		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, newPartLows: ws.sparePartLows, freeMarks: &ws.freeMarks, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
 	ws.spareTasks, ws.spareWakes, ws.spareOrder, ws.sparePartLows = nil, nil, nil, nil // one writer at a time owns them
 	return w

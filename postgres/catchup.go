@@ -28,6 +28,10 @@ import (
 //     record instead (tasks.rec, without the input), joined in the same statement.
 //   - wake_recorded: its wake; its key (a requested wake's); a completion wake's task (its
 //     CompletionWakeID). Read from the wake's record likewise.
+//   - wake_acked: its wake; for a completion wake that is no longer its task's (detached by
+//     a retry before it was acknowledged), the task too: the acknowledgment counts it off
+//     the task's UnackedEarlierWakes. The task is read from the wake's record likewise; a
+//     task in the cache that names the wake as its completion wake is not changed by it.
 //   - every other task or wake event: its subject only (task_retried reads the completion
 //     wake and writes no wake record; the audit events change nothing).
 //   - schedule and kind events: schedules, kind policies and counts are never cached (read
@@ -72,9 +76,10 @@ func scanChange(rows pgx.Rows) (change, error) {
 func changesSinceStatement(q func(string) string) string {
 	return q(fmt.Sprintf(`SELECT e.seq, e.type, e.subject, CASE e.type
 			WHEN %d THEN (SELECT t.rec FROM {s}.tasks t WHERE t.id = e.subject)
+			WHEN %d THEN (SELECT w.rec FROM {s}.wakes w WHERE w.id = e.subject)
 			WHEN %d THEN (SELECT w.rec FROM {s}.wakes w WHERE w.id = e.subject) END,
 			CASE WHEN e.seq = $1 THEN substring(e.body for %d) END
-		FROM {s}.events e WHERE e.seq >= $1 ORDER BY e.seq LIMIT $2`, events.TypeTaskSubmitted, events.TypeWakeRecorded, lastLen))
+		FROM {s}.events e WHERE e.seq >= $1 ORDER BY e.seq LIMIT $2`, events.TypeTaskSubmitted, events.TypeWakeRecorded, events.TypeWakeAcked, lastLen))
 }
 
 // headLastStatement reads the first bytes of the event at the log head (NULL: none).
@@ -84,7 +89,8 @@ func headLastStatement(q func(string) string) string {
 }
 
 // catchUpRule says what an event of typ changes in the cache: its subject's entry (task or
-// wake), and for the two types that create records, the keys and tasks read from the record.
+// wake), and for the two types that create records and for wake_acked, the keys and tasks
+// read from the record.
 // known is false for a type without a rule.
 func catchUpRule(typ events.Type) (task, wake, record, known bool) {
 	switch typ {
@@ -96,7 +102,9 @@ func catchUpRule(typ events.Type) (task, wake, record, known bool) {
 		events.TypeTaskSettleRejected, events.TypeTaskExtended, events.TypeTaskReleased,
 		events.TypeTaskRetried, events.TypeTaskSubmitRejected:
 		return true, false, false, true
-	case events.TypeWakeClaimed, events.TypeWakeAcked, events.TypeWakeAckRejected:
+	case events.TypeWakeAcked:
+		return false, true, true, true
+	case events.TypeWakeClaimed, events.TypeWakeAckRejected:
 		return false, true, false, true
 	case events.TypeScheduleSet, events.TypeScheduleRemoved, events.TypeKindPolicySet:
 		return false, false, false, true
@@ -155,7 +163,9 @@ func (c *cache) catchUp(chs []change) (dropped int, ok bool) {
 			c.wakeKeys[skey{r.SessionID, r.IdempotencyKey}] = id
 		}
 		if r.TaskID != "" { // a completion wake: its task's record changed too
-			if _, in := c.tasks[r.TaskID]; in {
+			// (an acknowledgment changes it only when the wake is no longer its
+			// completion wake: it counts off UnackedEarlierWakes)
+			if t, in := c.tasks[r.TaskID]; in && (events.Type(ch.typ) != events.TypeWakeAcked || t == nil || t.CompletionWakeID != id) {
 				delete(c.tasks, r.TaskID)
 				dropped++
 			}

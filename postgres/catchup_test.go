@@ -381,3 +381,59 @@ func anotherHistory(t *testing.T, others int) {
 	}
 	mustVerify(t, qb)
 }
+
+// TestCacheSeesOtherWritersDetachedWakeAck: B retries a task whose completion wake is not
+// acknowledged (the task counts it, UnackedEarlierWakes) and keeps the task in its cache; A
+// acknowledges that wake, which counts it off the task without an event on the task. B's
+// writer must read the count as 0 after catching up: a stale 1 would keep the task from
+// retention, and B's next write of the task would store it again.
+func TestCacheSeesOtherWritersDetachedWakeAck(t *testing.T) {
+	_, qa, b, qb := twoWriters(t)
+	ctx := context.Background()
+	task, err := qb.Session("s").Submit(ctx, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := qb.ClaimDue(ctx, time.Minute, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v, %v", ds, err)
+	}
+	if _, err := qb.Finish(ctx, ds[0], work.Failure("boom")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qb.Session("s").Retry(ctx, task.ID, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() uint32 {
+		t.Helper()
+		var n uint32
+		if err := b.Update(ctx, func(tx engineapi.Txn) error {
+			r, err := tx.Task(task.ID)
+			if err == nil && r != nil {
+				n = r.UnackedEarlierWakes
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("B reads %d unacknowledged earlier wakes after the retry, want 1", n)
+	}
+	ws, err := qa.ClaimWakes(ctx, time.Minute, 10)
+	if err != nil || len(ws) != 1 || ws[0].Wake.Reason.TaskID != task.ID {
+		t.Fatalf("A claims %v, %v; want the retried task's wake", ws, err)
+	}
+	kept := b.head.kept.Load()
+	if err := qa.AckWake(ctx, ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("B reads %d unacknowledged earlier wakes after A acknowledged the wake, want 0", n)
+	}
+	if b.head.kept.Load() == kept {
+		t.Errorf("B did not keep its cache across A's acknowledgment: the test proves nothing")
+	}
+	mustVerify(t, qb)
+}

@@ -1,13 +1,15 @@
 package postgres
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -26,17 +28,109 @@ import (
 // batches take it.
 const copyMin = 1024
 
+// copyMinBytes is the bytes of one table's new rows (events' bodies, tasks' inputs) from which
+// a group COPYs them whatever their number: a few large inputs in the commit batch cost the
+// client their bytes many times over (pgx encodes each array parameter into a growing
+// buffer, then the Bind message into another: 19x the inputs' bytes at the peak for a batch
+// of 64 inputs of 1 MiB), where COPY streams them (copyReader).
+const copyMinBytes = 1 << 20
+
 // copyBuf is rows in COPY's binary format: a header, then each row's field count and each
 // field's length and bytes, then a trailer (PostgreSQL, "COPY", "Binary Format").
-type copyBuf struct{ b []byte }
+//
+// A field of copyPieceMin bytes or more is not copied into b: b so far and the field become
+// pieces of their own (a copyReader sends pieces in order; a copyBuf without a reader never
+// sees one this long).
+type copyBuf struct {
+	b      []byte
+	mark   int      // b[mark:] is not yet in pieces
+	pieces [][]byte // what to send before b[mark:]
+	size   int      // the bytes of pieces
+}
+
+// copyPieceMin is the length from which a field is sent from its own bytes (copyBuf).
+const copyPieceMin = 16 << 10
 
 const copyHeader = "PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00" // signature, flags, extension length
 
-func (c *copyBuf) reset(size int) {
-	if cap(c.b) < size {
-		c.b = make([]byte, 0, size)
+// copyChunk is the bytes of rows copyReader encodes at a time (a row larger than it is
+// encoded whole): pgx sends COPY data in messages of 64 KiB.
+const copyChunk = 64 << 10
+
+// copyReader streams n rows in COPY's binary format, encoding them as they are read (row
+// encodes the i-th), a chunk at a time: a COPY of 64 MiB of inputs holds one chunk of them,
+// not a second copy of them all (it did: the whole COPY's data was one buffer, grown by
+// doubling as rows were appended, 5x the rows' bytes allocated).
+//
+// pgx reads it on a goroutine of its own, which a failed CopyFrom may leave running: stop,
+// called once CopyFrom has returned, makes every later Read fail without touching a row,
+// so that nothing reads the group's state after the group has moved on.
+type copyReader struct {
+	mu      sync.Mutex
+	stopped bool
+	c       copyBuf
+	next    int // c.pieces[next:] are still to be read, the first from off
+	off     int
+	i, n    int
+	row     func(c *copyBuf, i int)
+	done    bool // the trailer is in c.b
+}
+
+func newCopyReader(n int, row func(c *copyBuf, i int)) *copyReader {
+	r := &copyReader{n: n, row: row}
+	r.c.b = append(make([]byte, 0, copyChunk+copyChunk/4), copyHeader...) // the first fill keeps it
+	return r
+}
+
+var errCopyStopped = errors.New("postgres: the COPY's rows were read after it ended")
+
+func (r *copyReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0, errCopyStopped
 	}
-	c.b = append(c.b[:0], copyHeader...)
+	for r.next < len(r.c.pieces) && r.off == len(r.c.pieces[r.next]) {
+		r.next, r.off = r.next+1, 0
+	}
+	if r.next == len(r.c.pieces) {
+		if r.done {
+			return 0, io.EOF
+		}
+		r.fill()
+	}
+	k := copy(p, r.c.pieces[r.next][r.off:])
+	r.off += k
+	return k, nil
+}
+
+// fill encodes the next rows, about copyChunk bytes of them, into pieces (at least one).
+func (r *copyReader) fill() {
+	c := &r.c
+	if cap(c.b) > 4*copyChunk { // a large row grew it: do not keep that for the rest
+		c.b = make([]byte, 0, copyChunk+copyChunk/4)
+	}
+	if r.i > 0 {
+		c.b = c.b[:0]
+	}
+	clear(c.pieces) // no reference to a row sent
+	c.mark, c.pieces, c.size = 0, c.pieces[:0], 0
+	r.next, r.off = 0, 0
+	for r.i < r.n && c.size+len(c.b)-c.mark < copyChunk {
+		r.row(c, r.i)
+		r.i++
+	}
+	if r.i == r.n {
+		c.end()
+		r.done = true
+	}
+	c.pieces = append(c.pieces, c.b[c.mark:])
+}
+
+func (r *copyReader) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
 }
 
 func (c *copyBuf) row(fields int) { c.b = binary.BigEndian.AppendUint16(c.b, uint16(fields)) }
@@ -54,6 +148,12 @@ func (c *copyBuf) int16(v int16) {
 // bytea: every string column is bytea (schema.go), NOT NULL: an empty value is zero bytes.
 func (c *copyBuf) bytes(v []byte) {
 	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(v)))
+	if len(v) >= copyPieceMin {
+		c.pieces = append(c.pieces, c.b[c.mark:], v)
+		c.size += len(c.b) - c.mark + len(v)
+		c.mark = len(c.b)
+		return
+	}
 	c.b = append(c.b, v...)
 }
 
@@ -129,85 +229,110 @@ func (t *txn) copyLarge() error {
 	if t.mustBatch() {
 		return nil
 	}
-	var c copyBuf
-	send := func(sql string) error {
-		c.end()
-		if _, err := t.conn.PgConn().CopyFrom(t.ctx, bytes.NewReader(c.b), sql); err != nil {
-			return fmt.Errorf("COPY of the group's rows: %w", err)
-		}
-		return nil
-	}
 	for _, p := range copyParts {
-		if p.rows(t) < copyMin {
+		if !p.wanted(t) {
 			continue
 		}
-		if err := p.copy(t, &c, send); err != nil {
+		if err := p.copy(t, t.sendCopy); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// sendCopy runs the COPY sql of n rows, each encoded by row as pgx reads them (copyReader).
+func (t *txn) sendCopy(sql string, n int, row func(c *copyBuf, i int)) error {
+	r := newCopyReader(n, row)
+	_, err := t.conn.PgConn().CopyFrom(t.ctx, r, sql)
+	r.stop()
+	if err != nil {
+		return fmt.Errorf("COPY of the group's rows: %w", err)
+	}
+	return nil
+}
+
+// copySend is txn.sendCopy.
+type copySend func(sql string, n int, row func(c *copyBuf, i int)) error
+
 // copyPart is one table whose new rows a group may COPY: how many it has (rows; an index's
-// count includes the puts that stay in the batch) and the COPY (copy, which sends with send
-// and takes the rows it sent out of the commit batch). copyLarge and copyWanted both go by
-// copyParts, so a table added here is one both know.
+// count includes the puts that stay in the batch), how many bytes of values (size; nil: few
+// per row), and the COPY (copy, which sends with send and takes the rows it sent out of the
+// commit batch). copyLarge and copyWanted both go by copyParts, so a table added here is one
+// both know.
 type copyPart struct {
 	rows func(t *txn) int
-	copy func(t *txn, c *copyBuf, send func(sql string) error) error
+	size func(t *txn) int
+	copy func(t *txn, send copySend) error
+}
+
+// wanted: the part has copyMin rows or more, or copyMinBytes of values.
+func (p copyPart) wanted(t *txn) bool {
+	return p.rows(t) >= copyMin || (p.size != nil && p.size(t) >= copyMinBytes)
 }
 
 var copyParts = func() []copyPart {
 	ps := []copyPart{
-		{func(t *txn) int { return len(t.evs) }, copyEvents},
-		{func(t *txn) int { return len(t.newTasks) }, func(t *txn, c *copyBuf, send func(string) error) error {
-			return copyRecords(t, c, taskTable, t.st.cp.tasks, t.newTasks, t.dirtyTasks, send)
+		{func(t *txn) int { return len(t.evs) }, func(t *txn) int { return t.evBytes }, copyEvents},
+		{func(t *txn) int { return len(t.newTasks) }, newTaskInputs, func(t *txn, send copySend) error {
+			return copyRecords(t, taskTable, t.st.cp.tasks, t.newTasks, t.dirtyTasks, send)
 		}},
-		{func(t *txn) int { return len(t.newWakes) }, func(t *txn, c *copyBuf, send func(string) error) error {
-			return copyRecords(t, c, wakeTable, t.st.cp.wakes, t.newWakes, t.dirtyWakes, send)
+		{func(t *txn) int { return len(t.newWakes) }, nil, func(t *txn, send copySend) error {
+			return copyRecords(t, wakeTable, t.st.cp.wakes, t.newWakes, t.dirtyWakes, send)
 		}},
-		{func(t *txn) int { return len(t.sessions) }, copySessions},
-		{func(t *txn) int { return len(t.newTaskKeys) }, func(t *txn, c *copyBuf, send func(string) error) error {
-			return copyKeys(c, t.st.cp.taskKeys, &t.newTaskKeys, t.c.taskKeys, send)
+		{func(t *txn) int { return len(t.sessions) }, nil, copySessions},
+		{func(t *txn) int { return len(t.newTaskKeys) }, nil, func(t *txn, send copySend) error {
+			return copyKeys(t.st.cp.taskKeys, &t.newTaskKeys, t.c.taskKeys, send)
 		}},
-		{func(t *txn) int { return len(t.newWakeKeys) }, func(t *txn, c *copyBuf, send func(string) error) error {
-			return copyKeys(c, t.st.cp.wakeKeys, &t.newWakeKeys, t.c.wakeKeys, send)
+		{func(t *txn) int { return len(t.newWakeKeys) }, nil, func(t *txn, send copySend) error {
+			return copyKeys(t.st.cp.wakeKeys, &t.newWakeKeys, t.c.wakeKeys, send)
 		}},
 	}
 	for ix := range projection.NumIndexes {
-		ps = append(ps, copyPart{func(t *txn) int { return len(t.idx[ix]) }, func(t *txn, c *copyBuf, send func(string) error) error {
-			return copyIndex(t, c, ix, send)
+		ps = append(ps, copyPart{func(t *txn) int { return len(t.idx[ix]) }, nil, func(t *txn, send copySend) error {
+			return copyIndex(t, ix, send)
 		}})
 	}
 	return ps
 }()
 
-func copyEvents(t *txn, c *copyBuf, send func(string) error) error {
-	c.reset(len(t.evs) * 128)
-	for _, e := range t.evs {
+// newTaskInputs is the bytes of the group's new tasks' inputs, counted up to copyMinBytes.
+func newTaskInputs(t *txn) int {
+	n := 0
+	for id := range t.newTasks {
+		if r := t.c.tasks[id]; r != nil {
+			if n += len(r.Input); n >= copyMinBytes {
+				break
+			}
+		}
+	}
+	return n
+}
+
+func copyEvents(t *txn, send copySend) error {
+	evs := t.evs
+	if err := send(t.st.cp.events, len(evs), func(c *copyBuf, i int) {
+		e := &evs[i]
 		c.row(5)
 		c.int64(int64(e.seq))
 		c.str(e.session)
 		c.int16(int16(e.typ))
 		c.bytes(e.body)
 		c.str(e.subject)
-	}
-	if err := send(t.st.cp.events); err != nil {
+	}); err != nil {
 		return err
 	}
 	t.evsCopied = true
 	return nil
 }
 
-func copySessions(t *txn, c *copyBuf, send func(string) error) error {
-	c.reset(len(t.sessions) * 64)
-	for i, s := range t.sessions {
+func copySessions(t *txn, send copySend) error {
+	ss, ids := t.sessions, t.sessionIDs
+	if err := send(t.st.cp.sessions, len(ss), func(c *copyBuf, i int) {
 		c.row(3)
-		c.str(s.session)
-		c.int64(int64(s.seq))
-		c.str(t.sessionIDs[i])
-	}
-	if err := send(t.st.cp.sessions); err != nil {
+		c.str(ss[i].session)
+		c.int64(int64(ss[i].seq))
+		c.str(ids[i])
+	}); err != nil {
 		return err
 	}
 	t.sessions, t.sessionIDs = t.sessions[:0], t.sessionIDs[:0]
@@ -216,19 +341,21 @@ func copySessions(t *txn, c *copyBuf, send func(string) error) error {
 
 // copyKeys sends the new keys (task keys or wake keys; m: the ids they name) in the primary
 // key's order.
-func copyKeys(c *copyBuf, sql string, newKeys *[]skey, m map[skey]string, send func(string) error) error {
+func copyKeys(sql string, newKeys *[]skey, m map[skey]string, send copySend) error {
 	keys := slices.Clone(*newKeys)
 	slices.SortFunc(keys, func(a, b skey) int {
 		return cmp.Or(strings.Compare(a.session, b.session), strings.Compare(a.key, b.key))
 	})
-	c.reset(len(keys) * 64)
-	for _, sk := range keys {
-		c.row(3)
-		c.str(sk.session)
-		c.str(sk.key)
-		c.str(m[sk])
+	ids := make([]string, len(keys)) // read here, not on pgx's goroutine
+	for i, sk := range keys {
+		ids[i] = m[sk]
 	}
-	if err := send(sql); err != nil {
+	if err := send(sql, len(keys), func(c *copyBuf, i int) {
+		c.row(3)
+		c.str(keys[i].session)
+		c.str(keys[i].key)
+		c.str(ids[i])
+	}); err != nil {
 		return err
 	}
 	*newKeys = (*newKeys)[:0]
@@ -236,7 +363,7 @@ func copyKeys(c *copyBuf, sql string, newKeys *[]skey, m map[skey]string, send f
 }
 
 // copyIndex sends index ix's puts of keys with no stored entry, when they are copyMin or more.
-func copyIndex(t *txn, c *copyBuf, ix projection.Index, send func(string) error) error {
+func copyIndex(t *txn, ix projection.Index, send copySend) error {
 	m := t.idx[ix]
 	parted, pri := pgIndexes[ix].part != "", projection.Indexes[ix].Priority
 	fields := 3
@@ -260,9 +387,12 @@ func copyIndex(t *txn, c *copyBuf, ix projection.Index, send func(string) error)
 	slices.SortFunc(keys, func(a, b idxKey) int {
 		return cmp.Or(strings.Compare(a.part, b.part), cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq))
 	})
-	c.reset(len(keys) * 64)
-	for _, k := range keys {
-		op := m[k]
+	ops := make([]idxOp, len(keys)) // read here, not on pgx's goroutine
+	for i, k := range keys {
+		ops[i] = m[k]
+	}
+	if err := send(t.st.cp.idx[ix], len(keys), func(c *copyBuf, i int) {
+		k, op := keys[i], ops[i]
 		c.row(fields)
 		if parted {
 			c.str(k.part)
@@ -273,8 +403,7 @@ func copyIndex(t *txn, c *copyBuf, ix projection.Index, send func(string) error)
 		if pri {
 			c.int64(op.pri)
 		}
-	}
-	if err := send(t.st.cp.idx[ix]); err != nil {
+	}); err != nil {
 		return err
 	}
 	for _, k := range keys {
@@ -285,31 +414,30 @@ func copyIndex(t *txn, c *copyBuf, ix projection.Index, send func(string) error)
 
 // copyRecords inserts the group's new records of tb (added) with COPY when they are many,
 // and takes them out of added and changed: the COPY wrote each one's last version.
-func copyRecords[R any](t *txn, c *copyBuf, tb *recordTable[R], sql string, added, changed map[string]bool, send func(string) error) error {
-	if len(added) < copyMin {
-		return nil
-	}
+func copyRecords[R any](t *txn, tb *recordTable[R], sql string, added, changed map[string]bool, send copySend) error {
 	m := tb.cached(t.c)
 	ids := make([]string, 0, len(added))
 	for id := range added {
 		ids = append(ids, id)
 	}
-	slices.Sort(ids) // the primary key's order (see copyLarge's indexes)
-	c.reset(len(added) * 256)
-	for _, id := range ids {
-		if r, ok := any(m[id]).(*projection.Task); ok {
+	slices.Sort(ids)           // the primary key's order (see copyLarge's indexes)
+	rs := make([]*R, len(ids)) // read here, not on pgx's goroutine
+	for i, id := range ids {
+		rs[i] = m[id]
+	}
+	if err := send(sql, len(ids), func(c *copyBuf, i int) {
+		if r, ok := any(rs[i]).(*projection.Task); ok {
 			c.task(r)
-			continue
+			return
 		}
-		rec, cols := tb.split(m[id])
+		rec, cols := tb.split(rs[i])
 		c.row(2 + len(cols))
-		c.str(id)
+		c.str(ids[i])
 		c.bytes(rec)
 		for _, col := range cols {
 			c.bytes(col)
 		}
-	}
-	if err := send(sql); err != nil {
+	}); err != nil {
 		return err
 	}
 	for id := range added {
@@ -334,7 +462,7 @@ func (t *txn) copyWanted() bool {
 		return false
 	}
 	for _, p := range copyParts {
-		if p.rows(t) >= copyMin {
+		if p.wanted(t) {
 			return true
 		}
 	}

@@ -29,7 +29,7 @@ func openEngine(t testing.TB, dsn string, opts *Options) (*engine, *work.Queue) 
 		t.Fatal(err)
 	}
 	e.startWriter()
-	q := work.NewEngineQueue(e, engineapi.Config{})
+	q := engineapi.NewQueue(e, engineapi.Config{}).(*work.Queue)
 	t.Cleanup(func() { q.Close() })
 	return e, q
 }

@@ -260,12 +260,15 @@ func Open(ctx context.Context, dsn string, opts *Options) (*work.Queue, error) {
 		e.sw = newSharedWriter(e, o.SharedWriterAddr) // started below: Close waits for it
 	}
 	// The background pruner is work's (Queue.Close stops it before it closes this engine).
-	q := work.NewEngineQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger, Clock: clock.Now})
+	// An input longer than cacheValueMax is copied into the group's event and row encodings
+	// and dropped from the cache when the group ends (adopt): the queue need not copy it first.
+	q := engineapi.NewQueue(e, engineapi.Config{MaxValueBytes: o.MaxValueBytes, Entropy: o.Entropy,
+		BorrowedInputMin: cacheValueMax,
+		Retention:        o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger, Clock: clock.Now}).(*work.Queue)
 	e.queue = q
 	queues.Store(q, e) // SubmitTx's lookup (submittx.go)
 	if e.sw != nil {
-		e.sw.start() // after NewEngineQueue gave it the rounds' server
+		e.sw.start() // after NewQueue gave it the rounds' server
 	}
 	return q, nil
 }

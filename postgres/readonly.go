@@ -29,7 +29,7 @@ type Store struct {
 var _ source.Source = (*Store)(nil)
 
 // VerifyOptions are Store.Verify's options: the same type as pebblelog.VerifyOptions.
-type VerifyOptions = source.VerifyOptions
+type VerifyOptions = projection.VerifyOptions
 
 // begin refuses a call on a closed store or with a done context.
 func (s *Store) begin(ctx context.Context) error {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -44,11 +45,13 @@ func TestOpenRefusesNewerFormatAndPartialSchemas(t *testing.T) {
 	execSQL(t, "UPDATE "+s+".worklog_meta SET value = '99' WHERE key = 'format'")
 	_, err = Open(ctx, dsn, nil)
 	if !errors.Is(err, work.ErrBackend) || !errors.Is(err, ErrFormatTooNew) ||
-		!strings.Contains(err.Error(), s) || !strings.Contains(err.Error(), "format 99") {
-		t.Fatalf("Open of a format-99 schema = %v, want ErrFormatTooNew naming %s and the format", err, s)
+		!strings.Contains(err.Error(), s) || !strings.Contains(err.Error(), "format 99") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("this build reads format %d", FormatVersion)) {
+		t.Fatalf("Open of a format-99 schema = %v, want ErrFormatTooNew naming %s, its format and this build's", err, s)
 	}
-	if _, err := OpenReadOnly(ctx, dsn); !errors.Is(err, ErrFormatTooNew) {
-		t.Fatalf("OpenReadOnly of a format-99 schema = %v", err)
+	if _, err := OpenReadOnly(ctx, dsn); !errors.Is(err, ErrFormatTooNew) || !strings.Contains(err.Error(), "format 99") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("this build reads format %d", FormatVersion)) {
+		t.Fatalf("OpenReadOnly of a format-99 schema = %v, want ErrFormatTooNew naming its format and this build's", err)
 	}
 
 	partial := pgtest.Schema(t)

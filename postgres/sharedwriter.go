@@ -38,9 +38,10 @@ import (
 // process is reachable), and the log head's lock orders them all as before. So the
 // election needs no fencing: two processes that both believe they are elected for a moment
 // are just two writers. What a lost connection costs: a round whose answer did not come
-// back has an unknown outcome, as a COMMIT whose answer was lost (ErrBackend): its settles
-// are safe to send again (a repeated settle of the same outcome is idempotent), and the
-// tasks it may have claimed go back to the queue when their leases expire.
+// back is resolved by its sender, as a COMMIT whose answer was lost is from its commit mark:
+// it runs the round again in its own writer (work/forward.go), where a settle that committed
+// here is found in the task's state, and the tasks the lost round may have claimed go back
+// to the queue when their leases expire.
 
 // sharedWriterPoll is how often a process that is not elected tries the election's lock
 // and reads the elected process's address, and how often the elected one checks its
@@ -92,6 +93,11 @@ type sharedWriter struct {
 	done    chan struct{} // run has returned
 
 	forwarded, served atomic.Int64 // rounds: sent and answered, run for others
+
+	// cut is a test's (nil in production): called for each round served, before it runs
+	// (ran false) and after it ran (ran true, before its answer is sent); true closes the
+	// connection there, so the sender loses the round's answer.
+	cut atomic.Pointer[func(ran bool) bool]
 
 	lastWarning string // run's: the last failure to lead that was logged
 }
@@ -360,18 +366,33 @@ func (s *sharedWriter) serveConn(ctx context.Context, nc net.Conn, token []byte)
 		rounds.Add(1)
 		go func() {
 			defer rounds.Done()
+			if s.cutHere(nc, false) {
+				return
+			}
 			resp, err := s.serve(s.e.ctx, f.body)
 			if err != nil {
 				out <- swFrame{id: f.id, status: swStatusRefuse}
 				return
 			}
 			s.served.Add(1)
+			if s.cutHere(nc, true) {
+				return
+			}
 			out <- swFrame{id: f.id, status: swStatusRan, body: resp}
 		}()
 	}
 	rounds.Wait()
 	close(out)
 	<-wrote
+}
+
+// cutHere runs the test's cut, if any, and closes nc when it says so.
+func (s *sharedWriter) cutHere(nc net.Conn, ran bool) bool {
+	if f := s.cut.Load(); f != nil && (*f)(ran) {
+		nc.Close()
+		return true
+	}
+	return false
 }
 
 // swFrame is one round or answer on the wire: length (of what follows it), id, status, body.

@@ -14,3 +14,18 @@ func SharedWriterState(q *work.Queue) (leading, connected bool, forwarded, serve
 	c := s.cur.Load()
 	return s.leading.Load(), c != nil && !c.isDead(), s.forwarded.Load(), s.served.Load()
 }
+
+// CutSharedWriterAnswers makes q, while elected, call cut for each round it serves, before it
+// runs (ran false) and after (ran true, before the answer is sent): true closes the sender's
+// connection there, so the sender loses the answer. nil removes it.
+func CutSharedWriterAnswers(q *work.Queue, cut func(ran bool) bool) {
+	v, ok := queues.Load(q)
+	if !ok || v.(*engine).sw == nil {
+		panic("CutSharedWriterAnswers: not an open queue with SharedWriter")
+	}
+	if cut == nil {
+		v.(*engine).sw.cut.Store(nil)
+		return
+	}
+	v.(*engine).sw.cut.Store(&cut)
+}

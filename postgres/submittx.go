@@ -32,19 +32,41 @@ import (
 
 // inboxDDL creates the inbox tables when missing. Like commit_marks they came after format 1
 // without changing it: Open (not OpenReadOnly) creates them, builds that do not know them
-// ignore them, and they are not in tableNames.
-const inboxDDL = `CREATE TABLE IF NOT EXISTS {s}.submit_inbox (id bigserial PRIMARY KEY, session text NOT NULL,
+// ignore them, and they are not in tableNames. The session column is bytea, as every string
+// column of the schema is (schema.go): Submit accepts any non-blank Go string as a session id,
+// and text refuses NUL and invalid UTF-8 (SQLSTATE 22021), which aborted the application's
+// transaction. Schemas made before hold text there: inboxBytea converts them.
+const inboxDDL = `CREATE TABLE IF NOT EXISTS {s}.submit_inbox (id bigserial PRIMARY KEY, session bytea NOT NULL,
 	request bytea NOT NULL, at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE IF NOT EXISTS {s}.submit_inbox_rejects (id bigint PRIMARY KEY, session text NOT NULL,
+CREATE TABLE IF NOT EXISTS {s}.submit_inbox_rejects (id bigint PRIMARY KEY, session bytea NOT NULL,
 	request bytea NOT NULL, at timestamptz NOT NULL, error text NOT NULL, rejected_at timestamptz NOT NULL DEFAULT now())`
+
+// inboxBytea converts the session columns of inbox tables made before they were bytea. The
+// rows keep their values: a text value is the UTF-8 of a Go string, and convert_to gives back
+// those bytes whatever the database's encoding. The check comes first, so an Open of a queue
+// already converted takes no table lock (ALTER TABLE would, even when it changes nothing).
+const inboxBytea = `ALTER TABLE {s}.submit_inbox ALTER COLUMN session TYPE bytea USING convert_to(session, 'UTF8');
+ALTER TABLE {s}.submit_inbox_rejects ALTER COLUMN session TYPE bytea USING convert_to(session, 'UTF8')`
 
 // inboxPayload is the payload of the notification SubmitTx queues on the queue's channel:
 // the listener then wakes the ingest loop (an empty payload is a commit of the log).
 const inboxPayload = "inbox"
 
 func ensureInbox(ctx context.Context, tx pgx.Tx, schema string) error {
-	if _, err := tx.Exec(ctx, strings.ReplaceAll(inboxDDL, "{s}", pgx.Identifier{schema}.Sanitize())); err != nil {
+	sid := pgx.Identifier{schema}.Sanitize()
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(inboxDDL, "{s}", sid)); err != nil {
 		return fmt.Errorf("creating the submit inbox tables in schema %q: %w", schema, err)
+	}
+	var text int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_attribute a
+		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname IN ('submit_inbox', 'submit_inbox_rejects') AND a.attname = 'session'
+		AND NOT a.attisdropped AND a.atttypid <> 'bytea'::regtype`, schema).Scan(&text)
+	if err != nil || text == 0 {
+		return err
+	}
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(inboxBytea, "{s}", sid)); err != nil {
+		return fmt.Errorf("converting the submit inbox's session column to bytea in schema %q: %w", schema, err)
 	}
 	return nil
 }
@@ -134,7 +156,7 @@ func (e *engine) TakeInbox(etx engineapi.Txn, n int) ([]engineapi.InboxEntry, er
 	}
 	type raw struct {
 		id      int64
-		session string
+		session []byte
 		req     []byte
 		at      time.Time
 	}
@@ -158,12 +180,12 @@ func (e *engine) TakeInbox(etx engineapi.Txn, n int) ([]engineapi.InboxEntry, er
 		if derr == nil {
 			if sub, ok = ev.(*events.TaskSubmitted); !ok {
 				derr = fmt.Errorf("holds a %s event, not task_submitted", ev.Type())
-			} else if sub.SessionID != r.session {
+			} else if sub.SessionID != string(r.session) {
 				derr = fmt.Errorf("its request names session %q, the row %q", sub.SessionID, r.session)
 			}
 		}
 		if derr != nil {
-			rerr := fmt.Errorf("%w: submit_inbox row %d (session %q): %w", ErrCorruptRow, r.id, r.session, derr)
+			rerr := fmt.Errorf("%w: submit_inbox row %d (session %q): %w", ErrCorruptRow, r.id, string(r.session), derr)
 			if _, err := t.conn.Exec(t.ctx, e.inbox.rej, r.id, r.session, r.req, r.at, rerr.Error()); err != nil {
 				return nil, err
 			}
@@ -186,7 +208,7 @@ func (e *engine) RejectInbox(etx engineapi.Txn, en engineapi.InboxEntry, reason 
 		return err
 	}
 	rerr := fmt.Errorf("submit_inbox row %d (session %q) cannot be taken in: %w", en.Row, en.Submitted.SessionID, reason)
-	if _, err := t.conn.Exec(t.ctx, e.inbox.rejRule, en.Row, en.Submitted.SessionID, body, rerr.Error()); err != nil {
+	if _, err := t.conn.Exec(t.ctx, e.inbox.rejRule, en.Row, []byte(en.Submitted.SessionID), body, rerr.Error()); err != nil {
 		return err
 	}
 	t.sideWrites = true
@@ -261,7 +283,7 @@ func SubmitTx(ctx context.Context, tx pgx.Tx, q *work.Queue, sessionID string, r
 	if err != nil {
 		return err // the *work.Error Submit would return, before anything is written
 	}
-	if _, err := tx.Exec(ctx, e.inbox.ins, sessionID, body, e.channel); err != nil {
+	if _, err := tx.Exec(ctx, e.inbox.ins, []byte(sessionID), body, e.channel); err != nil {
 		if isUndefinedTable(err) {
 			return work.NewBackendError(fmt.Errorf("postgres: SubmitTx: the transaction's database has no queue in schema %q "+
 				"(tx must be on the queue's database): %w", e.schema, err))

@@ -167,7 +167,8 @@ type txn struct {
 	counts               map[countKey]int64
 	evs                  []pendingEvent
 	evsCopied            bool   // copyLarge inserted evs: the commit batch does not
-	bodies               []byte // evs' encodings, one after another (Append)
+	bodies               []byte // the last buffer of evs' encodings, one after another (Append)
+	evBytes              int    // the bytes of evs' encodings
 
 	// Retention (prune.go): deletions of stored rows, and the retention index's writes.
 	delTasks, delWakes       map[string]bool
@@ -199,20 +200,49 @@ func newTxn(ctx context.Context, conn *pgx.Conn, st *statements, c *cache) *txn 
 func (t *txn) Append(ev events.Event) error {
 	h := ev.Head()
 	h.Seq = t.seq + 1
-	// The encodings share one buffer (bodies), each body a full slice of it: a batch of
-	// 10,000 events grows it a few times instead of growing a buffer of its own per event.
+	// The encodings share buffers (bodies, the last one), each body a full slice of one:
+	// small events fill a buffer together instead of growing one of their own each. A full
+	// buffer is never grown (append would copy it, and the bodies before, slices of the old
+	// array, would keep that alive too: 5x a batch's bytes): the event goes to a new one.
+	if err := t.roomFor(ev); err != nil {
+		return err
+	}
 	from := len(t.bodies)
 	buf, err := events.Append(t.bodies, ev)
 	if err != nil {
 		return err
 	}
 	t.bodies = buf
+	t.evBytes += len(buf) - from
 	body := buf[from:len(buf):len(buf)]
 	if err := projection.Apply(t, ev); err != nil {
 		return err
 	}
 	taskID, wakeID := ev.Subject() // one of them is set
 	t.evs = append(t.evs, pendingEvent{seq: h.Seq, session: h.SessionID, typ: ev.Type(), body: body, subject: taskID + wakeID})
+	return nil
+}
+
+// bodyChunk bounds the buffers small events share (txn.roomFor); bodySlack is what an
+// event may take beyond its values before roomFor sizes it exactly.
+const (
+	bodyChunk = 1 << 20
+	bodySlack = 2 << 10
+)
+
+// roomFor makes sure ev's encoding fits in what is left of t.bodies, starting a new buffer
+// when it may not: of twice the last one's size (4 KiB to bodyChunk), or ev's exact size if
+// larger. The old buffer is left to the bodies that are slices of it.
+func (t *txn) roomFor(ev events.Event) error {
+	left := cap(t.bodies) - len(t.bodies)
+	if events.ValueLen(ev)+bodySlack <= left {
+		return nil
+	}
+	n, err := events.EncodedLen(ev)
+	if err != nil || n <= left {
+		return err
+	}
+	t.bodies = make([]byte, 0, max(n, min(max(2*cap(t.bodies), 4<<10), bodyChunk)))
 	return nil
 }
 

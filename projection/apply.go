@@ -142,6 +142,12 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 		}
 		oldAt, oldIn := w.AvailableAt()
 		wasAcked := w.Acked
+		var t *Task // a completion wake's task, when it is acknowledged now
+		if _, ok := ev.(*events.WakeAcked); ok && !wasAcked && w.Reason == events.WakeTaskFinished {
+			if t, err = detachedAckRule(s, w, fail); err != nil {
+				return err
+			}
+		}
 		if err := wakeRule(w, ev, h, fail); err != nil {
 			return err
 		}
@@ -149,7 +155,7 @@ func applyEvent(s State, ev events.Event, h *events.Header, taskID, wakeID strin
 			return err
 		}
 		if !wasAcked && w.Acked {
-			if err := indexPrunableWake(s, w); err != nil {
+			if err := indexPrunableWake(s, w, t); err != nil {
 				return err
 			}
 		}
@@ -254,13 +260,16 @@ func taskRule(t *Task, ev events.Event, h *events.Header, fail failFunc) error {
 }
 
 // applyTaskRetried applies a retry (events.TaskRetried): the task rule above, then the
-// indexes a terminal task leaves. The task's completion wake, when it has one, must be
-// acknowledged: it stays recorded but is no longer the task's (CompletionWakeID is cleared),
-// and becomes a retention subject of its own (Wake.DetachedPruneAt), pruned before the task
-// can be; an unacknowledged one could outlive the task's pruning and leave a retained event
-// naming a pruned task. (A fold of a pruned log finds no wake there: it was pruned first.)
-// The task re-enters the due indexes and its counts move (moveTask, as for any task event);
-// it leaves the retention index, where it was if it had become prunable.
+// indexes a terminal task leaves. The task's completion wake, when it has one, stays recorded
+// but is no longer the task's (CompletionWakeID is cleared). Acknowledged, it becomes a
+// retention subject of its own (Wake.DetachedPruneAt), pruned before the task can be. Not
+// acknowledged yet, it stays deliverable with its outcome and enters no retention index: the
+// task counts it (UnackedEarlierWakes) and is not prunable until its acknowledgment counts it
+// off (indexPrunableWake), so the wake can never outlive the task's pruning and leave a
+// retained event naming a pruned task. (A fold of a pruned log finds no wake there: it was
+// pruned first, and its acknowledgment with it.) The task re-enters the due indexes and its
+// counts move (moveTask, as for any task event); it leaves the retention index, where it was
+// if it had become prunable.
 func applyTaskRetried(s State, e *events.TaskRetried, h *events.Header, fail failFunc) error {
 	t, err := s.EditTask(e.TaskID)
 	if err != nil {
@@ -275,13 +284,16 @@ func applyTaskRetried(s State, e *events.TaskRetried, h *events.Header, fail fai
 			return err
 		}
 	}
-	if w != nil && !w.Acked {
-		return fail("retry of a task whose completion wake %s is not acknowledged", w.ID)
+	if w != nil && !w.Acked && t.UnackedEarlierWakes == math.MaxUint32 {
+		return fail("retry of a task that counts %d unacknowledged earlier completion wakes; the count cannot grow", t.UnackedEarlierWakes)
 	}
 	old := placeOf(t)
 	oldPruneAt, wasPrunable := t.PruneAt(w)
 	if err := taskRule(t, e, h, fail); err != nil {
 		return err
+	}
+	if w != nil && !w.Acked {
+		t.UnackedEarlierWakes++
 	}
 	if err := moveTask(s, old, t); err != nil {
 		return err
@@ -301,6 +313,22 @@ func applyTaskRetried(s State, e *events.TaskRetried, h *events.Header, fail fai
 		}
 	}
 	return s.TaskEdited(t)
+}
+
+// detachedAckRule checks the acknowledgment of w, a completion wake not acknowledged yet,
+// against its task, and returns the task (from EditTask, for indexPrunableWake to change; nil
+// when the fold has none, as a fold of part of the log may not): a wake that is no longer its
+// task's completion wake was detached by a retry while unacknowledged, so the task must count
+// it (Task.UnackedEarlierWakes).
+func detachedAckRule(s State, w *Wake, fail failFunc) (*Task, error) {
+	t, err := s.EditTask(w.TaskID)
+	if err != nil || t == nil {
+		return nil, err
+	}
+	if t.CompletionWakeID != w.ID && t.UnackedEarlierWakes == 0 {
+		return nil, fail("acknowledgment of completion wake %s of an earlier run of task %s, which counts no unacknowledged earlier wake", w.ID, t.ID)
+	}
+	return t, nil
 }
 
 // cancelNow ends t, which no claim holds, as canceled at at: a cancel request on pending

@@ -394,6 +394,9 @@ func render(m *Mem) string {
 		if x.AttemptsAtRetry != 0 {
 			fmt.Fprintf(&b, " attempts_at_retry=%d", x.AttemptsAtRetry)
 		}
+		if x.UnackedEarlierWakes != 0 {
+			fmt.Fprintf(&b, " unacked_earlier_wakes=%d", x.UnackedEarlierWakes)
+		}
 		fmt.Fprintf(&b, " scheduled=%d created=%d seq=%d/%d\n", x.ScheduledAt, x.CreatedAt, x.SubmitSeq, x.UpdatedSeq)
 	}
 	for _, x := range m.Wakes() {

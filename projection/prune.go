@@ -21,14 +21,16 @@ import (
 //     of FinishedAt and the acknowledgment (the task and its wake go together);
 //   - a requested (direct) wake, once acknowledged, from its AckedAt.
 //
-// Unfinished tasks and unacknowledged wakes are never prunable. A completion wake is never a
-// subject of its own: it goes with its task. The task of a schedule's latest tick is held
+// Unfinished tasks and unacknowledged wakes are never prunable, nor is a task while a
+// completion wake of an earlier run, detached from it by a retry, is unacknowledged
+// (Task.UnackedEarlierWakes). A task's current completion wake is no subject of its own: it
+// goes with its task; a detached one is, once acknowledged (Wake.DetachedPruneAt). The task of a schedule's latest tick is held
 // while it is the latest (PruneHeld, schedules.go): its task_submitted holds the cursor.
 
 // PruneAt is the time from which t is prunable together with w, its completion wake (nil
 // when it has none or it is unknown), and whether it is prunable at all.
 func (t *Task) PruneAt(w *Wake) (int64, bool) {
-	if !t.State.Terminal() {
+	if !t.State.Terminal() || t.UnackedEarlierWakes > 0 {
 		return 0, false
 	}
 	if !t.WakeOnCompletion {
@@ -51,11 +53,12 @@ func (w *Wake) PruneAt() (int64, bool) {
 
 // DetachedPruneAt is the time from which a completion wake is prunable on its own, and
 // whether it is: when t, its task, no longer names it as its completion wake because the task
-// was retried after it was recorded (events.TaskRetried, which requires it acknowledged).
-// Such a wake is prunable at once, by any prune (math.MinInt64): retention takes subjects
-// oldest first, so it always goes before (or with) its task, whatever times the callers
-// gave, and no retained event ever names a pruned task. The task's current completion wake
-// goes with the task (Task.PruneAt).
+// was retried after it was recorded (events.TaskRetried), and once it is acknowledged (until
+// then its task counts it, Task.UnackedEarlierWakes, and is not prunable either). Such a wake
+// is prunable at once, by any prune (math.MinInt64): retention takes subjects oldest first,
+// so it always goes before (or with) its task, whatever times the callers gave, and no
+// retained event ever names a pruned task. The task's current completion wake goes with the
+// task (Task.PruneAt).
 func (w *Wake) DetachedPruneAt(t *Task) (int64, bool) {
 	if w.Reason != events.WakeTaskFinished || !w.Acked {
 		return 0, false
@@ -109,7 +112,7 @@ type PruneState interface {
 }
 
 // indexPrunableTask puts t's entry into the retention index if t is prunable now, with w its
-// completion wake (nil: look it up when t has one).
+// completion wake (nil when it has none).
 func indexPrunableTask(s State, t *Task, w *Wake) error {
 	p, ok := s.(PruneIndexer)
 	if !ok {
@@ -123,8 +126,18 @@ func indexPrunableTask(s State, t *Task, w *Wake) error {
 }
 
 // indexPrunableWake is called when w has just been acknowledged: a requested wake enters the
-// index; a completion wake makes its task prunable.
-func indexPrunableWake(s State, w *Wake) error {
+// index; a completion wake makes its task prunable. A completion wake of an earlier run
+// (detached by a retry while unacknowledged: checked by detachedAckRule first) is counted
+// off its task and enters the index on its own, and the task enters it once it counts no
+// such wake and is otherwise prunable. t is w's task for a completion wake (nil when the
+// fold has none: a fold of part of the log).
+func indexPrunableWake(s State, w *Wake, t *Task) error {
+	if w.Reason == events.WakeTaskFinished && t != nil && t.CompletionWakeID != w.ID {
+		t.UnackedEarlierWakes--
+		if err := s.TaskEdited(t); err != nil {
+			return err
+		}
+	}
 	p, ok := s.(PruneIndexer)
 	if !ok {
 		return nil
@@ -132,17 +145,28 @@ func indexPrunableWake(s State, w *Wake) error {
 	if at, ok := w.PruneAt(); ok {
 		return p.PutPrunable(PruneEntry{At: at, Seq: w.RecordSeq, ID: w.ID, Wake: true})
 	}
-	if w.Reason != events.WakeTaskFinished {
+	if w.Reason != events.WakeTaskFinished || t == nil {
 		return nil
 	}
-	t, err := s.EditTask(w.TaskID) // read only: the task does not change
-	if err != nil {
-		return err
+	if t.CompletionWakeID == w.ID {
+		return indexPrunableTask(s, t, w)
 	}
-	if t == nil {
-		return nil // a completion wake's task exists (wakeRecordedRule; a retry needs it acknowledged)
+	if at, ok := w.DetachedPruneAt(t); ok {
+		if err := p.PutPrunable(PruneEntry{At: at, Seq: w.RecordSeq, ID: w.ID, Wake: true}); err != nil {
+			return err
+		}
 	}
-	return indexPrunableTask(s, t, w)
+	if t.UnackedEarlierWakes > 0 {
+		return nil
+	}
+	var cw *Wake // the task's current completion wake, if any; read only
+	if t.CompletionWakeID != "" {
+		var err error
+		if cw, err = s.EditWake(t.CompletionWakeID); err != nil {
+			return err
+		}
+	}
+	return indexPrunableTask(s, t, cw)
 }
 
 // ErrPruneIndex marks a retention index entry that does not match its record: damage, or a

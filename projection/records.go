@@ -40,6 +40,12 @@ type Task struct {
 	AttemptsAtRetry uint32            // Attempts when the task was last retried (task_retried); 0 if never
 	Priority        int64             // claim order among due tasks: higher first (task_submitted v2)
 	Headers         map[string]string // carried with the task (task_submitted v2); nil when none
+	// UnackedEarlierWakes counts the completion wakes of earlier runs that a retry detached
+	// from the task before they were acknowledged (task_retried) and that are not acknowledged
+	// yet (wake_acked counts it down). The task is not prunable while it is above 0 (PruneAt).
+	// It changes without moving UpdatedSeq: a detached wake's acknowledgment is the wake's
+	// event, and it may be pruned while the task stays.
+	UnackedEarlierWakes uint32
 }
 
 // Claimed reports whether the task is held by a claim.

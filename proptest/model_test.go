@@ -195,7 +195,8 @@ type mWake struct {
 	ackedBy  uint32
 	ackedAt  int64 // when the acknowledgment was recorded
 	pruned   bool  // removed by a Prune (a completion wake goes with its task)
-	detached bool  // a completion wake whose task was retried since: pruned on its own
+	detached bool  // a completion wake whose task was retried since: pruned on its own, once acknowledged
+	early    bool  // detached while unacknowledged (retried before its acknowledgment)
 }
 
 func (w *mWake) available(now int64) (int64, bool) {
@@ -724,15 +725,31 @@ func (m *model) prunableTask(h int, before int64) bool {
 			return false
 		}
 	}
-	if !t.wake {
+	if m.earlierUnacked(h) >= 0 {
+		return false
+	}
+	if !t.wake || t.cwake < 0 {
 		return true
 	}
 	w := m.wakes[t.cwake]
 	return w.acked && w.ackedAt < before
 }
 
+// earlierUnacked is a completion wake of an earlier run of task h (detached by a retry) that is
+// not acknowledged yet, -1 if none: while there is one, the task is not prunable
+// (work-api-4.md, "Retry, whatever the completion wake": retention never prunes a task while
+// any of its wakes is unacknowledged).
+func (m *model) earlierUnacked(h int) int {
+	for i, w := range m.wakes {
+		if !w.direct && w.task == h && w.detached && !w.acked {
+			return i
+		}
+	}
+	return -1
+}
+
 // prunableWake: a requested (direct) wake acknowledged before before. A completion wake is
-// pruned on its own only once its task was retried (it is acknowledged then): by any prune.
+// pruned on its own only once its task was retried and it is acknowledged: by any prune.
 func (m *model) prunableWake(h int, before int64) bool {
 	w := m.wakes[h]
 	if w.detached { // the earlier wake of a retried task: acknowledged, prunable at once
@@ -752,7 +769,7 @@ func (m *model) prune(before int64) {
 			continue
 		}
 		m.exp.prunedT = append(m.exp.prunedT, h)
-		if m.tasks[h].wake {
+		if m.tasks[h].wake && m.tasks[h].cwake >= 0 {
 			ws = append(ws, m.tasks[h].cwake)
 		}
 	}

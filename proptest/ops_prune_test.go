@@ -225,6 +225,8 @@ func pruneWhy(m *model, h int, before int64) string {
 		return t.state.String()
 	case t.finished >= before:
 		return fmt.Sprintf("finished at %s", showTime(t.finished))
+	case m.earlierUnacked(h) >= 0:
+		return fmt.Sprintf("finished at %s, completion wake %s of an earlier run unacknowledged", showTime(t.finished), wakeName(m.earlierUnacked(h)))
 	case t.wake && !m.wakes[t.cwake].acked:
 		return fmt.Sprintf("finished at %s, completion wake %s unacknowledged", showTime(t.finished), wakeName(t.cwake))
 	case t.wake && m.wakes[t.cwake].ackedAt >= before:
@@ -368,6 +370,12 @@ func classifyPrune(add func(...string), o PruneOp, m, n *model) {
 		if m.tasks[h].finished == o.Before-1 {
 			add("prune a task finished 1ns before before")
 		}
+		for _, w := range m.wakes {
+			if !w.direct && w.task == h && w.early {
+				add("prune a task retried before its earlier wake was acknowledged")
+				break
+			}
+		}
 	}
 	for _, h := range e.prunedW {
 		if m.wakes[h].direct {
@@ -377,11 +385,13 @@ func classifyPrune(add func(...string), o PruneOp, m, n *model) {
 			}
 		}
 	}
-	for _, t := range m.tasks {
+	for h, t := range m.tasks {
 		if t.pruned || !t.state.terminal() {
 			continue
 		}
 		switch {
+		case t.finished < o.Before && m.earlierUnacked(h) >= 0:
+			add("prune keeps a task whose earlier completion wake is unacknowledged")
 		case t.finished == o.Before:
 			add("prune keeps a task finished exactly at before")
 		case t.finished < o.Before && t.wake && !m.wakes[t.cwake].acked:
@@ -487,5 +497,7 @@ var pruneCoverageCases = []string{
 	"submit reuses a pruned task's key", "wake reuses a pruned wake's key",
 	"read pruned", "cancel pruned", "finish pruned", "extend pruned", "release pruned",
 	"settle and claim a pruned task", "ack pruned", "tasks after a pruned cursor",
+	"prune keeps a task whose earlier completion wake is unacknowledged",
+	"prune a task retried before its earlier wake was acknowledged",
 	"restart after a prune",
 }

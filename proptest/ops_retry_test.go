@@ -66,11 +66,13 @@ func (o RetryOp) check(m *model, r *result) []string {
 	return fails
 }
 
-// retry is Session.RetryAt: a failed or canceled task of the session, whose completion wake
-// (if it has one) is acknowledged, is pending again at runAt when that is after now, else at
-// now, with its request and attempts; outcome, finish, cancel request and completion wake are
-// cleared. The earlier completion wake stays, no longer the task's: it is pruned on its own
-// by any prune (prunableWake).
+// retry is Session.RetryAt: a failed or canceled task of the session, whatever its
+// completion wake (work-api-4.md, "Retry, whatever the completion wake"), is pending again at
+// runAt when that is after now, else at now, with its request and attempts; outcome, finish,
+// cancel request and completion wake are cleared. The earlier completion wake stays, no
+// longer the task's, deliverable with its outcome while unacknowledged: it is pruned on its
+// own by any prune once acknowledged (prunableWake), and until then the task is not
+// prunable (prunableTask).
 func (m *model) retry(sess, h int, hasRunAt bool, runAt int64) {
 	m.exp.task = h
 	if h < 0 || m.tasks[h].sess != sess || m.tasks[h].pruned {
@@ -85,12 +87,9 @@ func (m *model) retry(sess, h int, hasRunAt bool, runAt int64) {
 		m.exp.err, m.exp.why = errTransition, "the task is "+t.state.String()
 		return
 	}
-	if t.cwake >= 0 && !m.wakes[t.cwake].acked {
-		m.exp.err, m.exp.why = errTransition, "its completion wake is not acknowledged"
-		return
-	}
 	if t.cwake >= 0 {
-		m.wakes[t.cwake].detached = true
+		w := &m.wakes[t.cwake]
+		w.detached, w.early = true, !w.acked
 	}
 	t.state, t.scheduled = mPending, m.now
 	if hasRunAt && runAt > m.now {
@@ -134,13 +133,19 @@ func classifyRetry(add func(...string), o RetryOp, m *model, e expect) {
 		add("retry unknown")
 	case e.err == errNotFound:
 		add("retry foreign or pruned")
-	case e.err == errTransition && m.tasks[o.T].cwake >= 0 && m.tasks[o.T].state.terminal() && m.tasks[o.T].state != mSucceeded:
-		add("retry with its completion wake unacknowledged")
 	case e.err == errTransition:
 		add("retry unfinished or succeeded")
 	case m.tasks[o.T].state == mFailed:
 		add("retry failed")
 	default:
 		add("retry canceled")
+	}
+	if e.err == errNone && o.T >= 0 {
+		if cw := m.tasks[o.T].cwake; cw >= 0 && !m.wakes[cw].acked {
+			add("retry with its completion wake unacknowledged")
+		}
+		if m.earlierUnacked(o.T) >= 0 {
+			add("retry again with an earlier wake still unacknowledged")
+		}
 	}
 }

@@ -510,7 +510,8 @@ var coverageCases = []string{
 	"claim session wakes", "claim session wakes empty", "claim session wakes skips other sessions",
 	"claim session wakes redelivery", "claim session wakes cut by limit", "claim session wakes of a session named twice",
 	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
-	"retry foreign or pruned", "retry unknown",
+	"retry foreign or pruned", "retry unknown", "retry again with an earlier wake still unacknowledged",
+	"ack an earlier completion wake after its task's retry",
 	// postgres.SubmitTx, taken in from the inbox (generated only on a backend with one)
 	"submit tx new", "submit tx repeat (same intent)", "submit tx rejected (other intent)", "submit tx rolled back",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
@@ -670,6 +671,9 @@ func classify(o op, m, n *model) []string {
 			add("ack current")
 			if m.wakes[o.W].leaseExp <= m.now {
 				add("ack after lease expiry")
+			}
+			if m.wakes[o.W].detached {
+				add("ack an earlier completion wake after its task's retry")
 			}
 		}
 	case AdvanceOp:

@@ -131,12 +131,12 @@ type Config struct {
 
 // ErrInvalidConfig is matched (errors.Is) by every *ConfigError. It is work.ErrInvalidOptions
 // (the same value): the one sentinel of every worklog options struct.
-var ErrInvalidConfig = optionerr.ErrInvalid
+var ErrInvalidConfig = work.ErrInvalidOptions
 
 // ConfigError is New's refusal of a Config: Options is "runner.Config", Field names the field
 // and Message says what is wrong. It is work.OptionError (the same type): the one error shape
 // of every worklog options struct.
-type ConfigError = optionerr.Error
+type ConfigError = work.OptionError
 
 // validate returns a *ConfigError naming the first field of cfg out of range, or nil. A zero
 // optional field stands for its default and is valid. New calls it before anything starts.

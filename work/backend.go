@@ -86,7 +86,7 @@ type Clock interface {
 }
 
 // backendCaps are the optional interfaces of a queue's Backend, asserted once, when the queue
-// is built (New, NewEngineQueue); nil where the backend lacks one.
+// is built (New, newEngineQueue); nil where the backend lacks one.
 type backendCaps struct {
 	running    RunningBackend
 	sessWakes  SessionWakeClaimer

@@ -17,7 +17,7 @@ import (
 func TestQueueClockDecidesEveryPlainMethod(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
-	q := NewEngineQueue(newMemEngine(), engineapi.Config{Clock: func() time.Time { return t0 }})
+	q := newEngineQueue(newMemEngine(), engineapi.Config{Clock: func() time.Time { return t0 }})
 	defer q.Close()
 	s := q.Session("s")
 	const lease = time.Minute
@@ -140,7 +140,7 @@ func TestQueueClockDecidesEveryPlainMethod(t *testing.T) {
 func TestQueueClockDecidesTheBackgroundPruner(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
-	q := NewEngineQueue(newMemEngine(), engineapi.Config{Clock: func() time.Time { return t0 },
+	q := newEngineQueue(newMemEngine(), engineapi.Config{Clock: func() time.Time { return t0 },
 		Retention: time.Hour, PruneInterval: 5 * time.Millisecond})
 	defer q.Close()
 	s := q.Session("s")

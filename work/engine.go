@@ -29,7 +29,7 @@ type logBackend struct {
 	// eng is the engine. Commands commit through update (wait.go), never eng.Update
 	// directly, so that their events signal the waiters (hub).
 	eng      engine
-	caps     engineCaps // eng's optional interfaces, resolved once (NewEngineQueue)
+	caps     engineCaps // eng's optional interfaces, resolved once (newEngineQueue)
 	hub      *waitHub   // the waiters of this backend (wait.go)
 	ids      *idSource
 	maxValue int
@@ -41,6 +41,20 @@ type logBackend struct {
 	// ownedOutputMin: likewise for a task's output read by the decide code, from this length
 	// (pebblelog.OwnedOutputMin: such an output is in no record and no cache); 0: copied.
 	ownedOutputMin int
+	// borrowedInputMin: a task input longer than this goes to the command as the caller's
+	// own bytes, not a copy (engineapi.Config.BorrowedInputMin); 0: always copied.
+	borrowedInputMin int
+}
+
+// ownInput is ownValue for a task input of a batch (SubmitMany): the caller's own bytes
+// when the engine copies an input of this length and keeps no reference to it once the
+// command has returned (borrowedInputMin), where a copy would cost the batch's bytes once
+// more. The results may then share them, as a staged value's snapshot does.
+func (b *logBackend) ownInput(v []byte, staged bool) []byte {
+	if b.borrowedInputMin > 0 && len(v) > b.borrowedInputMin {
+		return v
+	}
+	return ownValue(v, staged)
 }
 
 // valueStager is an engine that stores a command's large values before the command is queued
@@ -267,6 +281,9 @@ type preparedSubmit struct {
 	newID   string
 	input   []byte
 	headers map[string]string // a copy: the caller may change its map afterwards
+	// borrowed: input is the caller's own bytes (ownInput), which the new task's snapshot
+	// takes as they are.
+	borrowed bool
 }
 
 // prepareSubmit converts r's times and draws the id its task gets if the submit makes one
@@ -321,6 +338,13 @@ func (b *logBackend) submitIn(tx txn, sessionID string, p *preparedSubmit, at in
 	t, err := mustTask(tx, p.newID)
 	if err != nil {
 		return Task{}, nil, err
+	}
+	if p.borrowed { // the caller's own bytes: the snapshot shares them rather than copy them
+		c := *t
+		c.Input = nil
+		out = b.taskSnapshot(&c)
+		out.Input = p.input
+		return out, nil, nil
 	}
 	return b.taskSnapshot(t), nil, nil
 }

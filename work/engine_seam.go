@@ -33,12 +33,18 @@ func resolveCaps(e engine) engineCaps {
 	return c
 }
 
-// NewEngineQueue is a Queue over worklog's event-sourced backend on e, configured by c: the one
-// constructor of every engine's queue (NewInMemory, Open, and postgres.Open alike). It is for
-// this module's backend packages: e and c are of internal/engine's types, which no other
-// module can import, so only this module can call it (use NewInMemory, Open, postgres.Open or
-// New).
-func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
+// The engines outside this package (postgres's, replay's read-only one) build their queue
+// through engineapi.NewQueue, which is newEngineQueue: set here, before any package that
+// imports work runs, so that work's exported API names no internal type.
+func init() {
+	engineapi.NewQueue = func(e engineapi.Engine, c engineapi.Config) any { return newEngineQueue(e, c) }
+	engineapi.ErrClosed = ErrClosed
+}
+
+// newEngineQueue is a Queue over worklog's event-sourced backend on e, configured by c: the
+// one constructor of every engine's queue (NewInMemory, Open, and postgres.Open through
+// engineapi.NewQueue alike).
+func newEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	maxValue := c.MaxValueBytes
 	if maxValue <= 0 {
 		maxValue = DefaultMaxValueBytes
@@ -49,7 +55,8 @@ func NewEngineQueue(e engineapi.Engine, c engineapi.Config) *Queue {
 	}
 	caps := resolveCaps(e)
 	lb := &logBackend{eng: e, caps: caps, hub: newWaitHub(caps.watcher), ids: newIDSource(c.Entropy),
-		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin}
+		maxValue: maxValue, clock: clock, ownedValueMin: c.OwnedValueMin, ownedOutputMin: c.OwnedOutputMin,
+		borrowedInputMin: c.BorrowedInputMin}
 	q := &Queue{b: lb, caps: resolveBackendCaps(lb), maxValue: maxValue, clock: clock}
 	if caps.forward != nil {
 		caps.forward.SetForwardServer(lb.serveForwarded)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
+	"fmt"
 	"iter"
 	"math"
 	"slices"
@@ -133,6 +134,29 @@ func (b *logBackend) releaseIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID
 	}
 	// Pending again; or, if a cancel was requested, canceled, with its completion wake.
 	return b.settled(tx, t.ID, wakeID, at)
+}
+
+// releaseAgainIn decides a release whose forwarded round's answer was lost (forwardRound):
+// the round may have committed it, and a release, unlike a finish, leaves no token behind.
+// A delivery of attempt N whose task is no longer claimed, still at N attempts, not settled
+// with its token and not retried since, was released: only the holder of attempt N's token
+// ends its claim so (an expired lease keeps the claim until the next claim, attempt N+1), and
+// the answer is the task as it is. A task claimed again since (more attempts) may have been
+// released first or have lost its lease: that is not known, and it is said (ErrBackend),
+// with no rejection recorded. Anything else is releaseIn's.
+func (b *logBackend) releaseAgainIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID string, at int64) (Task, error, error) {
+	t, err := tx.Task(d.Task.ID)
+	if err != nil || t == nil || t.OwnedBy(d.Attempt, d.LeaseToken()) || t.AttemptsAtRetry >= d.Attempt {
+		return b.releaseIn(tx, d, r, wakeID, at)
+	}
+	switch {
+	case t.Attempts == d.Attempt && !t.Claimed() && t.SettledToken != d.LeaseToken():
+		return b.taskSnapshot(t), nil, nil
+	case t.Attempts > d.Attempt:
+		return Task{}, backendErr(fmt.Errorf("task %s: the release of attempt %d was sent to the shared writer and its answer lost; "+
+			"the task has been claimed again since (attempt %d): whether the release committed first is unknown", t.ID, d.Attempt, t.Attempts)), nil
+	}
+	return b.releaseIn(tx, d, r, wakeID, at)
 }
 
 func (b *logBackend) ClaimKinds(ctx context.Context, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]TaskDelivery, error) {
@@ -442,11 +466,13 @@ func (b *logBackend) SettleAndClaim(ctx context.Context, settles []Settle, kinds
 	if res, claimed, err, ok := b.forwardRound(ctx, settles, kinds, now, leaseFor, limit); ok {
 		return res, claimed, err
 	}
-	return b.settleAndClaimHere(ctx, settles, kinds, now, leaseFor, limit)
+	return b.settleAndClaimHere(ctx, settles, kinds, now, leaseFor, limit, false)
 }
 
-// settleAndClaimHere runs the round in this process's engine.
-func (b *logBackend) settleAndClaimHere(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int) ([]SettleResult, []TaskDelivery, error) {
+// settleAndClaimHere runs the round in this process's engine. again: the round was sent to
+// the elected process and its answer lost (forwardRound), so its releases may have committed
+// there (releaseAgainIn).
+func (b *logBackend) settleAndClaimHere(ctx context.Context, settles []Settle, kinds []string, now time.Time, leaseFor time.Duration, limit int, again bool) ([]SettleResult, []TaskDelivery, error) {
 	at, verr := nanos("now", now)
 	if verr != nil {
 		return nil, nil, verr
@@ -491,6 +517,8 @@ func (b *logBackend) settleAndClaimHere(ctx context.Context, settles []Settle, k
 			switch {
 			case p.err != nil:
 				r.Err = p.err
+			case p.release != nil && again:
+				r.Task, r.Err, err = b.releaseAgainIn(tx, settles[i].Delivery, p.release, p.wakeID, at)
 			case p.release != nil:
 				r.Task, r.Err, err = b.releaseIn(tx, settles[i].Delivery, p.release, p.wakeID, at)
 			default:

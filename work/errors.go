@@ -3,7 +3,6 @@ package work
 import (
 	"errors"
 	"fmt"
-	engineapi "github.com/worklog/worklog/internal/engine"
 )
 
 // The six kinds of error. Every error the API returns matches exactly one of them with
@@ -29,7 +28,7 @@ var (
 )
 
 // ErrClosed is wrapped inside the ErrBackend error of any call made after Close.
-var ErrClosed = engineapi.ErrClosed
+var ErrClosed = errors.New("work: queue closed")
 
 // Error carries the detail of a failure. Kind is one of the six sentinels.
 type Error struct {

@@ -152,19 +152,35 @@ func (b *logBackend) forwardRound(ctx context.Context, settles []Settle, kinds [
 	if !sent {
 		return nil, nil, nil, false
 	}
-	if ferr != nil {
+	if ferr == nil {
+		var a fwdAnswer
+		if derr := decodeForward(resp, &a); derr != nil {
+			ferr = fmt.Errorf("the shared writer's answer: %v", derr) // it ran there; the answer is lost
+		} else {
+			return answerOf(&a, len(settles))
+		}
+	}
+	if ctx.Err() != nil {
 		return nil, nil, backendErr(ferr), true
 	}
-	var a fwdAnswer
-	if derr := decodeForward(resp, &a); derr != nil {
-		// The round ran there and its answer is unreadable: its outcome is unknown here.
-		return nil, nil, backendErr(fmt.Errorf("the shared writer's answer: %v", derr)), true
-	}
+	// The round was sent and its answer lost (the connection failed): it may have committed
+	// there, or not, or may still commit. It is resolved here, as a lost COMMIT is from its
+	// commit mark: the round runs again in this process, whose writer takes the log head after
+	// any commit of the elected process's. A settle that committed there is found in the
+	// task's state (finishIn: the delivery's token settled it; releaseAgainIn), one that did
+	// not commits now, and the claims are claimed here (those the lost round may have claimed
+	// go back to the queue when their leases expire, as after a crash).
+	res, claimed, err = b.settleAndClaimHere(ctx, settles, kinds, now, leaseFor, limit, true)
+	return res, claimed, err, true
+}
+
+// answerOf is forwardRound's result for a's answer to a round of n settles.
+func answerOf(a *fwdAnswer, n int) (res []SettleResult, claimed []TaskDelivery, err error, ok bool) {
 	if a.Err != nil {
 		return nil, nil, a.Err.err(), true
 	}
-	if len(a.Results) != len(settles) {
-		return nil, nil, backendErr(fmt.Errorf("the shared writer answered %d settles of %d", len(a.Results), len(settles))), true
+	if len(a.Results) != n {
+		return nil, nil, backendErr(fmt.Errorf("the shared writer answered %d settles of %d", len(a.Results), n)), true
 	}
 	res = make([]SettleResult, len(a.Results))
 	for i := range a.Results {
@@ -225,7 +241,7 @@ func (b *logBackend) serveForwarded(ctx context.Context, req []byte) ([]byte, er
 		s := &r.Settles[i]
 		settles[i] = Settle{Delivery: s.Delivery.delivery(), Outcome: s.Outcome, Release: s.Release}
 	}
-	res, claimed, err := b.settleAndClaimHere(ctx, settles, r.Kinds, r.Now, r.LeaseFor, r.Limit)
+	res, claimed, err := b.settleAndClaimHere(ctx, settles, r.Kinds, r.Now, r.LeaseFor, r.Limit, false)
 	var a fwdAnswer
 	if err != nil {
 		a.Err = toFwdError(err)

@@ -3,11 +3,14 @@ package work
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 
 	engineapi "github.com/worklog/worklog/internal/engine"
 
+	"github.com/worklog/worklog/internal/inspect"
 	"github.com/worklog/worklog/internal/pebbleengine"
 	"github.com/worklog/worklog/pebblelog"
 )
@@ -23,9 +26,23 @@ import (
 // or one shaped like a URL ("postgres://…", any "scheme://…"), is ErrInvalidRequest with
 // Field "dir": a PostgreSQL queue is opened with postgres.Open.
 //
+// While the queue is open, Open serves a read-only inspection endpoint for this user only
+// (a Unix socket found from dir; Options.NoInspect turns it off): the replay tool reads the
+// live store through it (replay stats DIR, replay log --follow DIR, replay serve DIR...),
+// which the store's lock keeps any other process from opening. Close stops it first.
+//
 // Open does not replay the log: the projection is on disk. With the default SyncAlways every
 // call returns only after its events are fsynced, and a crash of the process or the machine
 // loses no acknowledged call.
+//
+// The store's directory removed while the queue is open (rm -rf) fails the queue: every call
+// then returns ErrBackend (wrapping pebblelog.ErrStoreFailed, "the store's directory was
+// removed"), Close too. On Linux no call that began after the removal is acknowledged (before
+// it answers each group commit the writer checks that the directory it holds open still has
+// links: one fstat per group). The directory moved away or replaced by another, or
+// WORKLOG.lock removed or replaced, and a removal on other systems, are noticed by a check
+// every 100 ms: a call that began more than 100 ms after it is never acknowledged; one that
+// began within those 100 ms may be, into files no longer in the directory.
 func Open(dir string, opts *Options) (*Queue, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
@@ -45,9 +62,31 @@ func Open(dir string, opts *Options) (*Queue, error) {
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	return NewEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
+	q := newEngineQueue(pe, engineapi.Config{MaxValueBytes: o.MaxValueBytes,
 		Entropy: o.Entropy, OwnedValueMin: pebblelog.OwnedValueMin, OwnedOutputMin: pebblelog.OwnedOutputMin,
-		Retention: o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger}), nil
+		BorrowedInputMin: pebblelog.OwnedValueMin, // the batch copies it; the writer forgets it (input.go)
+		Retention:        o.Retention, PruneInterval: o.PruneInterval, Logger: o.Logger})
+	if !o.NoInspect {
+		q.stopInspect = serveInspect(dir, pe.Store(), o.Logger)
+	}
+	return q, nil
+}
+
+// serveInspect starts the inspection endpoint of the store in dir (Options.NoInspect) and
+// returns what stops it, or nil when it could not start: the queue works without it, and
+// logger says why.
+func serveInspect(dir string, st *pebblelog.Store, logger *slog.Logger) func() error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil // a store on a filesystem of its own (Options.FS): no directory to serve from
+	}
+	srv, err := inspect.Serve(dir, st, logger)
+	if err != nil {
+		if logger != nil {
+			logger.Warn("worklog: no inspection endpoint: replay cannot read this store while the queue is open", "dir", dir, "err", err)
+		}
+		return nil
+	}
+	return srv.Close
 }
 
 // urlScheme matches the scheme of a URL-shaped dir: a scheme of two or more characters

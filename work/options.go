@@ -50,11 +50,11 @@ func (m SyncMode) String() string {
 // the one error shape of every worklog options struct (pebblelog.OptionError and
 // runner.ConfigError are the same type), and matches ErrInvalidOptions. Open, NewInMemory's
 // siblings and postgres.Open check their options in one step, before anything is touched.
-type OptionError = optionerr.Error
+type OptionError = pebblelog.OptionError
 
 // ErrInvalidOptions is matched by every *OptionError (pebblelog.ErrInvalidOptions and
 // runner.ErrInvalidConfig are the same value).
-var ErrInvalidOptions = optionerr.ErrInvalid
+var ErrInvalidOptions = pebblelog.ErrInvalidOptions
 
 // Options configures Open. A nil *Options means all defaults; a zero field means that
 // field's default.
@@ -118,6 +118,22 @@ type Options struct {
 	// archive, pruned events are dropped. Only Open (the Pebble store) has it. See
 	// docs/design.md, "Retention".
 	ArchiveDir string
+
+	// NoInspect, when true, serves no inspection endpoint. By default (false) Open serves
+	// one while the queue is open: a Unix socket, mode 0600, for this process's own user
+	// only (SO_PEERCRED is checked where the platform has it), found from the store
+	// directory (DIR/WORKLOG.sock; when that path is too long for a socket address, a socket
+	// in the user's runtime directory that DIR/WORKLOG.sock-path names). Through it the
+	// replay tool's read commands and replay serve read the live store, which this process
+	// holds locked: the log (and log --follow), the state, verify on a snapshot. It only
+	// reads: no request writes. A client that sends nothing or stops reading is dropped
+	// after seconds, at most 16 are served at once, and Close closes every connection, so an
+	// inspector never holds the queue up. A socket left by a crashed process is removed at
+	// the next Open (the store's lock proves nobody serves it). If the endpoint cannot be
+	// served (the directory refuses a socket), Open still succeeds and says so through
+	// Logger. See docs/replay.md, "A store held by a running process". Only Open (the Pebble
+	// store) has one: any process can read a PostgreSQL queue.
+	NoInspect bool
 }
 
 const maxMaxValueBytes = 64 << 20

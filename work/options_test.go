@@ -58,11 +58,12 @@ func TestOptionsTable(t *testing.T) {
 		{"PruneInterval", d.PruneInterval, DefaultPruneInterval},
 		{"ArchiveDir", d.ArchiveDir, ""},
 		{"Entropy", d.Entropy == nil, true}, // crypto/rand: the queue's (engine.Config) default
+		{"NoInspect", d.NoInspect, false},   // the endpoint is served (any value is valid)
 	} {
 		if c.got != c.want {
 			t.Errorf("default %s = %v, want %v", c.field, c.got, c.want)
 		}
 	}
 	optionerr.FieldsCovered(t, Options{}, "Sync", "MaxValueBytes", "CacheSize", "MemTableSize", "MaxBatchCommands",
-		"Logger", "StallTimeout", "FS", "Entropy", "Retention", "PruneInterval", "ArchiveDir")
+		"Logger", "StallTimeout", "FS", "Entropy", "Retention", "PruneInterval", "ArchiveDir", "NoInspect")
 }

@@ -26,13 +26,15 @@ type Queue struct {
 	stopPruner func()
 	// stopInbox stops the ingest loop of an engine with an inbox (inbox.go); nil otherwise.
 	stopInbox func()
+	// stopInspect stops the inspection endpoint (Options.NoInspect); nil when none.
+	stopInspect func() error
 }
 
 // NewInMemory returns an offline queue whose state lives in this process (seed:
 // WorkQueue::in_memory). It is event-sourced like the durable store, with the same decide and
 // fold code, and keeps every event until the queue is dropped.
 func NewInMemory() *Queue {
-	return NewEngineQueue(newMemEngine(), engineapi.Config{})
+	return newEngineQueue(newMemEngine(), engineapi.Config{})
 }
 
 // New returns a queue over a custom backend (seed: WorkQueue::with_backend). Queue still
@@ -56,6 +58,9 @@ func New(b Backend) *Queue {
 func (q *Queue) Close() error {
 	if q.closed.Swap(true) {
 		return nil
+	}
+	if q.stopInspect != nil {
+		_ = q.stopInspect() // first: no inspector reads a store that is closing (what it fails to remove, the next Open does)
 	}
 	if q.stopPruner != nil {
 		q.stopPruner() // before the backend closes under it

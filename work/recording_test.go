@@ -71,7 +71,7 @@ func submitTxRecording(q *Queue, session string, r TaskRequest, commit bool) err
 
 // newRecordingQueue is NewInMemory over a recordingEngine.
 func newRecordingQueue(seen func(events.Type)) *Queue {
-	return NewEngineQueue(&recordingEngine{memEngine: newMemEngine(), seen: seen, ready: make(chan struct{}, 1)}, engineapi.Config{})
+	return newEngineQueue(&recordingEngine{memEngine: newMemEngine(), seen: seen, ready: make(chan struct{}, 1)}, engineapi.Config{})
 }
 
 func (e *recordingEngine) Update(ctx context.Context, fn func(tx txn) error) error {

@@ -19,7 +19,7 @@ type rerunEngine struct {
 
 // newRerunQueue is NewInMemory over a rerunEngine.
 func newRerunQueue() *Queue {
-	return NewEngineQueue(&rerunEngine{memEngine: newMemEngine()}, engineapi.Config{})
+	return newEngineQueue(&rerunEngine{memEngine: newMemEngine()}, engineapi.Config{})
 }
 
 func (e *rerunEngine) Update(ctx context.Context, fn func(tx txn) error) error {

@@ -71,14 +71,15 @@ func (s *Session) Retry(ctx context.Context, taskID string, runAt time.Time) (Ta
 // request are cleared; its id, kind, input, idempotency key and wake policy are kept, and so
 // is its history: Attempts is kept (attempt numbers never repeat in the log) and
 // Task.AttemptsAtRetry records it, from which the runner's MaxAttempts counts again. When it
-// finishes again it records a new completion wake if its policy says so (the wake of the
-// earlier finish stays recorded). One event, task_retried.
+// finishes again it records a new completion wake if its policy says so. One event,
+// task_retried.
 //
-// A task in any other state is ErrInvalidTransition (a succeeded task is done: submit new
-// work instead), and so is a task whose completion wake is recorded but not acknowledged
-// yet: that wake stays recorded after the retry, no longer the task's, and is pruned on its
-// own before the task can be (retention must never keep a wake whose task it removed).
-// Another session's, an unknown or a pruned task is ErrTaskNotFound.
+// The earlier finish's completion wake, acknowledged or not, stays recorded and keeps its
+// outcome; not acknowledged yet, it stays deliverable (ClaimWakes, AckWake) as before the
+// retry, and retention keeps the task while it is unacknowledged (Queue.Prune prunes neither
+// before its acknowledgment; docs/projection.md §4.4). A task in any other state is
+// ErrInvalidTransition (a succeeded task is done: submit new work instead). Another
+// session's, an unknown or a pruned task is ErrTaskNotFound.
 func (s *Session) RetryAt(ctx context.Context, taskID string, runAt, now time.Time) (Task, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return Task{}, err
@@ -154,16 +155,6 @@ func (b *logBackend) Retry(ctx context.Context, sessionID, taskID string, runAt,
 		if !t.Retryable() {
 			derr = badTransition("only a failed or canceled task can be retried; the task is " + TaskState(t.State).String())
 			return nil
-		}
-		if t.CompletionWakeID != "" {
-			w, err := mustWake(tx, t.CompletionWakeID)
-			if err != nil {
-				return err
-			}
-			if !w.Acked {
-				derr = badTransition("the task's completion wake " + w.ID + " is not acknowledged yet: acknowledge it (ClaimWakes, AckWake) before retrying the task")
-				return nil
-			}
 		}
 		ev := &events.TaskRetried{
 			Header: events.Header{SessionID: sessionID, At: at},

@@ -19,6 +19,15 @@ import (
 // Schedule is a periodic schedule of a session (Session.SetSchedule): each tick of its rule
 // becomes one task of the session, submitted by the queue itself at the first claim whose
 // now is at or past the tick.
+//
+// A rule that names no day that exists ("0 0 30 2 *", February 30th) is refused
+// (ErrInvalidRequest naming "cron"); February 29th ("0 0 29 2 *") ticks in leap years.
+//
+// Daylight saving: Cron is read as wall time in TimeZone. A wall time the spring change
+// skips does not tick that day (in America/New_York, "30 2 * * *" has no tick on the day
+// clocks go from 02:00 to 03:00); a wall time the fall change repeats ticks twice, at both
+// instants (a "30 1 * * *" tick at 01:30 EDT and another at 01:30 EST). Each tick is its own
+// task, with its own key (TickKey, in UTC). @every rules and UTC are not affected.
 type Schedule struct {
 	Name     string      // unique in the session; 1–256 bytes
 	Cron     string      // 5-field cron ("*/5 * * * *") or "@every <duration>" (>= 1s, whole seconds); @hourly, @daily... too
@@ -96,15 +105,16 @@ func (s *Session) SetSchedule(ctx context.Context, sc Schedule) error {
 // repeats nor loses one. One event, schedule_set.
 //
 // A blank name or one over 256 bytes is ErrInvalidRequest naming "name"; a rule the cron
-// parser (github.com/robfig/cron/v3, standard 5 fields or a descriptor) refuses, or an
-// @every under a second or not in whole seconds, "cron"; an unknown time zone (or
+// parser (github.com/robfig/cron/v3, standard 5 fields or a descriptor) refuses, an
+// @every under a second or not in whole seconds, or a rule on a day that never exists
+// ("0 0 30 2 *"), "cron"; an unknown time zone (or
 // "Local"), "time_zone"; the template is checked as Submit checks a request, its fields
 // named "task.kind", "task.input", ...; a template key is "task.idempotency_key" and a
 // template RunAt "task.run_at"; a Catchup other than the two, "catchup".
 //
 // Time zones: the rule is read in the zone (time.LoadLocation); across a daylight-saving
-// change the cron library's rules apply (robfig/cron v3.0.1): a wall time the spring change
-// skips does not tick that day, and one the fall change repeats ticks at both instants.
+// change (see Schedule) a wall time the spring change skips does not tick that day, and one
+// the fall change repeats ticks at both instants.
 func (s *Session) SetScheduleAt(ctx context.Context, sc Schedule, now time.Time) error {
 	if err := s.q.begin(ctx); err != nil {
 		return err
@@ -218,6 +228,9 @@ func parseRule(spec, zone string) (rule, *Error) {
 	if err != nil {
 		return rule{}, invalid("cron", err.Error())
 	}
+	if ss, ok := s.(*cron.SpecSchedule); ok && !daysExist(ss) {
+		return rule{}, invalid("cron", fmt.Sprintf("%q never fires: no month it names has a day of the month it names", spec))
+	}
 	if zone == "Local" {
 		return rule{}, invalid("time_zone", `"Local" depends on the machine: name the zone`)
 	}
@@ -228,10 +241,38 @@ func parseRule(spec, zone string) (rule, *Error) {
 	return rule{s, loc}, nil
 }
 
+// daysExist reports whether some day the rule's day-of-month and month fields name exists
+// (a leap day counts). The cron library ANDs the two day fields when either is "*", else ORs
+// them: a day-of-week field then always finds a day, every month has each weekday.
+func daysExist(s *cron.SpecSchedule) bool {
+	const star = 1 << 63 // the library's starBit: the field was "*"
+	if s.Dom&star != 0 || (s.Dow&star == 0 && s.Dow != 0) {
+		return true
+	}
+	for m := 1; m <= 12; m++ {
+		if s.Month&(1<<m) == 0 {
+			continue
+		}
+		days := time.Date(2024, time.Month(m)+1, 0, 0, 0, 0, 0, time.UTC).Day() // 2024 is a leap year
+		for d := 1; d <= days; d++ {
+			if s.Dom&(1<<d) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // after is the rule's first tick strictly after t (nanoseconds), or 0 when it names none
-// that worklog can store.
+// that worklog can store. The cron library looks at most five years ahead: a leap-day rule
+// from March 2097 finds its next tick in 2104, so after goes on from where it stopped.
 func (r rule) after(t int64) int64 {
-	n := r.s.Next(time.Unix(0, t).In(r.loc))
+	from := time.Unix(0, t).In(r.loc)
+	n := r.s.Next(from)
+	for n.IsZero() && !from.After(maxTime) {
+		from = time.Date(from.Year()+5, 12, 31, 23, 59, 59, 0, r.loc) // Next searched through that year
+		n = r.s.Next(from)
+	}
 	if n.IsZero() || n.After(maxTime) || n.UnixNano() <= t {
 		return 0
 	}

@@ -11,6 +11,26 @@ import (
 // MaxSubmitMany is the most requests one SubmitMany takes.
 const MaxSubmitMany = 10000
 
+// MaxSubmitManyBytes is the most bytes one SubmitMany takes, on every backend: the sum over
+// its requests of each one's input, kind, idempotency key, and headers' keys and values.
+// Each request keeps its own limits besides (an input at most the queue's MaxValueBytes).
+// A batch of this size succeeds on every backend (NewInMemory, Open's Pebble store,
+// PostgreSQL) with the process's peak memory growing by at most 4x its bytes, the caller's
+// own requests included.
+const MaxSubmitManyBytes = 64 << 20
+
+// requestBytes is what r counts toward MaxSubmitManyBytes: the bytes of its input, kind,
+// idempotency key and headers (each key and value), what the stored task holds of the
+// request beyond fixed-size fields. Invalid requests count too: the limit bounds what the
+// caller hands over, checked before anything else.
+func requestBytes(r *TaskRequest) int {
+	n := len(r.Input) + len(r.Kind) + len(r.IdempotencyKey)
+	for k, v := range r.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // SubmitResult is what one request of SubmitMany did: the task, or this request's error.
 type SubmitResult struct {
 	Task Task
@@ -28,11 +48,18 @@ func (s *Session) SubmitMany(ctx context.Context, rs []TaskRequest) ([]SubmitRes
 // answered: a new task, the task an equal request with the same key made (earlier in the
 // batch too: a key repeated in the batch names the first request's task), or this request's
 // own error (ErrInvalidRequest for a request SubmitAt would refuse, ErrIdempotencyConflict),
-// while the others still apply. Every task of the batch has now as its submit time.
+// while the others still apply. Every task of the batch has now as its submit time. A
+// result's Task.Input longer than 4 KiB may share the bytes of its request's Input (the
+// store copied them: the caller may change them afterwards, and no read changes).
 //
-// The error is for the batch as a whole, and then nothing was recorded: an empty rs or more
-// than MaxSubmitMany requests (ErrInvalidRequest, field "requests"), a blank session, a now
-// out of range, a context that ended, a store that failed.
+// The batch is one command of the queue's single writer: a call queued behind it (a Submit
+// of another goroutine) waits for the batch's write, so for about as long as the batch
+// itself takes, which MaxSubmitManyBytes bounds. Larger sets go in several batches.
+//
+// The error is for the batch as a whole, and then nothing was recorded: an empty rs, more
+// than MaxSubmitMany requests or more than MaxSubmitManyBytes bytes (ErrInvalidRequest,
+// field "requests", checked before the store is touched), a blank session, a now out of
+// range, a context that ended, a store that failed.
 func (s *Session) SubmitManyAt(ctx context.Context, rs []TaskRequest, now time.Time) ([]SubmitResult, error) {
 	if err := s.q.begin(ctx); err != nil {
 		return nil, err
@@ -45,6 +72,13 @@ func (s *Session) SubmitManyAt(ctx context.Context, rs []TaskRequest, now time.T
 		return nil, invalid("requests", "must not be empty")
 	case len(rs) > MaxSubmitMany:
 		return nil, invalid("requests", fmt.Sprintf("has %d requests, more than the limit of %d", len(rs), MaxSubmitMany))
+	}
+	size := 0
+	for i := range rs {
+		size += requestBytes(&rs[i])
+	}
+	if size > MaxSubmitManyBytes {
+		return nil, invalid("requests", fmt.Sprintf("has %d bytes (inputs, kinds, keys, headers), more than the limit of %d", size, MaxSubmitManyBytes))
 	}
 	if _, err := nanos("now", now); err != nil {
 		return nil, err
@@ -120,18 +154,28 @@ func (b *logBackend) SubmitMany(ctx context.Context, sessionID string, rs []Task
 	}
 	defer release()
 	for i := range ps {
-		ps[i].input = ownValue(rs[i].Input, staged)
+		ps[i].input = b.ownInput(rs[i].Input, staged)
+		ps[i].borrowed = len(rs[i].Input) > 0 && &ps[i].input[0] == &rs[i].Input[0]
 	}
 	var keys []string
+	size := 0
 	for i := range rs {
 		if k := rs[i].IdempotencyKey; k != "" {
 			keys = append(keys, k)
+		}
+		if len(rs[i].Input) < stageMin || !staged { // a staged input is a reference in the batch
+			size += requestBytes(&rs[i])
+		} else {
+			size += requestBytes(&rs[i]) - len(rs[i].Input)
 		}
 	}
 	out := make([]SubmitResult, len(rs))
 	err := b.update(ctx, func(tx txn) error {
 		if err := prefetchNewTaskKeys(tx, sessionID, keys); err != nil {
 			return err
+		}
+		if r, ok := engineTxn(tx).(engineapi.SubmitReserver); ok {
+			r.ReserveSubmits(len(ps), size)
 		}
 		for i := range ps { // fn may run twice: every result is set afresh
 			t, derr, err := b.submitIn(tx, sessionID, &ps[i], at)

@@ -276,7 +276,7 @@ var _ engineapi.Watcher = (*watcherEngine)(nil)
 
 func TestWaitWatcherWakesWaiters(t *testing.T) {
 	e := &watcherEngine{memEngine: newMemEngine(), changed: make(chan struct{}, 1)}
-	q := NewEngineQueue(e, engineapi.Config{})
+	q := newEngineQueue(e, engineapi.Config{})
 	defer q.Close()
 	ctx := context.Background()
 	// Two waiters, one signal: both wake (the forwarder broadcasts).

@@ -46,7 +46,7 @@ func (c countingTxn) ScanIndex(ix projection.Index, part string, from, to int64,
 }
 
 func queueOver(e engine) *Queue {
-	return NewEngineQueue(e, engineapi.Config{})
+	return newEngineQueue(e, engineapi.Config{})
 }
 
 func verify(t *testing.T, q *Queue) {

@@ -4,7 +4,7 @@
 // and handlers run by package runner) while a nemesis chosen from a seed kills, pauses and
 // partitions them and restarts the server; every operation's invocation and completion is
 // recorded, and at the end a checker holds the histories against what the API promises, and
-// against the store's own log and Verify (docs/failure-model.md §7.9).
+// against the store's own log and Verify (docs/failure-model.md §7.10).
 //
 //	chaos --backend both --duration 1m --seed 7
 //

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/worklog/worklog/archive"
 	"github.com/worklog/worklog/events"
 )
 
@@ -80,8 +82,10 @@ type archiveVerifyJSON struct {
 // verifyArchive checks the archive: every checksum, every event decodes under its sequence,
 // copies of a sequence are identical, an archived copy of a live event (left by a crash
 // between the segment's fsync and the prune) equals the store's, and every pruned sequence
-// is held. It returns the account and the problems found.
-func verifyArchive(ctx context.Context, as *archivedStore, last uint64) (*archiveVerifyJSON, []string) {
+// is held. It returns the account and the problems found; a damaged segment (an
+// *archive.Error: the archive cannot be read past it) is an error, as when the archive is
+// opened, so that verify exits 2 naming the file and offset.
+func verifyArchive(ctx context.Context, as *archivedStore, last uint64) (*archiveVerifyJSON, []string, error) {
 	v := &archiveVerifyJSON{Dir: as.dir, Events: as.arch.Events(), Missing: [][2]uint64{}}
 	var problems []string
 	err := as.arch.ReadEvents(ctx, 0, 0, func(ev events.Event) error {
@@ -105,6 +109,10 @@ func verifyArchive(ctx context.Context, as *archivedStore, last uint64) (*archiv
 		}
 		return nil
 	})
+	var ae *archive.Error
+	if errors.As(err, &ae) {
+		return nil, nil, fmt.Errorf("archive %s: %w", as.dir, err)
+	}
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("archive %s: %v", as.dir, err))
 	}
@@ -116,5 +124,5 @@ func verifyArchive(ctx context.Context, as *archivedStore, last uint64) (*archiv
 			problems = append(problems, fmt.Sprintf("archive %s: pruned seqs %d–%d (%d events) are not in it", as.dir, m.From, m.To, m.To-m.From+1))
 		}
 	}
-	return v, problems
+	return v, problems, nil
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,7 +178,7 @@ func TestArchiveDamaged(t *testing.T) {
 	}
 	for _, c := range [][]string{{"log", pruned}, {"state", pruned, "--at-seq", "2"}, {"verify", pruned}} {
 		r := replay(t, append(c, "--archive", arch)...)
-		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, seg) {
+		if r.code != exitError || !strings.Contains(r.stderr, seg) {
 			t.Fatalf("replay %v on a damaged archive: exit %d\n%s%s", c, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -190,6 +193,52 @@ func TestArchiveFlagRefused(t *testing.T) {
 		r := replay(t, append(args, "--archive", t.TempDir())...)
 		if r.code != exitError || !strings.Contains(r.stderr, "--archive") {
 			t.Fatalf("replay %v --archive: %d %s", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestArchiveLyingLengths: a segment whose first frame's header, its checksum valid, claims a
+// length no writer writes (a raw payload of 1e9 or 4e9 bytes, a stored one of 4e9), sealed or
+// the last one left unsealed, is refused by every command that reads the archive: exit 2,
+// naming the file and the field's offset. (An unsealed one was taken for a torn tail: log
+// exited 0 without the archived events, verify reported them missing.)
+func TestArchiveLyingLengths(t *testing.T) {
+	full, pruned, arch := archivedDemo(t, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), time.Time{})
+	seg := filepath.Join(arch, "seg-000001.wla")
+	orig, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := demoEvents(t, full)
+	taskID := evs[0]["task_id"].(string)
+	session := evs[0]["session"].(string)
+	const frame = 32 // the first frame's header, after the segment's
+	for _, tc := range []struct {
+		name  string
+		field int // the offset of the u32 in the frame header
+		value uint32
+	}{{"raw 1e9", 20, 1e9}, {"raw 4e9", 20, 4e9}, {"stored 4e9", 16, 4e9}} {
+		for _, sealed := range []bool{true, false} {
+			b := slices.Clone(orig)
+			if !sealed {
+				b = b[:len(b)-16] // the seal: the segment is then the last one written, not closed
+			}
+			binary.BigEndian.PutUint32(b[frame+tc.field:], tc.value)
+			binary.BigEndian.PutUint32(b[frame+48:], crc32.Checksum(b[frame:frame+48], crc32.MakeTable(crc32.Castagnoli)))
+			if err := os.WriteFile(seg, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("%s at offset %d", seg, frame+tc.field)
+			for _, c := range [][]string{
+				{"log"}, {"log", "--json"}, {"export"}, {"state"}, {"state", "--at-seq", "2"}, {"verify"}, {"verify", "--json"},
+				{"stats"}, {"task", taskID}, {"timeline", "--session", session}, {"log", "--session", session},
+			} {
+				args := append([]string{c[0], pruned, "--archive", arch}, c[1:]...)
+				r := replay(t, args...)
+				if r.code != exitError || !strings.Contains(r.stderr, want) {
+					t.Errorf("%s, sealed %v: replay %v: exit %d, stderr %q: want exit 2 naming %q", tc.name, sealed, c, r.code, r.stderr, want)
+				}
+			}
 		}
 	}
 }

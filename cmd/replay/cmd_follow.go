@@ -19,11 +19,13 @@ import (
 const followHelp = `
 --follow keeps printing: after the log, each event once it is committed, until Ctrl-C. On a
 PostgreSQL URL it sees the commits of every process (it waits on the queue's LISTEN channel,
-not a timer). A store directory is one that no process has open (replay refuses a store held
-by another process), and replay's own lock keeps any writer out while it follows: nothing
-more will come, and replay says so.`
+not a timer). On a store directory that a running process holds it sees that process's
+events once they are durable, through the process's inspection endpoint (no timer either).
+On a store directory no process has open, replay's own lock keeps any writer out while it
+follows: nothing more will come, and replay says so.`
 
-// follower is a store whose log replay can follow: a PostgreSQL queue (postgres.Store.Follow).
+// follower is a store whose log replay can follow: a PostgreSQL queue (postgres.Store.Follow)
+// or a held store's endpoint (inspect.Client.Follow).
 type follower interface {
 	Follow(ctx context.Context, from uint64, fn func(events.Event) error) error
 }

@@ -119,21 +119,25 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 		}
 	}
 
-	// The events about id: its own, and for a task its completion wake's.
+	// The events about id: its own, and for a task its completion wakes' (each run's: a
+	// wake of an earlier run may be delivered and acknowledged after the task was retried,
+	// and its acknowledgment counts it off the task).
 	var evs []events.Event
-	completion := ""
+	completion := ""                 // the last one
+	completions := map[string]bool{} // all of them
 	collect := func(ev events.Event) error {
 		taskID, wakeID := ev.Subject()
 		switch {
 		case taskID == id || wakeID == id:
 		case related != "" && taskID == related:
-		case completion != "" && wakeID == completion:
+		case wakeID != "" && completions[wakeID]:
 		default:
 			wr, ok := ev.(*events.WakeRecorded)
 			if !ok || wr.TaskID != id || wr.Reason != events.WakeTaskFinished {
 				return nil
 			}
 			completion = wr.WakeID
+			completions[completion] = true
 		}
 		if wakeID == id {
 			x.isWake = true

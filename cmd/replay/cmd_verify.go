@@ -19,7 +19,8 @@ This is pebblelog's Store.Verify: the rebuild goes to a scratch store in a tempo
 (outside the store), so memory stays bounded on any log size.
 
 Exit status 0 when everything holds; 1 with every difference listed (which task or wake,
-which field, stored vs rebuilt; at most 1000); 2 when the store cannot be read at all.`
+which field, stored vs rebuilt; at most 1000); 2 when the store cannot be read at all, or
+when a segment of the archive of --archive is damaged (the file and offset named).`
 
 func (a *app) verifyCommand() *cobra.Command {
 	var asJSON bool
@@ -86,7 +87,9 @@ func (a *app) verify(ctx context.Context, st store) (*verifyResult, error) {
 	var av *archiveVerifyJSON
 	if as, ok := st.(*archivedStore); ok {
 		var ap []string
-		av, ap = verifyArchive(ctx, as, last)
+		if av, ap, err = verifyArchive(ctx, as, last); err != nil {
+			return nil, err
+		}
 		problems = append(problems, ap...)
 	}
 	r := &verifyResult{OK: len(problems) == 0, LastSeq: last, Problems: problems, Archive: av}

@@ -169,7 +169,7 @@ func TestDemoTempDir(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"", "log", "state", "timeline", "task", "verify", "stats", "export", "import", "demo"} {
+	for _, cmd := range []string{"", "log", "state", "timeline", "task", "verify", "stats", "export", "import", "demo", "version"} {
 		args := []string{"--help"}
 		if cmd != "" {
 			args = []string{cmd, "--help"}

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) (code int) {
+	if dir := os.Getenv(holderEnv); dir != "" { // this binary re-executed as a holder (inspect_test.go)
+		return holderMain(dir)
+	}
 	tmp, err := os.MkdirTemp("", "replay-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/term"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/inspect"
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
 )
@@ -43,9 +46,17 @@ func openStore(dir string) (store, error) {
 	}
 	switch oe.Kind {
 	case pebblelog.ErrLocked:
-		return nil, lockedError(dir)
+		// Held by a running process: read the live store through its inspection endpoint
+		// (work.Options.NoInspect).
+		c, derr := inspect.Dial(context.Background(), dir)
+		if derr != nil {
+			return nil, lockedError(dir, derr)
+		}
+		return c, nil
 	case pebblelog.ErrFormatTooNew:
 		return nil, fmt.Errorf("%s was written by a newer worklog: store %s: build replay from that worklog version or later", dir, oe.Detail)
+	case pebblelog.ErrFormatTooOld:
+		return nil, fmt.Errorf("%s was written by an earlier development build of worklog: store %s%s", dir, oe.Detail, hint(oe))
 	case pebblelog.ErrNotAStore:
 		return nil, fmt.Errorf("%s is not a worklog store: %s%s", dir, oe.Detail, hint(oe))
 	case pebblelog.ErrCorruptStore:
@@ -83,9 +94,15 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-func lockedError(dir string) error {
-	return fmt.Errorf(`%s is open in a running process, and a worklog store cannot be opened twice: Pebble locks it, even for reading.
-To inspect a live store, take a checkpoint from inside that process and point replay at the copy:
+func lockedError(dir string, derr error) error {
+	why := fmt.Sprintf("its inspection endpoint did not answer (%v)", derr)
+	if errors.Is(derr, fs.ErrNotExist) || errors.Is(derr, syscall.ECONNREFUSED) {
+		why = "it serves no inspection endpoint (work.Options.NoInspect is set)"
+	}
+	return fmt.Errorf(`%s is open in a running process, and %s.
+Pebble locks the store, even for reading, so replay cannot open it itself. work.Open serves the endpoint
+for the process's own user unless Options.NoInspect is set; or take a checkpoint from inside that process
+and point replay at the copy:
 
     // q is the process's *work.Queue; the destination must not exist yet.
     if err := q.Checkpoint("/path/to/copy"); err != nil { ... }
@@ -93,7 +110,7 @@ To inspect a live store, take a checkpoint from inside that process and point re
     replay verify /path/to/copy
 
 work.Queue.Checkpoint writes a consistent copy while the queue keeps running (files are hard-linked where possible).
-Or stop the process and run replay on %s itself`, dir, dir)
+Or stop the process and run replay on %s itself`, dir, why, dir)
 }
 
 // readError explains a failure while reading the log: above all an event that does not

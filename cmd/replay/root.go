@@ -114,15 +114,16 @@ names), read through read-only transactions: the same output for the same log.
 
 Every command except demo and import is read-only: it opens the store with pebblelog's
 ReadOnly option and never writes into the store directory. import loads a log written by
-export --wire into an empty store of either backend. A store held open by a running process cannot be
-opened (Pebble locks it even for reading): take a checkpoint from inside that process with
-work.Queue.Checkpoint and point replay at the copy.
+export --wire into an empty store of either backend. A store held open by a running process
+(Pebble locks it, even for reading) is read live through that process's inspection endpoint,
+a Unix socket that work.Open serves for its own user (unless work.Options.NoInspect): log
+[--follow], state, timeline, task, stats, verify and serve read it while it runs.
 
 Lease tokens are shown as [redacted] unless --show-tokens is given.
 
 Exit status: 0 when the command succeeded, 1 when verify found differences, 2 for any other
 failure (a usage mistake, a missing directory, a directory that is not a store, a store of a
-newer format, a locked store, a corrupt event).
+newer format, a locked store whose endpoint does not answer, a corrupt event).
 
 See docs/replay.md for the cost of each command and docs/replay-json.md for the JSON output.`
 
@@ -168,7 +169,12 @@ func (a *app) rootCommand() *cobra.Command {
 		a.importCommand(),
 		a.demoCommand(),
 		a.serveCommand(),
+		a.versionCommand(),
 	)
+	// --version prints what the version command prints.
+	root.Flags().Bool("version", false, "print the version and the store formats (as replay version)")
+	root.Version = buildVersion().text()
+	root.SetVersionTemplate("{{.Version}}")
 	return root
 }
 

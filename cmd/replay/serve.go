@@ -29,9 +29,10 @@ const serveLong = `Serve the web console (package console) over a store, read-on
 with their timelines, each task's history with the fold's rules, the log, stats and verify, each
 at any past seq (?at_seq=N). Open it in a browser at the address printed.
 
-DIR is a Pebble store that no other process holds open; it is opened read-only and nothing in
-it is changed. A postgres:// URL is served live: each page reads what was committed since the
-last, by every process. --archive DIR reads the store's archive of pruned events with it.
+DIR is a Pebble store: one that no process holds is opened read-only and nothing in it is
+changed; one that a running process holds (work.Open) is served live through that process's
+inspection endpoint, as is a postgres:// URL: each page reads what was committed since the
+last. --archive DIR reads the store's archive of pruned events with it.
 
 The console listens on 127.0.0.1 (this machine only) unless --addr names another interface.
 It answers only to the Host names it listens on: localhost and the loopback addresses, the
@@ -99,7 +100,7 @@ func (a *app) serve(ctx context.Context, dir, addr string, allow []string, ready
 	if err != nil {
 		return err
 	}
-	q, err := readOnlyQueue(st, isPostgresURL(dir))
+	q, err := readOnlyQueue(st, isPostgresURL(dir) || isLive(st))
 	if err != nil {
 		st.Close()
 		return err
@@ -172,7 +173,7 @@ func readOnlyQueue(st store, live bool) (*work.Queue, error) {
 		}
 		clock = func() time.Time { return at }
 	}
-	return work.NewEngineQueue(&roEngine{st: st}, engine.Config{Clock: clock}), nil
+	return engine.NewQueue(&roEngine{st: st}, engine.Config{Clock: clock}).(*work.Queue), nil
 }
 
 var errReadOnly = errors.New("replay serve: the store is open read-only")
@@ -199,7 +200,8 @@ func (e *roEngine) Verify(ctx context.Context) ([]string, error) {
 
 // Changed is the engine's Watcher: the queue's waiters and followers (the console's live
 // tail) wake on it when another process commits. Over a PostgreSQL store it is fed by the
-// store's own Follow (LISTEN, no polling) from the log's head on; a store directory has no
+// store's own Follow (LISTEN, no polling) from the log's head on, and over a held store by
+// the inspection endpoint's follow; a store directory that replay opened itself has no
 // other writer while replay holds it, and its channel never fires.
 func (e *roEngine) Changed() <-chan struct{} {
 	e.mu.Lock()

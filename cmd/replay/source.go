@@ -5,21 +5,35 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/worklog/worklog/internal/inspect"
 	"github.com/worklog/worklog/internal/source"
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/postgres"
 	"github.com/worklog/worklog/projection"
 )
 
-// store is what replay reads: a Pebble store opened read-only (*pebblelog.Store) or a
-// PostgreSQL queue opened read-only (*postgres.Store), both a source.Source. The commands
-// see only this, so they print the same output for the same log on either.
+// store is what replay reads: a Pebble store opened read-only (*pebblelog.Store), a Pebble
+// store held by a running process read through its inspection endpoint (*inspect.Client),
+// or a PostgreSQL queue opened read-only (*postgres.Store), each a source.Source. The
+// commands see only this, so they print the same output for the same log on any.
 type store = source.Source
 
 var (
-	_ store = (*pebblelog.Store)(nil)
-	_ store = (*postgres.Store)(nil)
+	_ store    = (*pebblelog.Store)(nil)
+	_ store    = (*inspect.Client)(nil)
+	_ store    = (*postgres.Store)(nil)
+	_ follower = (*inspect.Client)(nil)
 )
+
+// isLive tells whether other processes write st while replay reads it: a held store read
+// through its endpoint (a PostgreSQL URL is told by isPostgresURL).
+func isLive(st store) bool {
+	if as, ok := st.(*archivedStore); ok {
+		st = as.store
+	}
+	_, ok := st.(*inspect.Client)
+	return ok
+}
 
 // horizon is where st's history begins: the first sequence not pruned away at the start of
 // the log (1 when nothing before it was pruned).

@@ -128,7 +128,7 @@ func TestLiveStoreAndCheckpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "live")
-	q, err := work.Open(dir, nil)
+	q, err := work.Open(dir, &work.Options{NoInspect: true}) // without its endpoint (inspect_test.go reads through it)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestLiveStoreAndCheckpoint(t *testing.T) {
 		if r.code != 2 {
 			t.Fatalf("%v on a live store: exit %d, want 2", args, r.code)
 		}
-		for _, want := range []string{dir + " is open in a running process", "q.Checkpoint(", "work.Queue.Checkpoint", "replay verify /path/to/copy"} {
+		for _, want := range []string{dir + " is open in a running process", "it serves no inspection endpoint (work.Options.NoInspect is set)", "q.Checkpoint(", "work.Queue.Checkpoint", "replay verify /path/to/copy"} {
 			if !strings.Contains(r.stderr, want) {
 				t.Errorf("%v: the message lacks %q:\n%s", args, want, r.stderr)
 			}
@@ -181,6 +181,10 @@ func TestStoreErrors(t *testing.T) {
 	os.WriteFile(file, []byte("x"), 0o644)
 	newer := demoStore(t)
 	os.WriteFile(filepath.Join(newer, "WORKLOG"), []byte("worklog store format 99\n"), 0o644)
+	older := filepath.Join(tmp, "older") // a store of an earlier development format
+	if err := os.CopyFS(older, os.DirFS(filepath.Join("..", "..", "pebblelog", "testdata", "format4-store"))); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		dir  string
 		want string
@@ -190,6 +194,9 @@ func TestStoreErrors(t *testing.T) {
 		{empty, "empty is not a worklog store: the directory is empty"},
 		{file, "file is a file, not a worklog store directory"},
 		{newer, fmt.Sprintf("was written by a newer worklog: store format 99, this build reads up to %d", pebblelog.FormatVersion)},
+		{older, "was written by an earlier development build of worklog: store format 4, an earlier development format: this build reads formats 7 and 8; " +
+			"move its data: with an earlier worklog build that reads it (up to commit 1a968ef), run `replay export " + older + " --wire > store.wlog`; " +
+			"then, with this build, `replay import store.wlog NEWDIR`"},
 	}
 	for _, c := range cases {
 		cmds := [][]string{{"log"}, {"verify"}}

@@ -3,11 +3,11 @@
 // in-memory queue, the Pebble store and the PostgreSQL backend behave alike by construction.
 //
 // It is internal: the seam may change with the decide code. An engine becomes a *work.Queue
-// through one constructor, work.NewEngineQueue(engine, Config), which work's in-memory engine
-// (NewInMemory), work.Open (the Pebble engine of internal/pebbleengine) and postgres.Open (the
-// PostgreSQL engine of package postgres) call alike: both durable engines live outside work
-// and are built by a constructor call. Its parameters' types are this package's, so no other
-// module can call it.
+// through one constructor, NewQueue, which work's in-memory engine (NewInMemory), work.Open
+// (the Pebble engine of internal/pebbleengine) and postgres.Open (the PostgreSQL engine of
+// package postgres) use alike: both durable engines live outside work and are built by a
+// constructor call. Package work sets NewQueue in its init, so that work's exported API names
+// none of this package's types.
 package engine
 
 import (
@@ -69,6 +69,18 @@ type NewKeyPrefetcher interface {
 	PrefetchNewTaskKeys(sessionID string, keys []string) error
 }
 
+// NewQueue is a *work.Queue over e, configured by c: package work sets it in its init (this
+// package cannot name work's types, since work imports it), so it is set wherever a caller
+// can name *work.Queue. Callers assert the result: engine.NewQueue(e, c).(*work.Queue).
+var NewQueue func(e Engine, c Config) any
+
+// SubmitReserver is a Txn that sizes what it writes ahead (Pebble's batch): a command about to
+// submit requests tasks whose requests hold bytes of values and text in all (a batch submit:
+// work.SubmitMany) says so first, so that the Txn does not grow its buffer again and again.
+type SubmitReserver interface {
+	ReserveSubmits(requests, bytes int)
+}
+
 // Config is what a queue over an Engine needs besides the engine.
 type Config struct {
 	MaxValueBytes int       // the largest input, payload or output accepted, in bytes
@@ -79,6 +91,12 @@ type Config struct {
 	// OwnedOutputMin: likewise for a task's output read by the decide code, from this length
 	// on (0: always copied).
 	OwnedOutputMin int
+	// BorrowedInputMin: a task input longer than this that a command appends is copied by
+	// the engine into what it writes (a batch, a transaction's rows) before the command's
+	// Update returns, and kept nowhere once it has: so the queue passes the caller's own
+	// bytes to the command instead of a copy of them (a SubmitMany of 64 MiB costs 64 MiB
+	// less). 0: every input is copied first (the in-memory engine keeps them in its state).
+	BorrowedInputMin int
 	// Retention > 0 starts the queue's background pruner (work's loop, the one every backend
 	// runs), with PruneInterval and Logger: work.Options' fields of the same names.
 	Retention, PruneInterval time.Duration
@@ -132,9 +150,9 @@ type PruneGroupResult struct {
 	Held         time.Duration // how long the group held the single writer, when the engine knows (Queue.Prune paces by it)
 }
 
-// ErrClosed is work.ErrClosed: the engines outside work (pebbleengine, postgres) wrap it in
-// the error of a call after Close.
-var ErrClosed = errors.New("work: queue closed")
+// ErrClosed is work.ErrClosed, set by work's init with NewQueue: the engines outside work
+// (pebbleengine) wrap it in the error of a call after Close.
+var ErrClosed error
 
 // ErrPruneNotSupported is the cause of Queue.Prune's error on an engine without Pruner.
 var ErrPruneNotSupported = errors.New("engine: this backend does not support pruning (it implements no engine.Pruner)")

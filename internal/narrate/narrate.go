@@ -251,8 +251,12 @@ func TaskRule(ev events.Event, b, t *projection.Task) string {
 		}
 		r := fmt.Sprintf("retry of a %s task by its session, after %d attempt(s) → pending again %s; outcome and finish cleared, attempts stay %d, the next claim is attempt %d (a runner's MaxAttempts counts from here)",
 			b.State, e.Attempts, when, e.Attempts, e.Attempts+1)
-		if b.CompletionWakeID != "" {
-			r += fmt.Sprintf("; completion wake %s stays recorded, and the next end records a new one", b.CompletionWakeID)
+		switch {
+		case b.CompletionWakeID != "" && t.UnackedEarlierWakes > b.UnackedEarlierWakes:
+			r += fmt.Sprintf("; completion wake %s is not acknowledged yet: it stays deliverable with its outcome (%s), and the task is not pruned before it is acknowledged; the next end records a new one",
+				b.CompletionWakeID, b.Outcome.State)
+		case b.CompletionWakeID != "":
+			r += fmt.Sprintf("; completion wake %s (acknowledged) stays recorded until a prune takes it, and the next end records a new one", b.CompletionWakeID)
 		}
 		return r
 	}

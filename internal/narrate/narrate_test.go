@@ -75,3 +75,23 @@ func TestWordsAreSafeToPrint(t *testing.T) {
 		t.Errorf("ShortWord cut inside a character: %q", got)
 	}
 }
+
+// TestRetryRuleSaysTheEarlierWakeStaysDeliverable: a retry that detached an unacknowledged
+// completion wake says the wake stays deliverable and keeps the task from retention; one
+// whose wake was acknowledged says it stays recorded.
+func TestRetryRuleSaysTheEarlierWakeStaysDeliverable(t *testing.T) {
+	ev := &events.TaskRetried{Header: events.Header{Seq: 9, SessionID: "s", At: 5}, TaskID: "t1", Attempts: 1, RunAt: 5}
+	before := &projection.Task{ID: "t1", State: events.StateFailed, Attempts: 1, CompletionWakeID: "w1",
+		Outcome: events.Outcome{State: events.StateFailed}}
+	after := &projection.Task{ID: "t1", State: events.StatePending, Attempts: 1, AttemptsAtRetry: 1, UnackedEarlierWakes: 1}
+	r := TaskRule(ev, before, after)
+	for _, want := range []string{"w1 is not acknowledged yet", "stays deliverable with its outcome (failed)", "not pruned before it is acknowledged"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("unacknowledged: %q lacks %q", r, want)
+		}
+	}
+	after.UnackedEarlierWakes = 0
+	if r := TaskRule(ev, before, after); !strings.Contains(r, "w1 (acknowledged) stays recorded") || strings.Contains(r, "deliverable") {
+		t.Errorf("acknowledged: %q", r)
+	}
+}

@@ -1,39 +1,26 @@
-// Package optionerr is the one error shape of worklog's option structs (work.Options,
-// postgres.Options, runner.Config, pebblelog.Options): each package validates its struct in
-// one step, before anything is opened or started, and refuses the first field out of range
-// with an *Error naming the struct and the field. Every package exports the type under its
-// own name (work.OptionError, pebblelog.OptionError, runner.ConfigError: aliases, so one
-// errors.As target catches all of them) and ErrInvalid under its own
-// (work.ErrInvalidOptions, pebblelog.ErrInvalidOptions, runner.ErrInvalidConfig: the same
-// value). It is internal so that pebblelog, which work imports, can share it.
+// Package optionerr builds and checks the one error shape of worklog's option structs
+// (work.Options, postgres.Options, runner.Config, pebblelog.Options): each package validates
+// its struct in one step, before anything is opened or started, and refuses the first field
+// out of range with an *Error naming the struct and the field. The type is
+// pebblelog.OptionError (the lowest package with options, which work imports); every package
+// exports it under its own name (work.OptionError, runner.ConfigError: aliases, so one
+// errors.As target catches all of them) and ErrInvalid under its own (work.ErrInvalidOptions,
+// pebblelog.ErrInvalidOptions, runner.ErrInvalidConfig: the same value).
 package optionerr
 
 import (
 	"errors"
 	"reflect"
 	"slices"
+
+	"github.com/worklog/worklog/pebblelog"
 )
 
-// ErrInvalid is matched (errors.Is) by every *Error.
-var ErrInvalid = errors.New("worklog: invalid options")
+// ErrInvalid is matched (errors.Is) by every *Error: pebblelog.ErrInvalidOptions.
+var ErrInvalid = pebblelog.ErrInvalidOptions
 
-// Error refuses one field of an options struct.
-type Error struct {
-	Options string // the struct, package-qualified: "work.Options", "runner.Config"
-	Field   string // the field as spelled in Go: "MaxConns", "Heartbeat"
-	Message string // what is wrong, and what is allowed
-}
-
-func (e *Error) Error() string {
-	name := e.Field
-	if e.Options != "" {
-		name = e.Options + "." + e.Field
-	}
-	return "invalid " + name + ": " + e.Message
-}
-
-// Is matches ErrInvalid.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Error refuses one field of an options struct: pebblelog.OptionError.
+type Error = pebblelog.OptionError
 
 // New returns an *Error for field of options (the struct's qualified name).
 func New(options, field, message string) *Error {

@@ -1,6 +1,6 @@
 // Package pebbleengine is the Pebble engine of worklog's event-sourced backend: a
 // pebblelog.Store (and, with Options.ArchiveDir, an archive of pruned events) behind
-// internal/engine's seam. work.Open builds one and hands it to work.NewEngineQueue, as
+// internal/engine's seam. work.Open builds one and hands it to work's queue constructor, as
 // postgres.Open does with the PostgreSQL engine: both engines live outside work and are
 // built by a constructor call.
 package pebbleengine
@@ -50,6 +50,9 @@ type pebbleTxn struct {
 }
 
 func (t pebbleTxn) Append(ev events.Event) error { return t.t.Append(ev) }
+
+// ReserveSubmits is engineapi.SubmitReserver's: pebblelog.Txn.ReserveSubmits.
+func (t pebbleTxn) ReserveSubmits(requests, bytes int) { t.t.ReserveSubmits(requests, bytes) }
 
 func (e *Engine) Update(ctx context.Context, fn func(tx engineapi.Txn) error) error {
 	if err := ctx.Err(); err != nil {

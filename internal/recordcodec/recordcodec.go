@@ -27,7 +27,7 @@ import (
 // array or map belongs.
 
 const (
-	taskFields = 26
+	taskFields = 27
 	wakeFields = 17
 )
 
@@ -86,7 +86,8 @@ func AppendTask(b []byte, t *projection.Task) []byte {
 	b = msgp.AppendUint64(b, t.UpdatedSeq)
 	b = msgp.AppendUint32(b, t.AttemptsAtRetry)
 	b = msgp.AppendInt64(b, t.Priority)
-	return appendHeaders(b, t.Headers)
+	b = appendHeaders(b, t.Headers)
+	return msgp.AppendUint32(b, t.UnackedEarlierWakes)
 }
 
 // appendHeaders writes a task's headers as msgpack's reflection encoder writes a
@@ -324,6 +325,7 @@ func DecodeTask(key, v []byte) (*projection.Task, error) {
 	t.AttemptsAtRetry = uint32(r.fuint(32))
 	t.Priority = r.fint()
 	t.Headers = r.fheaders()
+	t.UnackedEarlierWakes = uint32(r.fuint(32))
 	r.end()
 	if r.err != nil {
 		return nil, &DecodeError{Key: key, Err: r.err}

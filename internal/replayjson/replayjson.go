@@ -69,8 +69,11 @@ type Task struct {
 	CompletionWakeID  string            `json:"completion_wake_id,omitempty"`
 	RejectedAttempt   uint32            `json:"rejected_attempt,omitempty"`
 	AttemptsAtRetry   uint32            `json:"attempts_at_retry,omitempty"`
-	SubmitSeq         uint64            `json:"submit_seq"`
-	UpdatedSeq        uint64            `json:"updated_seq"`
+	// UnackedEarlierWakes: completion wakes of earlier runs, detached by a retry before
+	// they were acknowledged, still unacknowledged; the task is not pruned while any is.
+	UnackedEarlierWakes uint32 `json:"unacked_earlier_wakes,omitempty"`
+	SubmitSeq           uint64 `json:"submit_seq"`
+	UpdatedSeq          uint64 `json:"updated_seq"`
 }
 
 // TaskOf is t's JSON form; token says what to show for a running task's lease token
@@ -81,7 +84,8 @@ func TaskOf(t *projection.Task, token func(string) string) *Task {
 		Input: Value(t.Input), IdempotencyKey: t.IdempotencyKey, WakeOnCompletion: t.WakeOnCompletion,
 		CreatedAt: Time(t.CreatedAt), ScheduledAt: Time(t.ScheduledAt),
 		CompletionWakeID: t.CompletionWakeID, RejectedAttempt: t.RejectedAttempt, AttemptsAtRetry: t.AttemptsAtRetry,
-		SubmitSeq: t.SubmitSeq, UpdatedSeq: t.UpdatedSeq, Priority: t.Priority, Headers: t.Headers,
+		UnackedEarlierWakes: t.UnackedEarlierWakes,
+		SubmitSeq:           t.SubmitSeq, UpdatedSeq: t.UpdatedSeq, Priority: t.Priority, Headers: t.Headers,
 	}
 	if t.HasRunAt {
 		j.RunAt = Time(t.RunAt)

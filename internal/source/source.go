@@ -76,12 +76,9 @@ type Source interface {
 	Close() error
 }
 
-// VerifyOptions are Source.Verify's options. The zero value is the default.
-type VerifyOptions struct {
-	// Progress, when set, is called now and then with the sequence reached and the last
-	// one. Default: nil, no reports.
-	Progress func(seq, last uint64)
-}
+// VerifyOptions are Source.Verify's options: projection.VerifyOptions, declared in a public
+// package so that pebblelog's and postgres's Store.Verify name no internal type.
+type VerifyOptions = projection.VerifyOptions
 
 // SessionOrder compares two session ids in the order every Source lists them: by the
 // session's length in bytes encoded as an unsigned varint (encoding/binary.AppendUvarint),

@@ -18,6 +18,7 @@ func scheduleScenarios() []scenario {
 		{"schedules/catchup_all", scheduleCatchupAll},
 		{"schedules/catchup_all_bounded", scheduleCatchupAllBounded},
 		{"schedules/time_zone_dst", scheduleTimeZone},
+		{"schedules/leap_day", scheduleLeapDay},
 		{"schedules/replace", scheduleReplace},
 		{"schedules/remove", scheduleRemove},
 		{"schedules/reopen", scheduleReopen},
@@ -173,6 +174,31 @@ func scheduleTimeZone(e *env) {
 	e.sameKeys("fall back", tickKeys(ds), "schedule:twice:2026-11-01T05:30:00Z", "schedule:twice:2026-11-01T06:30:00Z")
 }
 
+// scheduleLeapDay: February 29th is a day that exists: the rule is accepted and ticks in the
+// next leap year; set in March 2097, its next tick is in 2104 (2100 is no leap year), past
+// the five years the cron library searches. A rule on a day that never exists is refused
+// (scheduleValidation), as is a day-of-month no month it names has; a day-of-week saves it.
+func scheduleLeapDay(e *env) {
+	const s = "session_sched_leap"
+	sc := work.Schedule{Name: "leap", Cron: "0 0 29 2 *", Task: work.TaskRequest{Kind: "leap"}}
+	e.setSchedule(s, sc, at(0))
+	st, err := e.session(s).Schedules(e.ctx)
+	e.ok("Schedules", err)
+	e.eqTime("Next", st[0].Next, time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC))
+	ds, err := e.q.ClaimKindsAt(e.ctx, []string{"leap"}, time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), hour, 10)
+	e.ok("ClaimKinds", err)
+	e.sameKeys("the leap day", tickKeys(ds), "schedule:leap:2028-02-29T00:00:00Z")
+
+	sc.Name = "leap2100"
+	e.setSchedule(s, sc, time.Date(2097, 3, 1, 0, 0, 0, 0, time.UTC))
+	st, err = e.session(s).Schedules(e.ctx)
+	e.ok("Schedules", err)
+	e.eqTime("Next from 2097", st[1].Next, time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC))
+
+	sc.Name, sc.Cron = "fridays", "0 0 30 2 FRI" // the day fields are ORed: every Friday of February
+	e.setSchedule(s, sc, at(0))
+}
+
 // scheduleReplace: SetSchedule on an existing name replaces it from now on; a tick already
 // submitted is never submitted again, even when the new now is earlier.
 func scheduleReplace(e *env) {
@@ -294,6 +320,9 @@ func scheduleValidation(e *env) {
 		{"cron", func(sc *work.Schedule) { sc.Cron = "@every 1.5s" }},
 		{"cron", func(sc *work.Schedule) { sc.Cron = "@every soon" }},
 		{"cron", func(sc *work.Schedule) { sc.Cron = "TZ=UTC 0 9 * * *" }},
+		{"cron", func(sc *work.Schedule) { sc.Cron = "0 0 30 2 *" }}, // February 30th: it would never fire
+		{"cron", func(sc *work.Schedule) { sc.Cron = "0 12 30-31 2 *" }},
+		{"cron", func(sc *work.Schedule) { sc.Cron = "0 0 31 2,4,6,9,11 *" }},
 		{"time_zone", func(sc *work.Schedule) { sc.TimeZone = "Mars/Olympus_Mons" }},
 		{"time_zone", func(sc *work.Schedule) { sc.TimeZone = "Local" }},
 		{"task.idempotency_key", func(sc *work.Schedule) { sc.Task.IdempotencyKey = "k" }},

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package inspect
+
+func private(string) error { return nil }

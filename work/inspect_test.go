@@ -1,0 +1,232 @@
+package work_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/gob"
+	"encoding/json"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/work"
+)
+
+// The inspection endpoint of a durable queue (Options.NoInspect; internal/inspect): these
+// tests speak its protocol by hand, as a hostile or broken client of the same user would.
+// cmd/replay's inspect_test.go reads a held store through it with the real replay binary.
+
+// inspectReply is the part of the endpoint's reply frames these tests read.
+type inspectReply struct {
+	Done bool
+	More bool
+	Err  *struct{ Msg, Kind string }
+	U64  uint64
+	OK   bool
+}
+
+func openInspected(t *testing.T) (*work.Queue, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	if _, err := q.Session("s").Submit(context.Background(), work.TaskRequest{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	return q, filepath.Join(dir, "WORKLOG.sock")
+}
+
+func dialInspect(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func sendFrame(t *testing.T, c net.Conn, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	if _, err := c.Write(append(hdr[:], b...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func frame(s string) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(s))), s...)
+}
+
+// readReply reads one reply frame, within 10 s.
+func readReply(c net.Conn, dec *gob.Decoder) (inspectReply, error) {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var r inspectReply
+	err := dec.Decode(&r)
+	return r, err
+}
+
+func lastSeqOf(t *testing.T, q *work.Queue) uint64 {
+	t.Helper()
+	var n uint64
+	if err := q.ReadLog(context.Background(), 1, func(events.Event) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestInspectRefusesWritesAndGarbage: no request writes. A request naming any operation
+// that is not one of the endpoint's reads (the names of the queue's commands, the store's
+// writes), at the top or inside a view, is answered with an error and changes nothing;
+// garbage, an oversized frame and a frame of another protocol version are refused; the
+// queue goes on.
+func TestInspectRefusesWritesAndGarbage(t *testing.T) {
+	q, sock := openInspected(t)
+	before := lastSeqOf(t, q)
+	writes := []string{"submit", "update", "append", "append_log", "prune", "checkpoint", "cancel", "retry",
+		"close", "claim", "finish", "set_kind_policy", "import", "compact", "put_task", "delete"}
+	for _, op := range writes {
+		c := dialInspect(t, sock)
+		sendFrame(t, c, map[string]any{"v": 1, "op": op, "id": "task_x", "session": "s"})
+		r, err := readReply(c, gob.NewDecoder(c))
+		if err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
+			t.Errorf("op %q: %+v %v, want a refusal", op, r, err)
+		}
+	}
+	// Inside a view: the same.
+	c := dialInspect(t, sock)
+	dec := gob.NewDecoder(c)
+	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	if r, err := readReply(c, dec); err != nil || !r.OK {
+		t.Fatalf("view: %+v %v", r, err)
+	}
+	sendFrame(t, c, map[string]any{"v": 1, "op": "submit"})
+	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
+		t.Errorf("submit in a view: %+v %v", r, err)
+	}
+	// An index that does not exist (it indexed past projection.Indexes: a panic in the
+	// holder) is refused.
+	c = dialInspect(t, sock)
+	dec = gob.NewDecoder(c)
+	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	if r, err := readReply(c, dec); err != nil || !r.OK {
+		t.Fatalf("view: %+v %v", r, err)
+	}
+	sendFrame(t, c, map[string]any{"v": 1, "op": "scan_index", "index": 200})
+	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "no index 200") {
+		t.Errorf("scan_index 200: %+v %v", r, err)
+	}
+
+	garbage := [][]byte{
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), // a frame of 1.2 GB by its header
+		{0, 0, 0, 5, '{', 'x', 'y', 'z', '}'},       // not JSON
+		{0, 0, 0, 0},                                // empty
+		frame(`{"op":"x"}`),                         // no version
+		frame(`{"v":99,"op":"last_seq"}`),           // another version
+	}
+	for i, g := range garbage {
+		c := dialInspect(t, sock)
+		if _, err := c.Write(g); err != nil {
+			t.Fatal(err)
+		}
+		r, err := readReply(c, gob.NewDecoder(c))
+		if err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "bad request") {
+			t.Errorf("garbage %d: %+v %v, want a refusal", i, r, err)
+		}
+	}
+	if after := lastSeqOf(t, q); after != before {
+		t.Errorf("the log went from seq %d to %d through the endpoint", before, after)
+	}
+	// The endpoint still answers, and the queue still works.
+	c = dialInspect(t, sock)
+	sendFrame(t, c, map[string]any{"v": 1, "op": "last_seq"})
+	if r, err := readReply(c, gob.NewDecoder(c)); err != nil || r.U64 != before {
+		t.Errorf("last_seq after the garbage: %+v %v", r, err)
+	}
+	if _, err := q.Session("s").Submit(context.Background(), work.TaskRequest{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInspectCloseNotHeldUp: clients that hang (one sends nothing, one holds a view open and
+// goes quiet, one follows) do not hold Close up: Close closes their connections and returns
+// within a bound far below the endpoint's own timeouts (a quiet view is dropped after 30 s,
+// and holds the store's snapshot meanwhile).
+func TestInspectCloseNotHeldUp(t *testing.T) {
+	q, sock := openInspected(t)
+	dialInspect(t, sock) // sends nothing
+	v := dialInspect(t, sock)
+	vdec := gob.NewDecoder(v)
+	sendFrame(t, v, map[string]any{"v": 1, "op": "view"})
+	if r, err := readReply(v, vdec); err != nil || !r.OK {
+		t.Fatalf("view: %+v %v", r, err)
+	}
+	f := dialInspect(t, sock)
+	sendFrame(t, f, map[string]any{"v": 1, "op": "follow", "from": 1})
+	if r, err := readReply(f, gob.NewDecoder(f)); err != nil || r.Err != nil {
+		t.Fatalf("follow: %+v %v", r, err)
+	}
+	start := time.Now()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with hanging inspectors", d)
+	}
+	// The view's connection was closed under it.
+	if _, err := readReply(v, vdec); err == nil {
+		t.Error("the view's connection is still open after Close")
+	}
+}
+
+// TestInspectClientLimit: at most 16 clients are served at once; the next is told so and
+// dropped, and a slot frees when a client goes.
+func TestInspectClientLimit(t *testing.T) {
+	_, sock := openInspected(t)
+	var held []net.Conn
+	for range 16 {
+		held = append(held, dialInspect(t, sock))
+	}
+	time.Sleep(100 * time.Millisecond) // let the server take them
+	c := dialInspect(t, sock)
+	r, err := readReply(c, gob.NewDecoder(c))
+	if err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "16 clients at once") {
+		t.Fatalf("the 17th client: %+v %v", r, err)
+	}
+	held[0].Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c := dialInspect(t, sock)
+		sendFrame(t, c, map[string]any{"v": 1, "op": "last_seq"})
+		r, err := readReply(c, gob.NewDecoder(c))
+		if err == nil && r.Err == nil && r.U64 > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no slot after a client left: %+v %v", r, err)
+		}
+	}
+}
+
+// TestNoInspect: Options.NoInspect serves nothing.
+func TestNoInspect(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := work.Open(dir, &work.Options{NoInspect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := net.Dial("unix", filepath.Join(dir, "WORKLOG.sock")); err == nil {
+		t.Error("an endpoint with NoInspect")
+	}
+}
