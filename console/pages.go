@@ -100,7 +100,7 @@ func (c *Console) overview(r *http.Request, p *page) (string, error) {
 		} else {
 			d.Live, d.DueNow = true, st.DueNow
 			if st.DueNow > 0 {
-				d.OldestDue = st.OldestDueAge.Round(time.Millisecond).String()
+				d.OldestDue = fmtDuration(st.OldestDueAge)
 			}
 		}
 	}

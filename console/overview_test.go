@@ -67,3 +67,30 @@ func TestSessionCountIsOnlySessions(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestOldestDueAgeInHumanUnits: the overview writes the oldest due age in days (the fixture's
+// tasks are due since March 2026), not "6597h27m37.916s"; the JSON twin keeps the machine
+// value, a Go duration.
+func TestOldestDueAgeInHumanUnits(t *testing.T) {
+	f := newFixture(t)
+	srv := newServer(t, f.q, nil)
+	r := get(t, srv, "/")
+	i := strings.Index(r.body, `</div><div>oldest due age</div>`)
+	if i < 0 {
+		t.Fatalf("no oldest due age on the overview\n%s", r.body)
+	}
+	card := r.body[strings.LastIndex(r.body[:i], `>`)+1 : i]
+	if !strings.HasSuffix(card, " days") && !strings.Contains(card, " days ") {
+		t.Errorf("oldest due age %q: not in days", card)
+	}
+	var j struct {
+		OldestDueAge string `json:"oldest_due_age"`
+	}
+	r = get(t, srv, "/api/stats")
+	if err := json.Unmarshal([]byte(r.body), &j); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := time.ParseDuration(j.OldestDueAge); err != nil || d < 24*time.Hour {
+		t.Errorf("api/stats oldest_due_age %q: not a machine duration over a day (%v)", j.OldestDueAge, err)
+	}
+}
