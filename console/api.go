@@ -213,7 +213,7 @@ func (c *Console) verify(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		line("bad", "reading the log failed: "+err.Error())
 	default:
-		line("progress", fmt.Sprintf("read and decoded all %d retained events up to seq %d in %v; %d pruned range(s) before or between them", n, prev, time.Since(started).Round(time.Millisecond), gaps))
+		line("progress", fmt.Sprintf("read and decoded all %d retained events up to seq %d in %s; %d pruned range(s) before or between them", n, prev, fmtDuration(time.Since(started)), gaps))
 		line("progress", "rebuilding the projection from the log and comparing it with the stored one (Queue.Verify)…")
 		verr := c.q.Verify(ctx)
 		var ve *work.VerifyError

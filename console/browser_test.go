@@ -193,6 +193,10 @@ func TestBrowserPagesSliderAndActions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Newest first, as the page: the live row is the top one.
+	if top := text(t, ctx, "#log-rows tr:first-child"); !strings.Contains(top, tk.ID) {
+		t.Errorf("the live tail's new row is not the top one: %q", top)
+	}
 	shoot(t, ctx, "log-live")
 
 	if n := dialogs.Load(); n != 0 {

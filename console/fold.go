@@ -74,6 +74,54 @@ func foldEvents(evs []events.Event, explain bool) (*projection.Mem, []step) {
 func fmtTime(ns int64) string  { return time.Unix(0, ns).UTC().Format("2006-01-02 15:04:05.000") }
 func jsonTime(ns int64) string { return replayjson.Time(ns) }
 
+// fmtDuration is how every page of the console writes a duration: in the two largest human
+// units, each cut down (not rounded up) to a whole number: "850 ms", "4.2 s", "3 min 12 s",
+// "5 h 7 min", "2 days 3 h", "274 days". Below 10 s a tenth of a second is kept; from 10
+// days on, only days. The JSON twins keep the machine values.
+func fmtDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDuration(-d)
+	}
+	const day = 24 * time.Hour
+	two := func(a int64, ua string, b int64, ub string) string {
+		if b == 0 {
+			return fmt.Sprintf("%d %s", a, ua)
+		}
+		return fmt.Sprintf("%d %s %d %s", a, ua, b, ub)
+	}
+	days := func(n int64) string {
+		if n == 1 {
+			return "day"
+		}
+		return "days"
+	}
+	switch {
+	case d == 0:
+		return "0 ms"
+	case d < time.Millisecond:
+		return "< 1 ms"
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d/time.Millisecond)
+	case d < 10*time.Second:
+		t := int64(d / (100 * time.Millisecond))
+		if t%10 == 0 {
+			return fmt.Sprintf("%d s", t/10)
+		}
+		return fmt.Sprintf("%d.%d s", t/10, t%10)
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", d/time.Second)
+	case d < time.Hour:
+		return two(int64(d/time.Minute), "min", int64(d%time.Minute/time.Second), "s")
+	case d < day:
+		return two(int64(d/time.Hour), "h", int64(d%time.Hour/time.Minute), "min")
+	case d < 10*day:
+		n := int64(d / day)
+		return two(n, days(n), int64(d%day/time.Hour), "h")
+	}
+	n := int64(d / day)
+	return fmt.Sprintf("%d %s", n, days(n))
+}
+
 // taskRule says which rule of the fold an event about a task applied, from the task before
 // (nil before its submission) and after: narrate's text, the one `replay task` shows.
 func taskRule(ev events.Event, b, t *projection.Task) string {

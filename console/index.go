@@ -193,15 +193,20 @@ func (ix *index) add(ev events.Event) error {
 			}
 		}
 	}
-	s := ix.sess[h.SessionID]
-	if s == nil {
-		s = &sessRec{id: h.SessionID, firstSeq: h.Seq}
-		ix.sess[h.SessionID] = s
-		ix.dirty = true
-	}
-	s.seqs = append(s.seqs, h.Seq)
-	if ev.Type() == events.TypeTaskSubmitted && ti >= 0 {
-		s.tasks = append(s.tasks, ti)
+	// A session is what a session's event names; an event about a kind as a whole
+	// (kind_policy_set) has no session (its SessionID is "") and makes none. A schedule's
+	// events belong to their session and count as it.
+	if info, _ := ev.Type().Info(); h.SessionID != "" && info.Subject != events.SubjectKind {
+		s := ix.sess[h.SessionID]
+		if s == nil {
+			s = &sessRec{id: h.SessionID, firstSeq: h.Seq}
+			ix.sess[h.SessionID] = s
+			ix.dirty = true
+		}
+		s.seqs = append(s.seqs, h.Seq)
+		if ev.Type() == events.TypeTaskSubmitted && ti >= 0 {
+			s.tasks = append(s.tasks, ti)
+		}
 	}
 	r := evRec{seq: h.Seq, at: h.At, maxAt: h.At, task: ti, typ: ev.Type(), before: before, after: after}
 	if n := len(ix.evs); n > 0 {

@@ -100,7 +100,7 @@ func (c *Console) overview(r *http.Request, p *page) (string, error) {
 		} else {
 			d.Live, d.DueNow = true, st.DueNow
 			if st.DueNow > 0 {
-				d.OldestDue = st.OldestDueAge.Round(time.Millisecond).String()
+				d.OldestDue = fmtDuration(st.OldestDueAge)
 			}
 		}
 	}
@@ -733,12 +733,14 @@ func (c *Console) logPage(r *http.Request, p *page) (string, error) {
 		seqs = seqs[:d.Limit]
 	}
 	if !ascending {
-		slices.Reverse(seqs)
+		slices.Reverse(seqs) // readEvents reads ascending
 	}
 	evs, err := readEvents(r.Context(), c.q, seqs)
 	if err != nil {
 		return "", err
 	}
+	// The page is newest first (docs/console.md), whichever end it was picked from.
+	slices.Reverse(evs)
 	for _, ev := range evs {
 		h := ev.Head()
 		tid, wid := ev.Subject()
@@ -775,11 +777,11 @@ func (c *Console) logPage(r *http.Request, p *page) (string, error) {
 		return "?" + v.Encode()
 	}
 	if len(d.Rows) > 0 {
-		first, last := d.Rows[0].Seq, d.Rows[len(d.Rows)-1].Seq
+		first, last := d.Rows[len(d.Rows)-1].Seq, d.Rows[0].Seq // the oldest and newest shown
 		if (!ascending && more) || (ascending && first > 1 && from > 1) {
 			d.Older = link(0, first-1)
 		}
-		if (ascending && more) || last < p.Cut.seq && ascending {
+		if last < p.Cut.seq { // a page up to a seq (an older page) has a way back too
 			d.Newer = link(last+1, 0)
 		}
 	}

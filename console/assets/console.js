@@ -31,7 +31,7 @@
         td.textContent = v;
         tr.appendChild(td);
       });
-      body.appendChild(tr);
+      body.insertBefore(tr, body.firstChild); // newest first, as the page
       live.textContent = "Live: last event seq " + r.seq;
     };
     src.onerror = function () { live.textContent = "Live tail disconnected; reload to resume."; };
