@@ -1,10 +1,8 @@
 package pebblelog_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -132,20 +130,8 @@ func TestGoldenStore(t *testing.T) {
 	if err := q.Verify(ctx); err != nil {
 		t.Fatalf("Verify after the read-write Open: %v", err)
 	}
-	st, err := goldenstore.Dump(ctx, q, goldenNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := goldenstore.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.ReadFile(goldenState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("the golden store reads a state other than %s:\n%s", goldenState, lineDiff(string(want), string(got)))
+	if err := goldenstore.Check(ctx, q, goldenNow, goldenState); err != nil {
+		t.Fatalf("the golden store: %v", err)
 	}
 }
 
@@ -156,23 +142,4 @@ func readMarker(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// lineDiff names the first lines where want and got differ.
-func lineDiff(want, got string) string {
-	w, g := bytes.Split([]byte(want), []byte("\n")), bytes.Split([]byte(got), []byte("\n"))
-	var out bytes.Buffer
-	for i := 0; i < max(len(w), len(g)) && out.Len() < 4000; i++ {
-		var a, b []byte
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if !bytes.Equal(a, b) {
-			fmt.Fprintf(&out, "line %d:\n- %s\n+ %s\n", i+1, a, b)
-		}
-	}
-	return out.String()
 }

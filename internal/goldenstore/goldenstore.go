@@ -7,11 +7,13 @@
 package goldenstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -263,4 +265,45 @@ func short(b []byte) []byte {
 func Marshal(st *State) ([]byte, error) {
 	b, err := json.MarshalIndent(st, "", "  ")
 	return append(b, '\n'), err
+}
+
+// Check dumps q's state at now and compares it with the golden state stored in file (as
+// Marshal writes it): nil when they are equal, else an error naming the file and listing the
+// lines that differ. A test of every backend's golden store calls it after Open and Verify.
+func Check(ctx context.Context, q *work.Queue, now time.Time, file string) error {
+	st, err := Dump(ctx, q, now)
+	if err != nil {
+		return err
+	}
+	got, err := Marshal(st)
+	if err != nil {
+		return err
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(got, want) {
+		return nil
+	}
+	return fmt.Errorf("the store reads a state other than %s:\n%s", file, lineDiff(want, got))
+}
+
+// lineDiff lists the lines where want and got differ (up to about 4 KB of them).
+func lineDiff(want, got []byte) string {
+	w, g := bytes.Split(want, []byte("\n")), bytes.Split(got, []byte("\n"))
+	var out bytes.Buffer
+	for i := 0; i < max(len(w), len(g)) && out.Len() < 4000; i++ {
+		var a, b []byte
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if !bytes.Equal(a, b) {
+			fmt.Fprintf(&out, "line %d:\n- %s\n+ %s\n", i+1, a, b)
+		}
+	}
+	return out.String()
 }
