@@ -578,20 +578,7 @@ type keyState struct {
 func keyModel() porcupine.NondeterministicModel {
 	return porcupine.NondeterministicModel{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-			by := map[string][]porcupine.Operation{}
-			var keys []string
-			for _, o := range h {
-				k := o.Input.(keyIn).key
-				if by[k] == nil {
-					keys = append(keys, k)
-				}
-				by[k] = append(by[k], o)
-			}
-			var out [][]porcupine.Operation
-			for _, k := range keys {
-				out = append(out, by[k])
-			}
-			return out
+			return partitionBy(h, func(o porcupine.Operation) string { return o.Input.(keyIn).key })
 		},
 		Init: func() []interface{} { return []interface{}{keyState{}} },
 		Step: func(state, input, output interface{}) []interface{} {
@@ -646,20 +633,7 @@ type mutexIn struct {
 func mutexModel() porcupine.Model {
 	return porcupine.Model{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-			by := map[string][]porcupine.Operation{}
-			var keys []string
-			for _, o := range h {
-				k := o.Input.(mutexIn).part
-				if by[k] == nil {
-					keys = append(keys, k)
-				}
-				by[k] = append(by[k], o)
-			}
-			var out [][]porcupine.Operation
-			for _, k := range keys {
-				out = append(out, by[k])
-			}
-			return out
+			return partitionBy(h, func(o porcupine.Operation) string { return o.Input.(mutexIn).part })
 		},
 		Init: func() interface{} { return -1 },
 		Step: func(state, input, output interface{}) (bool, interface{}) {
@@ -687,4 +661,23 @@ func mutexModel() porcupine.Model {
 			return fmt.Sprintf("held by run %d", state.(int))
 		},
 	}
+}
+
+// partitionBy splits a history into the operations of each key, keys in order of first
+// appearance, each partition in the history's order (porcupine checks them one by one).
+func partitionBy(h []porcupine.Operation, key func(porcupine.Operation) string) [][]porcupine.Operation {
+	by := map[string][]porcupine.Operation{}
+	var keys []string
+	for _, o := range h {
+		k := key(o)
+		if by[k] == nil {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], o)
+	}
+	out := make([][]porcupine.Operation, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, by[k])
+	}
+	return out
 }
