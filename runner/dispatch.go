@@ -167,7 +167,7 @@ func (r *Runner) settleAndClaim(batch []finished, want int) (int, []finished) {
 	for i := range batch {
 		f := batch[i]
 		if i < len(results) {
-			f.res.SettleErr = results[i].Err
+			f.res.SettleErr, f.res.Seq = results[i].Err, results[i].Seq
 		}
 		if !r.refused(f) {
 			report = append(report, f)

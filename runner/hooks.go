@@ -40,6 +40,13 @@ type TaskResult struct {
 	// SettleErr is the error of recording the result, if any (the task then stays claimed
 	// until its lease expires and is delivered again).
 	SettleErr error
+	// Seq is the sequence number of the log event that recorded the result (the task's
+	// task_settled, or task_released for a retry or a stop's release: see
+	// work.SettleResult.Seq), for finding it in the log (replay task, Queue.ReadLog). It is
+	// 0 when no event was recorded: SettleErr is set, the lease was lost, the queue's backend
+	// does not report it (a custom work.Backend), or the result had been recorded before (a
+	// round the queue ran again).
+	Seq uint64
 }
 
 // Hooks is told about the tasks and wakes a runner handles, for metrics and tracing (an

@@ -555,38 +555,39 @@ func (b *logBackend) Finish(ctx context.Context, d TaskDelivery, o Outcome, now 
 		defer release()
 	}
 	eo := outcomeToOwned(o, staged)
-	var out Task
-	var derr error
+	var r SettleResult
 	err := b.update(ctx, func(tx txn) error {
 		var err error
-		out, derr, err = b.finishIn(tx, d, eo, wakeID, at) // fn may run twice: all three set afresh
+		r, err = b.finishIn(tx, d, eo, wakeID, at) // fn may run twice: both set afresh
 		return err
 	})
-	return result(out, derr, err)
+	return result(r.Task, r.Err, err)
 }
 
-// finishIn decides a Finish inside a command (Finish, SettleAndClaim): the task afterwards,
-// or the domain error; the last error is the engine's, which fails the command.
-func (b *logBackend) finishIn(tx txn, d TaskDelivery, eo events.Outcome, wakeID string, at int64) (Task, error, error) {
+// finishIn decides a Finish inside a command (Finish, SettleAndClaim): the task afterwards
+// and the seq of the task_settled event it appended (0 for a repeat, which appends none), or
+// the domain error (with Seq 0, even when a task_settle_rejected event was recorded); the
+// error returned is the engine's, which fails the command.
+func (b *logBackend) finishIn(tx txn, d TaskDelivery, eo events.Outcome, wakeID string, at int64) (SettleResult, error) {
 	token := d.LeaseToken()
 	t, err := tx.Task(d.Task.ID)
 	if err != nil {
-		return Task{}, nil, err
+		return SettleResult{}, err
 	}
 	if t == nil {
-		return Task{}, notFound(d.Task.ID), nil
+		return SettleResult{Err: notFound(d.Task.ID)}, nil
 	}
 	if t.SettledToken != "" && t.SettledToken == token {
 		if !sameOutcome(t.Outcome, eo) {
-			return Task{}, badTransition("the delivery was already settled with a different outcome"), nil
+			return SettleResult{Err: badTransition("the delivery was already settled with a different outcome")}, nil
 		}
-		return b.taskSnapshot(t), nil, nil
+		return SettleResult{Task: b.taskSnapshot(t)}, nil
 	}
 	if !t.OwnedBy(d.Attempt, token) {
 		if !t.RejectionRecordable(d.Attempt) {
-			return Task{}, stale(t.ID), nil
+			return SettleResult{Err: stale(t.ID)}, nil
 		}
-		return Task{}, stale(t.ID), tx.Append(&events.TaskSettleRejected{
+		return SettleResult{Err: stale(t.ID)}, tx.Append(&events.TaskSettleRejected{
 			Header: events.Header{SessionID: t.SessionID, At: at},
 			TaskID: t.ID, Attempt: d.Attempt, Reason: rejectReason(t.Claimed(), t.Attempts, d.Attempt),
 		})
@@ -595,10 +596,20 @@ func (b *logBackend) finishIn(tx txn, d TaskDelivery, eo events.Outcome, wakeID 
 		Header: events.Header{SessionID: t.SessionID, At: at},
 		TaskID: t.ID, Attempt: d.Attempt, LeaseToken: token, Outcome: eo,
 	}
-	if err := tx.Append(ev); err != nil {
-		return Task{}, nil, err
+	if err := tx.Append(ev); err != nil { // Append sets ev.Seq
+		return SettleResult{}, err
 	}
-	return b.settled(tx, t.ID, wakeID, at)
+	return b.settledBy(tx, t.ID, ev.Seq, wakeID, at)
+}
+
+// settledBy is settled's answer as a SettleResult: the task afterwards and seq, that of the
+// event that recorded the settle.
+func (b *logBackend) settledBy(tx txn, id string, seq uint64, wakeID string, at int64) (SettleResult, error) {
+	t, derr, err := b.settled(tx, id, wakeID, at)
+	if err != nil || derr != nil {
+		return SettleResult{Err: derr}, err
+	}
+	return SettleResult{Task: t, Seq: seq}, nil
 }
 
 // settled finishes a command that ended task id (a settlement, a cancel of pending work, the

@@ -109,31 +109,31 @@ func (b *logBackend) Release(ctx context.Context, d TaskDelivery, r ReleaseReque
 	if idErr != nil {
 		return Task{}, backendErr(idErr)
 	}
-	var out Task
-	var derr error
+	var res SettleResult
 	err := b.update(ctx, func(tx txn) error {
 		var err error
-		out, derr, err = b.releaseIn(tx, d, &r, wakeID, at) // fn may run twice: all three set afresh
+		res, err = b.releaseIn(tx, d, &r, wakeID, at) // fn may run twice: both set afresh
 		return err
 	})
-	return result(out, derr, err)
+	return result(res.Task, res.Err, err)
 }
 
 // releaseIn decides a Release inside a command (Release, SettleAndClaim), as finishIn does a
-// Finish.
-func (b *logBackend) releaseIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID string, at int64) (Task, error, error) {
+// Finish: Seq is the task_released event's.
+func (b *logBackend) releaseIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID string, at int64) (SettleResult, error) {
 	t, derr, err := ownedTask(tx, d)
 	if err != nil || derr != nil {
-		return Task{}, derr, err
+		return SettleResult{Err: derr}, err
 	}
-	if err := tx.Append(&events.TaskReleased{
+	ev := &events.TaskReleased{
 		Header: events.Header{SessionID: t.SessionID, At: at},
 		TaskID: t.ID, Attempt: d.Attempt, RunAt: releaseAt(r, at), Reason: r.Reason,
-	}); err != nil {
-		return Task{}, nil, err
+	}
+	if err := tx.Append(ev); err != nil { // Append sets ev.Seq
+		return SettleResult{}, err
 	}
 	// Pending again; or, if a cancel was requested, canceled, with its completion wake.
-	return b.settled(tx, t.ID, wakeID, at)
+	return b.settledBy(tx, t.ID, ev.Seq, wakeID, at)
 }
 
 // releaseAgainIn decides a release whose forwarded round's answer was lost (forwardRound):
@@ -143,18 +143,19 @@ func (b *logBackend) releaseIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID
 // ends its claim so (an expired lease keeps the claim until the next claim, attempt N+1), and
 // the answer is the task as it is. A task claimed again since (more attempts) may have been
 // released first or have lost its lease: that is not known, and it is said (ErrBackend),
-// with no rejection recorded. Anything else is releaseIn's.
-func (b *logBackend) releaseAgainIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID string, at int64) (Task, error, error) {
+// with no rejection recorded. Anything else is releaseIn's. A release found committed has
+// Seq 0: this command appended nothing.
+func (b *logBackend) releaseAgainIn(tx txn, d TaskDelivery, r *ReleaseRequest, wakeID string, at int64) (SettleResult, error) {
 	t, err := tx.Task(d.Task.ID)
 	if err != nil || t == nil || t.OwnedBy(d.Attempt, d.LeaseToken()) || t.AttemptsAtRetry >= d.Attempt {
 		return b.releaseIn(tx, d, r, wakeID, at)
 	}
 	switch {
 	case t.Attempts == d.Attempt && !t.Claimed() && t.SettledToken != d.LeaseToken():
-		return b.taskSnapshot(t), nil, nil
+		return SettleResult{Task: b.taskSnapshot(t)}, nil
 	case t.Attempts > d.Attempt:
-		return Task{}, backendErr(fmt.Errorf("task %s: the release of attempt %d was sent to the shared writer and its answer lost; "+
-			"the task has been claimed again since (attempt %d): whether the release committed first is unknown", t.ID, d.Attempt, t.Attempts)), nil
+		return SettleResult{Err: backendErr(fmt.Errorf("task %s: the release of attempt %d was sent to the shared writer and its answer lost; "+
+			"the task has been claimed again since (attempt %d): whether the release committed first is unknown", t.ID, d.Attempt, t.Attempts))}, nil
 	}
 	return b.releaseIn(tx, d, r, wakeID, at)
 }
@@ -518,11 +519,11 @@ func (b *logBackend) settleAndClaimHere(ctx context.Context, settles []Settle, k
 			case p.err != nil:
 				r.Err = p.err
 			case p.release != nil && again:
-				r.Task, r.Err, err = b.releaseAgainIn(tx, settles[i].Delivery, p.release, p.wakeID, at)
+				r, err = b.releaseAgainIn(tx, settles[i].Delivery, p.release, p.wakeID, at)
 			case p.release != nil:
-				r.Task, r.Err, err = b.releaseIn(tx, settles[i].Delivery, p.release, p.wakeID, at)
+				r, err = b.releaseIn(tx, settles[i].Delivery, p.release, p.wakeID, at)
 			default:
-				r.Task, r.Err, err = b.finishIn(tx, settles[i].Delivery, p.outcome, p.wakeID, at)
+				r, err = b.finishIn(tx, settles[i].Delivery, p.outcome, p.wakeID, at)
 			}
 			if err != nil {
 				return err

@@ -17,8 +17,9 @@ import (
 // that cannot read a round (another version) refuses it before running anything, and the
 // sender runs it itself. Nothing of it is stored: it is not the log's wire format.
 
-// forwardVersion is the first byte of every forwarded round and answer.
-const forwardVersion = 1
+// forwardVersion is the first byte of every forwarded round and answer. Version 2 added
+// fwdResult.Seq (an array-encoded struct does not decode with another number of fields).
+const forwardVersion = 2
 
 // errForwardRefused is the answer of a process that did not run a round (it is closing, or
 // cannot read it): the sender runs the round itself.
@@ -58,6 +59,7 @@ type fwdError struct {
 type fwdResult struct {
 	Task Task
 	Err  *fwdError
+	Seq  uint64
 }
 
 type fwdAnswer struct {
@@ -184,7 +186,7 @@ func answerOf(a *fwdAnswer, n int) (res []SettleResult, claimed []TaskDelivery, 
 	}
 	res = make([]SettleResult, len(a.Results))
 	for i := range a.Results {
-		res[i] = SettleResult{Task: a.Results[i].Task, Err: a.Results[i].Err.err()}
+		res[i] = SettleResult{Task: a.Results[i].Task, Err: a.Results[i].Err.err(), Seq: a.Results[i].Seq}
 	}
 	claimed = make([]TaskDelivery, len(a.Claimed))
 	for i := range a.Claimed {
@@ -248,7 +250,7 @@ func (b *logBackend) serveForwarded(ctx context.Context, req []byte) ([]byte, er
 	} else {
 		a.Results = make([]fwdResult, len(res))
 		for i := range res {
-			a.Results[i] = fwdResult{Task: res[i].Task, Err: toFwdError(res[i].Err)}
+			a.Results[i] = fwdResult{Task: res[i].Task, Err: toFwdError(res[i].Err), Seq: res[i].Seq}
 		}
 		a.Claimed = make([]fwdDelivery, len(claimed))
 		for i := range claimed {

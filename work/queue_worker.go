@@ -285,6 +285,14 @@ type Settle struct {
 type SettleResult struct {
 	Task Task
 	Err  error
+	// Seq is the sequence number of the event the settle appended to record its result:
+	// the task_settled of an Outcome, the task_released of a Release. It is 0 when the
+	// settle recorded no result: Err is set (a rejected settle reports 0, even when the log
+	// records the rejection as a task_settle_rejected event), or the settle repeated one
+	// already recorded (the same delivery settled again with the same outcome, or a round
+	// run again after the shared writer's answer was lost) and appended nothing. worklog's
+	// backends fill it; a custom Backend's SettleAndClaim may leave it 0.
+	Seq uint64
 }
 
 // SettleAndClaim settles and claims at the queue's clock's time.

@@ -46,7 +46,11 @@
 // own, and _OTHER for a plain errors.New or fmt.Errorf error.
 // The settlement is a span event ("settle") on the process span rather than a span of its
 // own: the runner records results in batches (one fsync for many tasks), so a per-task
-// settle span would time the batch, not the task.
+// settle span would time the batch, not the task. When the result was recorded, the process
+// span has worklog.event.seq: the sequence number of the log event that recorded it
+// (runner.TaskResult.Seq: the task_settled, or the task_released of a retry), to find it
+// in the log (replay log, replay task, the console). It is absent when nothing was recorded
+// (lease lost, a failed settle) or the queue's backend does not report it.
 //
 // # Metrics
 //

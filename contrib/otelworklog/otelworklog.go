@@ -35,6 +35,7 @@ const (
 	keyWorker        = attribute.Key("worklog.worker")
 	keyOutcome       = attribute.Key("worklog.outcome")
 	keyState         = attribute.Key("worklog.task.state")
+	keyEventSeq      = attribute.Key("worklog.event.seq")
 )
 
 var systemWorklog = keySystem.String("worklog")
@@ -386,6 +387,9 @@ func (h hooks) TaskEnd(ctx context.Context, d work.TaskDelivery, r runner.TaskRe
 	if span.IsRecording() {
 		span.AddEvent("settle", trace.WithAttributes(keyOutcome.String(k.outcome)))
 		span.SetAttributes(keyOutcome.String(k.outcome))
+		if r.Seq != 0 {
+			span.SetAttributes(keyEventSeq.Int64(int64(r.Seq)))
+		}
 		if k.errType != "" {
 			span.SetAttributes(keyErrorType.String(k.errType))
 		}

@@ -48,6 +48,7 @@ func runningScenarios() []scenario {
 
 		{"settle_and_claim/mixed_results", sacMixed},
 		{"settle_and_claim/a_bad_settle_fails_only_its_own_result", sacBadSettle},
+		{"settle_and_claim/results_carry_the_seq_of_their_event", sacSeq},
 		{"settle_and_claim/claims_in_the_same_step", sacClaims},
 		{"settle_and_claim/validation", sacValidation},
 

@@ -351,6 +351,74 @@ func sacBadSettle(e *env) {
 	e.eqTime("t2 ScheduledAt", got.ScheduledAt, at(300))
 }
 
+// sacSeq: a settle that recorded its result reports the seq of the event that did (the
+// task's task_settled, or task_released), which ReadLog reads back; one that recorded none (a
+// repeat, a rejected or invalid settle, even when the log records the rejection) reports 0.
+func sacSeq(e *env) {
+	const s = "session_sac_seq"
+	t1 := e.submit(s, work.TaskRequest{Kind: "k", Wake: work.WakeOnCompletion}, at(100)).ID
+	t2 := e.submit(s, work.TaskRequest{Kind: "k"}, at(100)).ID
+	t3 := e.submit(s, work.TaskRequest{Kind: "k"}, at(100)).ID
+	ds := e.claim(at(100), lease, 3)
+	if len(ds) != 3 || ds[0].Task.ID != t1 || ds[1].Task.ID != t2 || ds[2].Task.ID != t3 {
+		e.t.Fatalf("claimed %d, want t1, t2, t3", len(ds))
+	}
+	forged := work.NewTaskDelivery(ds[2].Task, 1, ds[2].LeaseExpiresAt, "forged-token")
+	n := e.logLen()
+	res, _ := e.sac([]work.Settle{
+		{Delivery: ds[0], Outcome: ptr(work.Success(js(`{"r":1}`)))},
+		{Delivery: ds[1], Release: &work.ReleaseRequest{RunAt: at(500), Reason: "retry"}},
+		{Delivery: ds[0], Outcome: ptr(work.Success(js(`{"r":1}`)))}, // a repeat: appends nothing
+		{Delivery: forged, Outcome: ptr(work.Failure("late"))},       // rejected
+		{Delivery: ds[2]}, // invalid
+		{Delivery: ds[2], Outcome: ptr(work.Failure("f"))},
+	}, nil, at(110), 0, 0)
+	logged := map[uint64]events.Event{}
+	for _, ev := range e.since(n) {
+		logged[ev.Head().Seq] = ev
+	}
+	recorded := []struct {
+		i       int
+		task    string
+		typ     events.Type
+		attempt uint32
+	}{{0, t1, events.TypeTaskSettled, 1}, {1, t2, events.TypeTaskReleased, 1}, {5, t3, events.TypeTaskSettled, 1}}
+	for _, w := range recorded {
+		r := res[w.i]
+		if r.Err != nil {
+			e.t.Errorf("settle %d: %v", w.i, r.Err)
+			continue
+		}
+		ev, ok := logged[r.Seq]
+		if !ok {
+			e.t.Errorf("settle %d of %s: Seq %d is not an event of the step (seqs %d to %d)", w.i, w.task, r.Seq, n+1, n+len(logged))
+			continue
+		}
+		taskID, _ := ev.Subject()
+		if ev.Type() != w.typ || taskID != w.task {
+			e.t.Errorf("settle %d: the event at Seq %d is %s of %s, want %s of %s", w.i, r.Seq, ev.Type(), taskID, w.typ, w.task)
+		}
+		var attempt uint32
+		switch ev := ev.(type) {
+		case *events.TaskSettled:
+			attempt = ev.Attempt
+		case *events.TaskReleased:
+			attempt = ev.Attempt
+		}
+		if attempt != w.attempt {
+			e.t.Errorf("settle %d: the event at Seq %d is of attempt %d, want %d", w.i, r.Seq, attempt, w.attempt)
+		}
+	}
+	for _, i := range []int{2, 3, 4} {
+		if r := res[i]; r.Seq != 0 {
+			e.t.Errorf("settle %d recorded no result (err %v) but has Seq %d", i, r.Err, r.Seq)
+		}
+	}
+	if res[3].Err == nil || res[4].Err == nil {
+		e.t.Errorf("the forged settle (%v) and the invalid one (%v) must fail", res[3].Err, res[4].Err)
+	}
+}
+
 func sacClaims(e *env) {
 	const s = "session_sac_claims"
 	sub := func(kind string, runAt time.Time) string {
