@@ -56,7 +56,7 @@ func (o SubmitManyOp) exec(s *system, r *result) {
 	var res []work.SubmitResult
 	res, r.err = s.q().Session(sessionNames[o.S]).SubmitManyAt(s.ctx, rs, s.at())
 	for _, x := range res {
-		r.results = append(r.results, work.SettleResult(x))
+		r.results = append(r.results, work.SettleResult{Task: x.Task, Err: x.Err})
 	}
 }
 
