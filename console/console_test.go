@@ -166,6 +166,20 @@ func (f *fixture) pages() []string {
 		"/tasks/" + f.failed, "/tasks/" + f.failed + "?at_seq=6", "/tasks/" + f.running,
 		"/tasks/" + f.hx, "/log", "/log?type=task_claimed", "/log?session=checkout-1&from=1",
 		"/log?kind=" + esc(hostile), "/stats", "/stats?at_seq=4", "/verify", "/verify?run=1",
+		"/tasks", "/tasks?state=failed&kind=charge", "/tasks?q=" + esc(hostile), "/tasks?session=" + esc(hostile) + "&at_seq=3",
+	}
+}
+
+// apis is every JSON route of the fixture.
+func (f *fixture) apis() []string {
+	return []string{"/api/stats", "/api/tasks/" + f.ok, "/api/tasks/" + f.failed + "?at_seq=6", "/api/tasks", "/api/tasks?state=failed&at_seq=9"}
+}
+
+// posts is every action route of the fixture: each task's and each bulk one.
+func (f *fixture) posts() []string {
+	return []string{
+		"/api/tasks/" + f.failed + "/retry", "/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.running + "/cancel",
+		"/api/tasks/retry?state=failed", "/api/tasks/cancel", "/api/tasks/cancel?session=checkout-1",
 	}
 }
 
@@ -185,7 +199,7 @@ func TestEveryPageAnswers(t *testing.T) {
 			t.Errorf("GET %s: content type %q", p, r.hdr.Get("Content-Type"))
 		}
 	}
-	for _, p := range []string{"/api/stats", "/api/tasks/" + f.ok, "/assets/console.js", "/assets/console.css"} {
+	for _, p := range append(f.apis(), "/assets/console.js", "/assets/console.css") {
 		if r := get(t, srv, p); r.code != http.StatusOK || r.hdr.Get("Content-Security-Policy") == "" {
 			t.Errorf("GET %s: %d, CSP %q", p, r.code, r.hdr.Get("Content-Security-Policy"))
 		}
@@ -369,7 +383,7 @@ func TestReadOnlyByDefault(t *testing.T) {
 	for _, o := range []*console.Options{nil, {}, {Authorize: func(*http.Request) error { return nil }}} {
 		srv := newServer(t, f.q, o)
 		u, _ := url.Parse(srv.URL)
-		for _, p := range []string{"/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.failed + "/retry", "/", "/api/stats"} {
+		for _, p := range append(f.posts(), "/", "/api/stats") {
 			for _, hdr := range []map[string]string{nil, {"Origin": "http://" + u.Host, "Sec-Fetch-Site": "same-origin"}, {"Content-Type": "application/x-www-form-urlencoded"}} {
 				r := post(t, srv, p, hdr)
 				if r.code != http.StatusForbidden || !strings.Contains(r.body, "read-only") {
@@ -381,6 +395,9 @@ func TestReadOnlyByDefault(t *testing.T) {
 			t.Fatalf("read-only console changed a task: %v", st)
 		}
 		if st := taskState(t, f.q, "checkout-1", f.failed); st != work.TaskFailed {
+			t.Fatalf("read-only console changed a task: %v", st)
+		}
+		if st := taskState(t, f.q, "checkout-1", f.running); st != work.TaskRunning {
 			t.Fatalf("read-only console changed a task: %v", st)
 		}
 		for _, id := range []string{f.pending, f.failed, f.running} {

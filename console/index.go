@@ -39,7 +39,28 @@ type evRec struct {
 
 type taskRec struct {
 	id, session, kind string
-	seqs              []uint64 // every event about it, its completion wake's included
+	key               string           // its idempotency key ("" when none)
+	state             events.TaskState // its state after the index's last event
+	seqs              []uint64         // every event about it, its completion wake's included
+}
+
+// schedRec is one schedule of one session: its record after each event that changed it
+// (schedule_set, schedule_removed, each tick's task_submitted), so that the schedules page
+// reads any past seq without reading the log.
+type schedRec struct {
+	session, name string
+	vers          []schedVer
+}
+
+type schedVer struct {
+	seq uint64
+	sc  projection.Schedule // Input and Headers left out
+}
+
+// polVer is a kind's policy from one kind_policy_set on.
+type polVer struct {
+	seq uint64
+	ev  events.KindPolicySet
 }
 
 type sessRec struct {
@@ -69,24 +90,30 @@ type failure struct {
 // are a checkpoint plus a few steps), and the recent window the charts draw. The fold is
 // projection.Apply itself, into a projection.Mem: the same rules as the store.
 type index struct {
-	mu      sync.RWMutex
-	q       *work.Queue
-	mem     *projection.Mem
-	sf      seqFree
-	evs     []evRec
-	tasks   []taskRec
-	byID    map[string]int32
-	wakeOf  map[string]int32 // completion wake id → its task
-	sess    map[string]*sessRec
-	sorted  []string // session ids, sorted; rebuilt when dirty
-	dirty   bool
-	counts  map[string]*[nStates]int64
-	cks     []countsCk
-	types   map[events.Type]int64
-	fails   []failure // newest last, at most maxFailures
-	kinds   []string
-	lastSeq uint64
-	err     error // a fold failure: the index stops there and says so
+	mu         sync.RWMutex
+	q          *work.Queue
+	mem        *projection.Mem
+	sf         seqFree
+	evs        []evRec
+	tasks      []taskRec
+	byID       map[string]int32
+	byKey      map[string][]int32   // idempotency key → the tasks (of any session) submitted with it
+	byKind     map[string][]int32   // kind → its tasks, in submission order
+	scheds     map[string]*schedRec // session + "\x00" + name
+	schedKs    []string             // the keys of scheds, sorted; rebuilt when schedDirty
+	schedDirty bool
+	pols       map[string][]polVer // kind → its policies, oldest first
+	wakeOf     map[string]int32    // completion wake id → its task
+	sess       map[string]*sessRec
+	sorted     []string // session ids, sorted; rebuilt when dirty
+	dirty      bool
+	counts     map[string]*[nStates]int64
+	cks        []countsCk
+	types      map[events.Type]int64
+	fails      []failure // newest last, at most maxFailures
+	kinds      []string
+	lastSeq    uint64
+	err        error // a fold failure: the index stops there and says so
 }
 
 const maxFailures = 200
@@ -94,7 +121,8 @@ const maxFailures = 200
 func newIndex(q *work.Queue) *index {
 	ix := &index{
 		q: q, mem: projection.NewMem(),
-		byID: map[string]int32{}, wakeOf: map[string]int32{}, sess: map[string]*sessRec{},
+		byID: map[string]int32{}, byKey: map[string][]int32{}, byKind: map[string][]int32{},
+		scheds: map[string]*schedRec{}, pols: map[string][]polVer{}, wakeOf: map[string]int32{}, sess: map[string]*sessRec{},
 		counts: map[string]*[nStates]int64{}, types: map[events.Type]int64{},
 	}
 	ix.mem.DeferIndexes()
@@ -184,8 +212,12 @@ func (ix *index) add(ev events.Event) error {
 		after = t.State
 		if ti < 0 {
 			ti = int32(len(ix.tasks))
-			ix.tasks = append(ix.tasks, taskRec{id: taskID, session: h.SessionID, kind: t.Kind})
+			ix.tasks = append(ix.tasks, taskRec{id: taskID, session: h.SessionID, kind: t.Kind, key: t.IdempotencyKey})
 			ix.byID[taskID] = ti
+			ix.byKind[t.Kind] = append(ix.byKind[t.Kind], ti)
+			if t.IdempotencyKey != "" {
+				ix.byKey[t.IdempotencyKey] = append(ix.byKey[t.IdempotencyKey], ti)
+			}
 			if _, seen := ix.counts[t.Kind]; !seen {
 				ix.counts[t.Kind] = new([nStates]int64)
 				ix.kinds = append(ix.kinds, t.Kind)
@@ -215,9 +247,15 @@ func (ix *index) add(ev events.Event) error {
 	if c, ok := ev.(*events.TaskClaimed); ok {
 		r.attempt = c.Attempt
 	}
+	if err := ix.addSchedPol(ev); err != nil {
+		return &foldError{seq: h.Seq, err: err}
+	}
 	if ti >= 0 {
 		tr := &ix.tasks[ti]
 		tr.seqs = append(tr.seqs, h.Seq)
+		if after != noState {
+			tr.state = after
+		}
 		if before != after {
 			c := ix.counts[tr.kind]
 			if before != noState {
@@ -381,6 +419,110 @@ func (ix *index) sessionsPage(prefix, after string, upTo uint64, limit int) (pag
 		page = append(page, s)
 	}
 	return page, false
+}
+
+// addSchedPol keeps the history of schedules and kind policies (called after the fold).
+func (ix *index) addSchedPol(ev events.Event) error {
+	var session, name string
+	switch e := ev.(type) {
+	case *events.KindPolicySet:
+		ix.pols[e.Kind] = append(ix.pols[e.Kind], polVer{seq: e.Seq, ev: *e})
+		return nil
+	case *events.ScheduleSet:
+		session, name = e.SessionID, e.Name
+	case *events.ScheduleRemoved:
+		session, name = e.SessionID, e.Name
+	case *events.TaskSubmitted:
+		if e.Schedule == "" {
+			return nil
+		}
+		session, name = e.SessionID, e.Schedule
+	default:
+		return nil
+	}
+	sc, err := ix.mem.Schedule(session, name)
+	if err != nil || sc == nil {
+		return err
+	}
+	k := session + "\x00" + name
+	r := ix.scheds[k]
+	if r == nil {
+		r = &schedRec{session: session, name: name}
+		ix.scheds[k] = r
+		ix.schedDirty = true
+	}
+	v := *sc
+	v.Input, v.Headers = nil, nil
+	r.vers = append(r.vers, schedVer{seq: ev.Head().Seq, sc: v})
+	return nil
+}
+
+// schedules is every schedule ever set, by session then name.
+func (ix *index) schedules() []*schedRec {
+	if ix.schedDirty {
+		ix.schedKs = ix.schedKs[:0]
+		for k := range ix.scheds {
+			ix.schedKs = append(ix.schedKs, k)
+		}
+		slices.Sort(ix.schedKs)
+		ix.schedDirty = false
+	}
+	out := make([]*schedRec, len(ix.schedKs))
+	for i, k := range ix.schedKs {
+		out[i] = ix.scheds[k]
+	}
+	return out
+}
+
+// at is the schedule's record at seq (nil: not set yet).
+func (r *schedRec) at(seq uint64) *projection.Schedule {
+	i, _ := slices.BinarySearchFunc(r.vers, seq+1, func(v schedVer, s uint64) int { return cmp.Compare(v.seq, s) })
+	if i == 0 {
+		return nil
+	}
+	return &r.vers[i-1].sc
+}
+
+// policyAt is kind's policy event in force at seq (nil: none ever set by then).
+func (ix *index) policyAt(kind string, seq uint64) *events.KindPolicySet {
+	vs := ix.pols[kind]
+	i, _ := slices.BinarySearchFunc(vs, seq+1, func(v polVer, s uint64) int { return cmp.Compare(v.seq, s) })
+	if i == 0 {
+		return nil
+	}
+	return &vs[i-1].ev
+}
+
+// stateAt is task ti's state after event seq (noState: not submitted by then). The live
+// state is kept; a past one is the last of its own events at or before seq.
+func (ix *index) stateAt(ti int32, seq uint64) events.TaskState {
+	tr := &ix.tasks[ti]
+	if seq >= ix.lastSeq {
+		return tr.state
+	}
+	n, _ := slices.BinarySearch(tr.seqs, seq+1)
+	for i := n - 1; i >= 0; i-- {
+		p := ix.pos(tr.seqs[i])
+		if p == 0 || ix.evs[p-1].seq != tr.seqs[i] {
+			continue // pruned
+		}
+		if a := ix.evs[p-1].after; a != noState {
+			return a
+		}
+	}
+	return noState
+}
+
+// lastChange is the seq and time of the last event about task ti at or before seq.
+func (ix *index) lastChange(ti int32, seq uint64) (uint64, int64) {
+	tr := &ix.tasks[ti]
+	n, _ := slices.BinarySearch(tr.seqs, seq+1)
+	for i := n - 1; i >= 0; i-- {
+		if p := ix.pos(tr.seqs[i]); p > 0 && ix.evs[p-1].seq == tr.seqs[i] {
+			return tr.seqs[i], ix.evs[p-1].at
+		}
+	}
+	return 0, 0
 }
 
 // readEvents reads the events at seqs (ascending); a pruned one is left out.

@@ -60,9 +60,8 @@ func TestHostCheckRefusesDNSRebinding(t *testing.T) {
 	srv := newServer(t, f.q, withActions())
 	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "http://"), ":")
 	head := headSeq(t, f.q)
-	gets := append(f.pages(), "/api/tasks/"+f.failed, "/api/tasks/"+f.ok+"?at_seq=3", "/api/stats",
-		"/log/stream?from=1", "/assets/console.js", "/assets/console.css", "/nope")
-	posts := []string{"/api/tasks/" + f.failed + "/retry", "/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.running + "/cancel"}
+	gets := append(append(f.pages(), f.apis()...), "/log/stream?from=1", "/assets/console.js", "/assets/console.css", "/nope")
+	posts := f.posts()
 	for _, host := range []string{
 		"evil.example:" + port, "evil.example", "EVIL.example.:" + port,
 		"127.0.0.1.nip.io:" + port, "localhost.evil.example:" + port, "evil.example.localhost:" + port,
@@ -218,7 +217,7 @@ func TestAuthorize(t *testing.T) {
 	srv := newServer(t, f.q, o)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	head := headSeq(t, f.q)
-	for _, p := range append(f.pages(), "/api/tasks/"+f.failed, "/api/stats", "/log/stream?from=1", "/assets/console.js", "/nope") {
+	for _, p := range append(append(f.pages(), f.apis()...), "/log/stream?from=1", "/assets/console.js", "/nope") {
 		r := do(t, srv, http.MethodGet, p, host, nil)
 		if r.code != http.StatusForbidden {
 			t.Errorf("GET %s without the operator: %d", p, r.code)
@@ -233,13 +232,14 @@ func TestAuthorize(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/api/tasks/" + f.failed + "/retry", "/api/tasks/" + f.pending + "/cancel"} {
+	for _, p := range f.posts() {
 		r := do(t, srv, http.MethodPost, p, host, map[string]string{"Origin": "http://" + host})
 		if r.code != http.StatusForbidden || !strings.Contains(r.body, "operators only") {
 			t.Errorf("POST %s without the operator: %d %s", p, r.code, r.body)
 		}
 	}
-	if taskState(t, f.q, "checkout-1", f.failed) != work.TaskFailed || taskState(t, f.q, "checkout-1", f.pending) != work.TaskPending || headSeq(t, f.q) != head {
+	if taskState(t, f.q, "checkout-1", f.failed) != work.TaskFailed || taskState(t, f.q, "checkout-1", f.pending) != work.TaskPending ||
+		taskState(t, f.q, "checkout-1", f.running) != work.TaskRunning || headSeq(t, f.q) != head {
 		t.Fatal("a refused request changed the queue")
 	}
 	// The Host check comes first: Authorize is never asked about a foreign Host.

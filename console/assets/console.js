@@ -17,6 +17,12 @@
     var a = id && document.getElementById(id);
     if (a && a.getAttribute("href")) location.href = a.getAttribute("href");
   });
+  // Bulk actions and policy changes ask first.
+  Array.prototype.forEach.call(document.querySelectorAll("form[data-confirm]"), function (f) {
+    f.addEventListener("submit", function (e) {
+      if (!window.confirm(f.getAttribute("data-confirm"))) e.preventDefault();
+    });
+  });
   // Live tail: Server-Sent Events, one JSON row per event.
   var live = document.getElementById("live");
   var body = document.getElementById("log-rows");
