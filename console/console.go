@@ -166,11 +166,20 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /sessions/{id}", c.page(c.session))
 	m.HandleFunc("GET /tasks", c.page(c.tasksList))
 	m.HandleFunc("GET /tasks/{id}", c.page(c.task))
+	kindsPage := c.page(c.kinds)
+	m.HandleFunc("GET /kinds", func(w http.ResponseWriter, r *http.Request) {
+		c.ix.wantDue.Store(true) // the due counts by kind read the fold's due index
+		kindsPage(w, r)
+	})
 	m.HandleFunc("GET /log", c.page(c.logPage))
 	m.HandleFunc("GET /stats", c.page(c.statsPage))
 	m.HandleFunc("GET /verify", c.verify)
 	m.HandleFunc("GET /api/tasks", c.api(c.apiTasks))
 	m.HandleFunc("GET /api/tasks/{id}", c.api(c.apiTask))
+	m.HandleFunc("GET /api/kinds", c.api(c.apiKinds))
+	m.HandleFunc("POST /api/kinds/{kind}/pause", c.kindAction("pause"))
+	m.HandleFunc("POST /api/kinds/{kind}/resume", c.kindAction("resume"))
+	m.HandleFunc("POST /api/kinds/{kind}/policy", c.kindAction("policy"))
 	m.HandleFunc("POST /api/tasks/retry", c.bulk("retry"))
 	m.HandleFunc("POST /api/tasks/cancel", c.bulk("cancel"))
 	m.HandleFunc("GET /api/stats", c.api(c.apiStats))
@@ -230,6 +239,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !sameOrigin(r) {
 			writeJSONError(w, &httpError{code: http.StatusForbidden, msg: "cross-origin request refused: the console accepts actions only from its own pages"})
+			return
+		}
+		if qs := r.URL.Query(); qs.Get("at_seq") != "" || qs.Get("at") != "" {
+			writeJSONError(w, &httpError{code: http.StatusConflict, msg: "at_seq: actions act on the queue as it is now, not on a past view; leave at_seq and at out"})
 			return
 		}
 	}

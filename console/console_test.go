@@ -166,13 +166,15 @@ func (f *fixture) pages() []string {
 		"/tasks/" + f.failed, "/tasks/" + f.failed + "?at_seq=6", "/tasks/" + f.running,
 		"/tasks/" + f.hx, "/log", "/log?type=task_claimed", "/log?session=checkout-1&from=1",
 		"/log?kind=" + esc(hostile), "/stats", "/stats?at_seq=4", "/verify", "/verify?run=1",
+		"/kinds", "/kinds?at_seq=3",
 		"/tasks", "/tasks?state=failed&kind=charge", "/tasks?q=" + esc(hostile), "/tasks?session=" + esc(hostile) + "&at_seq=3",
 	}
 }
 
 // apis is every JSON route of the fixture.
 func (f *fixture) apis() []string {
-	return []string{"/api/stats", "/api/tasks/" + f.ok, "/api/tasks/" + f.failed + "?at_seq=6", "/api/tasks", "/api/tasks?state=failed&at_seq=9"}
+	return []string{"/api/stats", "/api/tasks/" + f.ok, "/api/tasks/" + f.failed + "?at_seq=6", "/api/tasks", "/api/tasks?state=failed&at_seq=9",
+		"/api/kinds", "/api/kinds?at_seq=3"}
 }
 
 // posts is every action route of the fixture: each task's and each bulk one.
@@ -180,6 +182,7 @@ func (f *fixture) posts() []string {
 	return []string{
 		"/api/tasks/" + f.failed + "/retry", "/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.running + "/cancel",
 		"/api/tasks/retry?state=failed", "/api/tasks/cancel", "/api/tasks/cancel?session=checkout-1",
+		"/api/kinds/report/pause", "/api/kinds/report/resume", "/api/kinds/report/policy",
 	}
 }
 

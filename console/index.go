@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/projection"
@@ -114,6 +115,11 @@ type index struct {
 	kinds      []string
 	lastSeq    uint64
 	err        error // a fold failure: the index stops there and says so
+
+	// The fold's due indexes are built (projection.Mem.BuildIndexes) only once a page that
+	// counts due tasks by kind is asked for (wantDue), at the next catchUp; they are kept up
+	// from then on (dueBuilt).
+	wantDue, dueBuilt atomic.Bool
 }
 
 const maxFailures = 200
@@ -153,6 +159,10 @@ func (ix *index) catchUp(ctx context.Context) error {
 	err := ix.q.ReadLog(ctx, ix.lastSeq+1, func(ev events.Event) error {
 		return ix.add(ev)
 	})
+	if ix.wantDue.Load() && !ix.dueBuilt.Load() {
+		ix.mem.BuildIndexes()
+		ix.dueBuilt.Store(true)
+	}
 	if err != nil {
 		var fe *foldError
 		if errors.As(err, &fe) {
