@@ -171,6 +171,7 @@ func (c *Console) routes() {
 		c.ix.wantDue.Store(true) // the due counts by kind read the fold's due index
 		kindsPage(w, r)
 	})
+	m.HandleFunc("GET /schedules", c.page(c.schedulesPage))
 	m.HandleFunc("GET /log", c.page(c.logPage))
 	m.HandleFunc("GET /stats", c.page(c.statsPage))
 	m.HandleFunc("GET /verify", c.verify)
@@ -180,6 +181,8 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /api/kinds/{kind}/pause", c.kindAction("pause"))
 	m.HandleFunc("POST /api/kinds/{kind}/resume", c.kindAction("resume"))
 	m.HandleFunc("POST /api/kinds/{kind}/policy", c.kindAction("policy"))
+	m.HandleFunc("GET /api/schedules", c.api(c.apiSchedules))
+	m.HandleFunc("POST /api/schedules/{session}/{name}/remove", c.removeSchedule)
 	m.HandleFunc("POST /api/tasks/retry", c.bulk("retry"))
 	m.HandleFunc("POST /api/tasks/cancel", c.bulk("cancel"))
 	m.HandleFunc("GET /api/stats", c.api(c.apiStats))

@@ -96,6 +96,10 @@ func newFixture(t testing.TB) *fixture {
 	_, err = q.FinishAt(ctx, dh, work.SuccessWithSummary(hostile, json.RawMessage(`{"o":"`+strings.ReplaceAll(hostile, `"`, `\"`)+`"}`)), at(67))
 	must(err)
 	_ = h2
+	// A schedule and a kind policy, one of each hostile.
+	must(s.SetScheduleAt(ctx, work.Schedule{Name: "nightly", Cron: "0 3 * * *", Task: work.TaskRequest{Kind: "report"}}, at(68)))
+	must(h.SetScheduleAt(ctx, work.Schedule{Name: hostile, Cron: "@every 1h", Task: work.TaskRequest{Kind: hostile}}, at(69)))
+	must(q.SetKindPolicyAt(ctx, hostile, work.KindPolicy{Paused: true}, at(70)))
 	return f
 }
 
@@ -166,7 +170,7 @@ func (f *fixture) pages() []string {
 		"/tasks/" + f.failed, "/tasks/" + f.failed + "?at_seq=6", "/tasks/" + f.running,
 		"/tasks/" + f.hx, "/log", "/log?type=task_claimed", "/log?session=checkout-1&from=1",
 		"/log?kind=" + esc(hostile), "/stats", "/stats?at_seq=4", "/verify", "/verify?run=1",
-		"/kinds", "/kinds?at_seq=3",
+		"/kinds", "/kinds?at_seq=3", "/schedules", "/schedules?at_seq=3",
 		"/tasks", "/tasks?state=failed&kind=charge", "/tasks?q=" + esc(hostile), "/tasks?session=" + esc(hostile) + "&at_seq=3",
 	}
 }
@@ -174,7 +178,7 @@ func (f *fixture) pages() []string {
 // apis is every JSON route of the fixture.
 func (f *fixture) apis() []string {
 	return []string{"/api/stats", "/api/tasks/" + f.ok, "/api/tasks/" + f.failed + "?at_seq=6", "/api/tasks", "/api/tasks?state=failed&at_seq=9",
-		"/api/kinds", "/api/kinds?at_seq=3"}
+		"/api/kinds", "/api/kinds?at_seq=3", "/api/schedules", "/api/schedules?at_seq=3"}
 }
 
 // posts is every action route of the fixture: each task's and each bulk one.
@@ -183,6 +187,7 @@ func (f *fixture) posts() []string {
 		"/api/tasks/" + f.failed + "/retry", "/api/tasks/" + f.pending + "/cancel", "/api/tasks/" + f.running + "/cancel",
 		"/api/tasks/retry?state=failed", "/api/tasks/cancel", "/api/tasks/cancel?session=checkout-1",
 		"/api/kinds/report/pause", "/api/kinds/report/resume", "/api/kinds/report/policy",
+		"/api/schedules/checkout-1/nightly/remove",
 	}
 }
 
