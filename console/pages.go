@@ -272,7 +272,9 @@ type sessionData struct {
 	Matching int
 	Slider   slider
 	Timeline *timeline
-	Wakes    []wakeRow
+	// The links to the timeline's previous and next page of tasks ("": none).
+	TimelinePrev, TimelineNext string
+	Wakes                      []wakeRow
 }
 
 // wakeRow is one of a session's wakes on its page.
@@ -387,7 +389,29 @@ func (c *Console) session(r *http.Request, p *page) (string, error) {
 		d.Wakes = d.Wakes[len(d.Wakes)-sessionTaskLimit:]
 	}
 	d.Slider = sliderOf(s.seqs, p.Cut.seq, p.Head)
-	d.Timeline = buildTimeline(evs, p.Cut.at)
+	tlPage, _ := strconv.Atoi(qs.Get("tl"))
+	d.Timeline = buildTimeline(evs, p.Cut.at, tlPage)
+	if tl := d.Timeline; tl != nil {
+		link := func(n int) string {
+			v := url.Values{}
+			for k, s := range map[string]string{"state": d.State, "kind": d.Kind} {
+				if s != "" {
+					v.Set(k, s)
+				}
+			}
+			if p.Past {
+				v.Set("at_seq", strconv.FormatUint(p.Cut.seq, 10))
+			}
+			v.Set("tl", strconv.Itoa(n))
+			return "?" + v.Encode() + "#timeline"
+		}
+		if tl.PrevPage != 0 {
+			d.TimelinePrev = link(tl.PrevPage)
+		}
+		if tl.NextPage != 0 {
+			d.TimelineNext = link(tl.NextPage)
+		}
+	}
 	p.Data = d
 	return "session", nil
 }
