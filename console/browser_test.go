@@ -48,10 +48,16 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Conte
 	ctx, cancelC := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
-	// A dialog (alert) would be a script from the data running: count them, and dismiss.
+	// An alert would be a script from the data running: count them, and dismiss. A confirm is
+	// the console's own (console.js, before a bulk action): accept it.
 	var dialogs atomic.Int32
 	err := chromedp.Listen(ctx, func(ev any) {
-		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			if d.Type == page.DialogTypeConfirm {
+				// The console's own question before a bulk action or a pause: yes.
+				go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+				return
+			}
 			dialogs.Add(1)
 			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
 		}
@@ -89,7 +95,9 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 
 // shoot saves a screenshot for docs/console.md when WORKLOG_CONSOLE_SCREENSHOTS names a
 // directory (go test ./console -run Browser with it set to docs/console refreshes them).
-func shoot(t *testing.T, ctx context.Context, name string) {
+func shoot(t *testing.T, ctx context.Context, name string) { shootPage(t, ctx, name) }
+
+func shootPage(t *testing.T, ctx context.Context, name string) {
 	dir := os.Getenv("WORKLOG_CONSOLE_SCREENSHOTS")
 	if dir == "" {
 		return

@@ -188,7 +188,6 @@ type tasksData struct {
 	States  [nStates]string
 	Kinds   []string
 	Actions bool   // the bulk actions are offered (actions on, and now)
-	Query   string // the filter as a query, for the bulk actions' forms
 	Done    string // what a bulk action just did
 }
 
@@ -201,7 +200,6 @@ func (c *Console) tasksList(r *http.Request, p *page) (string, error) {
 		return "", err
 	}
 	d := &tasksData{tasksPage: ix.tasksAt(f, p.Cut.seq, true), States: stateNames, Kinds: ix.kinds, Actions: c.actions && !p.Past}
-	d.Query = f.values().Encode()
 	if op, n := r.URL.Query().Get("done"), r.URL.Query().Get("acted"); op != "" {
 		d.Done = op + ": " + n + " task(s) acted on, " + r.URL.Query().Get("skipped") + " skipped"
 	}

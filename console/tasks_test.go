@@ -254,7 +254,7 @@ func TestBulkFormRedirects(t *testing.T) {
 	if r.code != http.StatusSeeOther || !strings.HasPrefix(r.hdr.Get("Location"), "../../tasks?") || !strings.Contains(r.hdr.Get("Location"), "acted=50") {
 		t.Fatalf("%d %v", r.code, r.hdr)
 	}
-	if p := get(t, srv, "/tasks?state=failed"); !strings.Contains(p.body, `id="bulk-retry"`) {
+	if p := get(t, srv, "/tasks?state=failed"); !strings.Contains(p.body, `id="bulk-retry"`) || !strings.Contains(p.body, `<input type="hidden" name="state" value="failed">`) {
 		t.Error("no bulk buttons with actions on")
 	}
 	if p := get(t, srv, "/tasks?at_seq=3"); strings.Contains(p.body, `id="bulk-retry"`) || !strings.Contains(p.body, `id="past-banner"`) {
