@@ -129,7 +129,8 @@ func buildTimeline(evs []events.Event, cutAt int64, page int) *timeline {
 		at = min(max(at, lo), hi)
 		return tlLeft + int((at-lo)*int64(tlRight-tlLeft)/span)
 	}
-	tl := &timeline{Width: tlWidth, From: fmtTime(lo), To: fmtTime(hi), Page: page, Pages: pages,
+	tl := &timeline{Width: tlWidth + 30, // room for the last tick's label
+		From: fmtTime(lo), To: fmtTime(hi), Page: page, Pages: pages,
 		First: (page-1)*tlPerPag + 1, Last: min(page*tlPerPag, len(order)), Tasks: len(order)}
 	if page > 1 {
 		tl.PrevPage = page - 1
