@@ -152,6 +152,15 @@ func BenchmarkConsole(b *testing.B) {
 		{"log_session", "/log?session=sess-0042"},
 		{"stats", "/stats"},
 		{"stats_past", "/stats?at_seq=" + mid},
+		{"tasks", "/tasks"},
+		{"tasks_failed", "/tasks?state=failed"},
+		{"tasks_failed_past", "/tasks?state=failed&at_seq=" + mid},
+		{"tasks_kind_session", "/tasks?kind=kind-3&session=sess-0042"},
+		{"api_tasks_q", "/api/tasks?q=" + task},
+		{"api_tasks_deep_page", "/api/tasks?before=" + mid},
+		{"kinds", "/kinds"},
+		{"kinds_past", "/kinds?at_seq=" + mid},
+		{"schedules", "/schedules"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, c.path, nil)
