@@ -265,3 +265,26 @@ func TestBulkFormRedirects(t *testing.T) {
 		t.Error("bulk buttons on a read-only console")
 	}
 }
+
+// TestBulkCancelBeyondOneBatch: a filter matching more than one batch (500) acts on every
+// task, each once: 1,201 pending tasks, all canceled, and the answer says 1,201.
+func TestBulkCancelBeyondOneBatch(t *testing.T) {
+	ctx := context.Background()
+	q := work.NewInMemory()
+	t.Cleanup(func() { q.Close() })
+	reqs := make([]work.TaskRequest, 1201)
+	for i := range reqs {
+		reqs[i] = work.TaskRequest{Kind: "bulk"}
+	}
+	if _, err := q.Session("many").SubmitManyAt(ctx, reqs, t0); err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, q, withActions())
+	if code, a, body := postBulk(t, srv, srv.URL+"/api/tasks/cancel?kind=bulk"); code != 200 || a.Acted != 1201 || a.Matched != 1201 {
+		t.Fatalf("%d %s", code, body)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil || st.Total.Canceled != 1201 || st.Total.Pending != 0 {
+		t.Fatalf("%+v %v", st.Total, err)
+	}
+}
