@@ -110,3 +110,24 @@ func TestSchedulesPage(t *testing.T) {
 		t.Errorf("remove again: %d %s", r.code, r.body)
 	}
 }
+
+// TestActionsOnNamesThatLookLikePaths: a kind, session and schedule name holding "/", quotes
+// and a script reach their actions through the escaped links of the pages.
+func TestActionsOnNamesThatLookLikePaths(t *testing.T) {
+	f := newFixture(t)
+	srv := newServer(t, f.q, withActions())
+	for _, p := range []string{"/schedules", "/kinds"} {
+		if r := get(t, srv, p); !strings.Contains(r.body, esc(hostile)) {
+			t.Fatalf("%s does not link the escaped name", p)
+		}
+	}
+	if r := post(t, srv, "/api/kinds/"+esc(hostile)+"/resume", nil); r.code != 200 || !strings.Contains(r.body, `"paused":false`) {
+		t.Fatalf("resume: %d %s", r.code, r.body)
+	}
+	if r := post(t, srv, "/api/schedules/"+esc(hostile)+"/"+esc(hostile)+"/remove", nil); r.code != 200 {
+		t.Fatalf("remove: %d %s", r.code, r.body)
+	}
+	if scs, err := f.q.Session(hostile).Schedules(context.Background()); err != nil || len(scs) != 0 {
+		t.Fatalf("after remove: %v %v", scs, err)
+	}
+}
