@@ -235,7 +235,7 @@ func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claim
 	var next *claimReads
 	if !copied && e.hookFastBatch == nil {
 		committedTag(b, &didCommit)
-		next = e.queueClaimReads(b, tx) // the next claim's, after the COMMIT (claimpre.go)
+		next = e.queueClaimReads(b) // the next claim's, after the COMMIT (claimpre.go)
 	} else {
 		b.Queue("COMMIT")
 	}

@@ -317,7 +317,6 @@ func TestStoreFollowListenerTerminated(t *testing.T) {
 // knows) and waits until the follower's fn has it: commit, NOTIFY, LISTEN, the follower's
 // read. pgtest's server runs with fsync off: the figure compares designs, not disks.
 func BenchmarkFollowLatency(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	dsn := pgtest.Schema(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

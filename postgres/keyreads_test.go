@@ -161,7 +161,6 @@ func TestKeyReadCallerLeaves(t *testing.T) {
 // goroutines, and the statements read-first sent per repeat (reads/dup, a count: 1 before
 // the reads were coalesced). pgtest's server (fsync off; a repeat writes nothing anyway).
 func BenchmarkDuplicateSubmit(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			e, q := openEngine(b, pgtest.Schema(b), nil)

@@ -102,7 +102,6 @@ type workerHead struct {
 }
 
 func benchProcesses(b *testing.B, procs int, shared bool) {
-	noRunMarkCheck(b)
 	dsn := pgtest.Schema(b)
 	ctx := context.Background()
 	q, err := Open(ctx, dsn, nil)
@@ -321,7 +320,6 @@ func TestProcessesWorker(t *testing.T) {
 	if dsn == "" {
 		t.Skip("a worker process of BenchmarkProcesses")
 	}
-	noRunMarkCheck(t)
 	ctx := context.Background()
 	shared := os.Getenv(procSharedEnv) != ""
 	q, err := Open(ctx, dsn, &Options{SharedWriter: shared})

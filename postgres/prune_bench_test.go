@@ -14,7 +14,6 @@ import (
 // holds none of them, as after a restart or in another process); the setup is not timed.
 // Reports the cost per pruned task.
 func BenchmarkPrune(b *testing.B) {
-	postgres.NoRunMarkCheck(b)
 	const n = 512
 	ctx := context.Background()
 	dsn := pgtest.Schema(b)

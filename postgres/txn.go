@@ -49,9 +49,6 @@ type cache struct {
 	// maxTask, maxWake: every stored id not in the cache is at most these (adopt): the bound
 	// of txn.maxTask for a group run before the lock (fast.go).
 	maxTask, maxWake string
-	// marks: the due runs' low-water marks at seq (runmarks.go), read-only: a committed
-	// group replaces the map.
-	marks map[markKey]dueMark
 }
 
 // cacheMax bounds the entries kept from one group to the next; cacheValueMax the value bytes
@@ -135,11 +132,6 @@ type txn struct {
 	// scans: the due index partitions the group scanned, and the entries each gave (the plan).
 	pre   *prefetched
 	scans map[preKey]int
-	// duePuts: the least entry the group put into each due run; marks: the marks after the
-	// group, once computed (runmarks.go).
-	duePuts   map[markKey]dueMark
-	marks     map[markKey]dueMark
-	marksDone bool
 
 	seq        uint64 // the last sequence, the group's appends included
 	last       []byte // the first bytes of the event at startSeq, read by the begin (cache.last)
