@@ -449,12 +449,19 @@ type claimReads struct {
 // head check (a round trip lost, and the head held until its ROLLBACK).
 const aloneBeforeReads = 4
 
-// queueClaimReads queues, after the COMMIT of b, the next claim's reads (nil: no plan, or
-// the writer has not been alone long).
-func (e *engine) queueClaimReads(b *pgx.Batch) *claimReads {
+// queueCommitAndClaimReads queues b's COMMIT and after it the next claim's reads (nil: no
+// plan, or the writer has not been alone long; then the COMMIT is the batch's last
+// statement). *committed is set when the COMMIT answers it committed, whatever the reads
+// after it answer.
+func (e *engine) queueCommitAndClaimReads(b *pgx.Batch, committed *bool) *claimReads {
 	if len(e.plan.scans) == 0 || e.alone < aloneBeforeReads {
+		b.Queue("COMMIT")
 		return nil
 	}
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+		*committed = ct.String() == "COMMIT"
+		return nil
+	})
 	r := &claimReads{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	b.Queue(e.st.headNow).QueryRow(func(row pgx.Row) error {
@@ -481,13 +488,4 @@ func (e *engine) useClaimReads(tx *txn, r *claimReads, c *cache) {
 		cp := *p
 		tx.pols[k] = &cp
 	}
-}
-
-// committedTag notes COMMIT's answer: a batch whose COMMIT answered "COMMIT" committed,
-// whatever the claim reads after it answered.
-func committedTag(b *pgx.Batch, ok *bool) {
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
-		*ok = ct.String() == "COMMIT"
-		return nil
-	})
 }

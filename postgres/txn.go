@@ -103,13 +103,13 @@ type pendingEvent struct {
 // writes and the cache first; an index scan first sends the pending index writes, in the
 // same round trip as the scan.
 type txn struct {
-	ctx    context.Context
-	conn   *pgx.Conn
-	st     *statements
-	c      *cache
-	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
-	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
-	reads  int       // records and keys read from the server (headStats)
+	ctx   context.Context
+	conn  *pgx.Conn
+	st    *statements
+	c     *cache
+	hints *keyHints // the keys read-first found absent (readfirst.go); nil: none
+	trace tracer    // engine.trace
+	reads int       // records and keys read from the server (headStats)
 	// big: the records put into the cache by this group (read or written) whose values
 	// exceed cacheValueMax, which adopt takes out of the cache at the group's end. Noted as
 	// they enter, so that adopt looks at them alone, not at every cached record: a walk of
@@ -264,8 +264,8 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 		if t.optimistic {
 			return nil, t.refuseRead()
 		}
-		if t.onRead != nil {
-			t.onRead()
+		if t.trace != nil {
+			t.trace.readRecord()
 		}
 		t.reads++
 		var err error

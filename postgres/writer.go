@@ -267,21 +267,17 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
 	var didCommit bool
 	var reads *claimReads
-	if e.cache.alone && !e.savepointEach && e.hookBeforeCommit == nil && e.hookAfterCommitSent == nil && e.hookCommitBatch == nil {
-		committedTag(b, &didCommit)
-		reads = e.queueClaimReads(b) // the next claim's, after the COMMIT (claimpre.go)
+	if e.cache.alone && !e.savepointEach && !e.ordinaryCommits {
+		reads = e.queueCommitAndClaimReads(b, &didCommit) // the next claim's, after the COMMIT (claimpre.go)
 	} else {
 		b.Queue("COMMIT")
 	}
-	if e.hookCommitBatch != nil {
-		e.hookCommitBatch(b)
-	}
-	if e.hookBeforeCommit != nil {
-		e.hookBeforeCommit(conn.Conn())
+	if e.trace != nil {
+		e.trace.sendingCommit(conn.Conn(), b, false)
 	}
 	br := conn.Conn().SendBatch(ctx, b)
-	if e.hookAfterCommitSent != nil {
-		e.hookAfterCommitSent(conn.Conn())
+	if e.trace != nil {
+		e.trace.sentCommit(conn.Conn())
 	}
 	cerr := br.Close()
 	if cerr != nil && didCommit {
@@ -400,7 +396,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	e.cache.valid = false // until this group commits
 	e.cache.alone = alone
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
-	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
+	tx.hints, tx.trace = &e.hints, e.trace
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes, tx.last = tx.seq, uint64(prunes), last
 	if pre != nil {
