@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/internal/pgtest"
-	"github.com/worklog/worklog/postgres"
 )
 
 // BenchmarkPrune: one Prune of 512 finished tasks (two groups of 256), each with an
@@ -17,16 +16,8 @@ func BenchmarkPrune(b *testing.B) {
 	const n = 512
 	ctx := context.Background()
 	dsn := pgtest.Schema(b)
-	q, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer q.Close()
-	pruner, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pruner.Close()
+	q := openQueue(b, dsn)
+	pruner := openQueue(b, dsn)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		finishOld(b, q, "s", "k", n)
