@@ -16,7 +16,6 @@ import (
 // command costs. The server is pgtest's (fsync off): the figures compare designs, they are
 // not bench/'s.
 func BenchmarkSubmit(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	for _, callers := range []int{1, 16} {
 		for _, sp := range []bool{false, true} {
 			name := fmt.Sprintf("callers=%d/groups=rerun", callers)

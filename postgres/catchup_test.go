@@ -40,8 +40,8 @@ func twoWriters(t *testing.T) (a *engine, qa *work.Queue, b *engine, qb *work.Qu
 // countReads counts the records e's groups read from the server, until the test ends.
 func countReads(t *testing.T, e *engine) *atomic.Int64 {
 	var n atomic.Int64
-	e.hookRecordRead = func() { n.Add(1) }
-	t.Cleanup(func() { e.hookRecordRead = nil })
+	tracing(e).recordRead = func() { n.Add(1) }
+	t.Cleanup(func() { tracing(e).recordRead = nil })
 	return &n
 }
 

@@ -108,13 +108,10 @@ type prefetched struct {
 }
 
 // preStatements are the begin's reads for a claim: an index partition's priorities and
-// pages (scan[ix][i] reads pages of prePages[i] rows; its parameters: the partition, if
-// any, then the runs' marks as three arrays, priorities, ats and seqs, then the log head
-// they are of, seq, prunes and the first bytes of its event: runmarks.go), the schedules'
+// pages (scan[ix][i] reads pages of prePages[i] rows; $1 the partition), the schedules'
 // first due ticks.
 type preStatements struct {
 	scan  [projection.NumIndexes][]string
-	check [projection.NumIndexes]string // checkRunMarks' (runmarks.go)
 	sched string
 }
 
@@ -152,49 +149,30 @@ func newPreStatements(q func(string) string) preStatements {
 	var st preStatements
 	for _, ix := range []projection.Index{projection.IndexDue, projection.IndexKindDue} {
 		d := pgIndexes[ix]
-		part, n := "", 1 // n: the marks' first parameter (runmarks.go)
+		part := ""
 		if d.part != "" {
-			part, n = "d."+d.part+" = $1 AND ", 2
+			part = "d." + d.part + " = $1 AND "
 		}
 		for _, page := range prePages {
-			st.scan[ix] = append(st.scan[ix], q(fmt.Sprintf(`WITH RECURSIVE
-		g(ok) AS (SELECT EXISTS (SELECT 1 FROM {s}.log_head h LEFT JOIN {s}.events e ON e.seq = h.seq
-			WHERE h.id = 1 AND h.seq = $%[6]d AND h.prunes = $%[7]d AND substring(e.body for %[9]d) = $%[8]d)),
-		k(pri, at, seq) AS (SELECT m.pri, m.at, m.seq FROM g, unnest($%[5]d::bigint[], $%[10]d::bigint[], $%[11]d::bigint[]) m(pri, at, seq) WHERE g.ok),
-		top(pri, at, seq) AS (SELECT x.pri, x.at, x.seq
-			FROM (SELECT 1) one LEFT JOIN LATERAL (SELECT k.pri, k.at, k.seq FROM k ORDER BY k.pri DESC LIMIT 1) x ON true),
-		p(pri, n) AS (
-			SELECT coalesce(
-				(SELECT d.priority FROM {s}.%[1]s d WHERE %[2]s d.priority > coalesce(top.pri, %[12]d) ORDER BY d.priority DESC LIMIT 1),
-				(SELECT d.priority FROM {s}.%[1]s d WHERE %[2]s d.priority = top.pri AND (d.at, d.seq) >= (top.at, top.seq) ORDER BY d.at, d.seq LIMIT 1),
-				(SELECT d.priority FROM {s}.%[1]s d WHERE %[2]s d.priority < top.pri ORDER BY d.priority DESC LIMIT 1)), 1 FROM top
+			st.scan[ix] = append(st.scan[ix], q(fmt.Sprintf(`WITH RECURSIVE p(pri, n) AS (
+			(SELECT d.priority, 1 FROM {s}.%[1]s d WHERE %[2]s true ORDER BY d.priority DESC LIMIT 1)
 			UNION ALL
 			SELECT (SELECT d.priority FROM {s}.%[1]s d WHERE %[2]s d.priority < p.pri ORDER BY d.priority DESC LIMIT 1), p.n + 1
 			FROM p WHERE p.n < %[4]d AND p.pri IS NOT NULL)
-		SELECT p.pri, x.at, x.seq, x.task_id, x.rec, x.input FROM p LEFT JOIN k ON k.pri = p.pri CROSS JOIN LATERAL (
+		SELECT p.pri, x.at, x.seq, x.task_id, x.rec, x.input FROM p CROSS JOIN LATERAL (
 			SELECT d.at, d.seq, d.task_id, t.rec, t.input FROM {s}.%[1]s d LEFT JOIN {s}.tasks t ON t.id = d.task_id
-			WHERE %[2]s d.priority = p.pri AND (d.at, d.seq) >= (coalesce(k.at, %[13]d), coalesce(k.seq, %[13]d))
-			ORDER BY d.at, d.seq LIMIT %[3]d) x
+			WHERE %[2]s d.priority = p.pri ORDER BY d.at, d.seq LIMIT %[3]d) x
 		WHERE p.pri IS NOT NULL
-		ORDER BY p.pri DESC, x.at, x.seq`, d.table, part, page, preMaxPris,
-				n, n+3, n+4, n+5, lastLen, n+1, n+2, int64(math.MinInt64), int64(math.MinInt64))))
+		ORDER BY p.pri DESC, x.at, x.seq`, d.table, part, page, preMaxPris)))
 		}
-		// checkRunMarks' count, in the read's snapshot: the marks in force with a stored
-		// entry below them.
-		st.check[ix] = q(fmt.Sprintf(`SELECT count(*) FROM unnest($%[3]d::bigint[], $%[4]d::bigint[], $%[5]d::bigint[]) m(pri, at, seq)
-		WHERE EXISTS (SELECT 1 FROM {s}.log_head h LEFT JOIN {s}.events e ON e.seq = h.seq
-			WHERE h.id = 1 AND h.seq = $%[6]d AND h.prunes = $%[7]d AND substring(e.body for %[9]d) = $%[8]d)
-		AND EXISTS (SELECT 1 FROM {s}.%[1]s d WHERE %[2]s d.priority = m.pri AND (d.at, d.seq) < (m.at, m.seq))`,
-			d.table, part, n, n+1, n+2, n+3, n+4, n+5, lastLen))
 	}
 	st.sched = q(`SELECT session, name, next FROM {s}.schedules WHERE next IS NOT NULL ORDER BY next, session, name LIMIT $1`)
 	return st
 }
 
 // queuePrefetch queues into the begin batch b the reads of the plan, and returns what they
-// will fill (nil: no plan). The policies are read into *pols. The runs are read from marks
-// when the stored log head is head (runmarks.go).
-func (e *engine) queuePrefetch(b *pgx.Batch, pols *map[string]*projection.KindPolicy, marks map[markKey]dueMark, head headOf) *prefetched {
+// will fill (nil: no plan). The policies are read into *pols.
+func (e *engine) queuePrefetch(b *pgx.Batch, pols *map[string]*projection.KindPolicy) *prefetched {
 	if len(e.plan.scans) == 0 {
 		return nil
 	}
@@ -228,16 +206,6 @@ func (e *engine) queuePrefetch(b *pgx.Batch, pols *map[string]*projection.KindPo
 		var args []any
 		if pgIndexes[k.ix].part != "" {
 			args = append(args, []byte(k.part))
-		}
-		pris, ats, seqs := markArgs(marks, k)
-		args = append(append(args, pris, ats, seqs), head.guardArgs()...)
-		if checkRunMarks && len(pris) > 0 {
-			b.Queue(e.st.pre.check[k.ix], args...).QueryRow(func(row pgx.Row) error {
-				var n int64
-				err := row.Scan(&n)
-				runMarkViolations.Add(n)
-				return err
-			})
 		}
 		b.Queue(e.st.pre.scan[k.ix][i], args...).Query(func(rows pgx.Rows) error {
 			defer rows.Close()
@@ -481,12 +449,19 @@ type claimReads struct {
 // head check (a round trip lost, and the head held until its ROLLBACK).
 const aloneBeforeReads = 4
 
-// queueClaimReads queues, after the COMMIT of b, the next claim's reads (nil: no plan, or
-// the writer has not been alone long).
-func (e *engine) queueClaimReads(b *pgx.Batch, tx *txn) *claimReads {
+// queueCommitAndClaimReads queues b's COMMIT and after it the next claim's reads (nil: no
+// plan, or the writer has not been alone long; then the COMMIT is the batch's last
+// statement). *committed is set when the COMMIT answers it committed, whatever the reads
+// after it answer.
+func (e *engine) queueCommitAndClaimReads(b *pgx.Batch, committed *bool) *claimReads {
 	if len(e.plan.scans) == 0 || e.alone < aloneBeforeReads {
+		b.Queue("COMMIT")
 		return nil
 	}
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+		*committed = ct.String() == "COMMIT"
+		return nil
+	})
 	r := &claimReads{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	b.Queue(e.st.headNow).QueryRow(func(row pgx.Row) error {
@@ -495,7 +470,7 @@ func (e *engine) queueClaimReads(b *pgx.Batch, tx *txn) *claimReads {
 		r.seq, r.prunes = uint64(seq), uint64(prunes)
 		return err
 	})
-	r.pre = e.queuePrefetch(b, &r.pols, tx.marksAfter(), tx.headAfter())
+	r.pre = e.queuePrefetch(b, &r.pols)
 	b.Queue("COMMIT")
 	return r
 }
@@ -513,13 +488,4 @@ func (e *engine) useClaimReads(tx *txn, r *claimReads, c *cache) {
 		cp := *p
 		tx.pols[k] = &cp
 	}
-}
-
-// committedTag notes COMMIT's answer: a batch whose COMMIT answered "COMMIT" committed,
-// whatever the claim reads after it answered.
-func committedTag(b *pgx.Batch, ok *bool) {
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
-		*ok = ct.String() == "COMMIT"
-		return nil
-	})
 }

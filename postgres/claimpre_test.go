@@ -410,14 +410,14 @@ func TestPreScanSkipsTheEndOfTheWalk(t *testing.T) {
 	for _, sql := range []string{
 		"ANALYZE " + pgx.Identifier{e.schema, "kind_due"}.Sanitize(),
 		"SET plan_cache_mode = force_generic_plan",
-		"PREPARE scan(bytea, bigint[], bigint[], bigint[], bigint, bigint, bytea) AS " + e.st.pre.scan[projection.IndexKindDue][slices.Index(prePages, 48)],
+		"PREPARE scan(bytea) AS " + e.st.pre.scan[projection.IndexKindDue][slices.Index(prePages, 48)],
 	} {
 		if _, err := c.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 	var out []byte
-	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan('k', '{}', '{}', '{}', -1, -1, '')").Scan(&out); err != nil {
+	if err := c.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scan('k')").Scan(&out); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct{ Plan map[string]any }
@@ -474,11 +474,9 @@ func TestPreScanKeepsItsGenericPlan(t *testing.T) {
 				t.Fatalf("prePageFor(%d) = %d, want %d", c2.n, page, c2.page)
 			}
 			name := fmt.Sprintf("scan_%d_%d", ix, i)
-			// The parameters: the partition, if any, then no marks and a head that is not the
-			// stored one (runmarks.go).
-			params, values := "(bigint[], bigint[], bigint[], bigint, bigint, bytea)", "('{}', '{}', '{}', -1, -1, '')"
+			params, values := "", "" // the partition, if any
 			if ix == projection.IndexKindDue {
-				params, values = "(bytea, "+params[1:], "('k', "+values[1:]
+				params, values = "(bytea)", "('k')"
 			}
 			if _, err := c.Exec(ctx, "PREPARE "+name+params+" AS "+e.st.pre.scan[ix][i]); err != nil {
 				t.Fatal(err)

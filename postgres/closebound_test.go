@@ -32,7 +32,8 @@ func TestCloseBoundedWhileResolving(t *testing.T) {
 	}
 	var once sync.Once
 	frozen := make(chan struct{})
-	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(func() { fr.Freeze(); close(frozen) }) }
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(*pgx.Conn) { once.Do(func() { fr.Freeze(); close(frozen) }) }
 	inFlight := make(chan error, 1)
 	go func() {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "in-flight", IdempotencyKey: "in-flight"})

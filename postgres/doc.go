@@ -40,7 +40,6 @@
 //	fast.go           one round trip for a group the cache can answer
 //	readfirst.go      reads of committed state outside the writer (an idempotent repeat)
 //	claimpre.go       a claim's reads in the begin's round trip
-//	runmarks.go       a claim's read from its run's low-water mark
 //	index.go          the eligibility indexes: one table each, one set of statements
 //	session_wakes.go  the per-session available-wake index
 //	kind_policies.go  the kind policies and the per-kind lease index

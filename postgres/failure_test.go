@@ -20,7 +20,7 @@ import (
 	"github.com/worklog/worklog/work"
 )
 
-// openEngine opens a queue on dsn and returns its engine too, for the hooks.
+// openEngine opens a queue on dsn and returns its engine too, for its tracer and counters.
 func openEngine(t testing.TB, dsn string, opts *Options) (*engine, *work.Queue) {
 	t.Helper()
 	o := opts.withDefaults()
@@ -65,7 +65,8 @@ func TestConnectionLostBeforeCommit(t *testing.T) {
 	// Hold the writer in the hook until several submits are queued, so they share the group.
 	var fired atomic.Int32
 	release := make(chan struct{})
-	e.hookBeforeCommit = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(c *pgx.Conn) {
 		if fired.Add(1) == 1 {
 			<-release
 			dropConn(c)
@@ -99,7 +100,8 @@ func TestConnectionLostBeforeCommit(t *testing.T) {
 	if failed == 0 {
 		t.Fatal("no submit failed with the dropped connection")
 	}
-	e.hookBeforeCommit = nil
+	tracing(e).beforeCommit = nil
+	e.ordinaryCommits = false
 	// Every acknowledged submit is stored, and only those: the log has the first task and
 	// one event per submit that succeeded.
 	if got, want := logLen(t, q), 1+(n+1-failed); got != want {
@@ -117,7 +119,8 @@ func TestConnectionLostDuringCommitThatCommitted(t *testing.T) {
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	ctx := context.Background()
 	var fired atomic.Int32
-	e.hookAfterCommitSent = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).afterCommitSent = func(c *pgx.Conn) {
 		if fired.Add(1) == 1 {
 			time.Sleep(300 * time.Millisecond) // the server receives and commits it
 			dropConn(c)
@@ -130,7 +133,8 @@ func TestConnectionLostDuringCommitThatCommitted(t *testing.T) {
 	if fired.Load() == 0 {
 		t.Fatal("the hook did not run")
 	}
-	e.hookAfterCommitSent = nil
+	tracing(e).afterCommitSent = nil
+	e.ordinaryCommits = false
 	got, found, err := q.Session("s").Task(ctx, task.ID)
 	if err != nil && strings.Contains(err.Error(), "use of closed network connection") {
 		// When pgx had read COMMIT's answer before the hook closed the socket, the writer
@@ -184,13 +188,15 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		SELECT coalesce(max(seq), 0) + 1, '\x', 1, '\x', '\x' FROM events`); err != nil {
 		t.Fatal(err)
 	}
-	e.hookAfterCommitSent = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).afterCommitSent = func(c *pgx.Conn) {
 		time.Sleep(50 * time.Millisecond)
 		cut.Store(true)
 		dropConn(c)
 	}
 	_, err = q.Session("s").Submit(ctx, work.TaskRequest{Kind: "unknown"})
-	e.hookAfterCommitSent = nil
+	tracing(e).afterCommitSent = nil
+	e.ordinaryCommits = false
 	cut.Store(false)
 	if !errors.Is(err, work.ErrBackend) || !errors.Is(err, ErrCommitUnknown) {
 		t.Fatalf("submit = %v, want ErrBackend wrapping ErrCommitUnknown", err)

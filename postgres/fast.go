@@ -46,9 +46,9 @@ import (
 //     committed is a success, unknown is ErrCommitUnknown, and not committed runs the group
 //     the ordinary way (which begins on a live connection: onLive).
 //
-// The fast path is not taken while a test hook of the ordinary commit batch is set: those
-// tests (commit_test.go, failure_test.go, frozen_test.go) inject failures into the ordinary
-// path; the fast path's own are in fast_test.go.
+// The fast path is not taken with engine.ordinaryCommits: the tests that set it
+// (commit_test.go, failure_test.go, frozen_test.go) inject failures into the ordinary path;
+// the fast path's own are in fast_test.go.
 
 // errNeedsRead fails a read of a group run before the lock: it needs the server.
 var errNeedsRead = errors.New("postgres: the group needs a read under the log head's lock")
@@ -139,8 +139,7 @@ func (e *engine) takeBack(tx *txn) {
 
 // fastOK reports whether the next group may run before the lock.
 func (e *engine) fastOK() bool {
-	return e.cache.valid && e.cache.alone && e.cache.last != nil && !e.savepointEach &&
-		e.hookBeforeCommit == nil && e.hookAfterCommitSent == nil && e.hookCommitBatch == nil
+	return e.cache.valid && e.cache.alone && e.cache.last != nil && !e.savepointEach && !e.ordinaryCommits
 }
 
 // ended is a context that has ended: the optimistic group's statements fail before they are sent.
@@ -233,14 +232,13 @@ func (e *engine) attemptFast(ctx context.Context, group []*command, reads *claim
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
 	var didCommit bool
 	var next *claimReads
-	if !copied && e.hookFastBatch == nil {
-		committedTag(b, &didCommit)
-		next = e.queueClaimReads(b, tx) // the next claim's, after the COMMIT (claimpre.go)
+	if !copied {
+		next = e.queueCommitAndClaimReads(b, &didCommit) // the next claim's, after the COMMIT (claimpre.go)
 	} else {
 		b.Queue("COMMIT")
 	}
-	if e.hookFastBatch != nil {
-		e.hookFastBatch(conn.Conn(), b)
+	if e.trace != nil {
+		e.trace.sendingCommit(conn.Conn(), b, true)
 	}
 	locked := time.Now()
 	cerr := conn.Conn().SendBatch(ctx, b).Close()

@@ -178,15 +178,15 @@ func TestSubmitIsOneRoundTrip(t *testing.T) {
 	if got := e.head.fast.Load() - fast; got != n {
 		t.Errorf("%d of %d keyed submits took the fast path", got, n)
 	}
-	// With a hook of the ordinary commit batch, the ordinary path: two round trips.
-	e.hookBeforeCommit = func(*pgx.Conn) {}
+	// With ordinaryCommits, the ordinary path: two round trips.
+	e.ordinaryCommits = true
 	submit(work.TaskRequest{Kind: "k"}) // prepares what the ordinary way sends
 	tc.batches.Store(0)
 	submit(work.TaskRequest{Kind: "k"})
 	if got := tc.batches.Load(); got != 2 {
 		t.Errorf("a submit the ordinary way took %d round trips, want 2", got)
 	}
-	e.hookBeforeCommit = nil
+	e.ordinaryCommits = false
 	mustVerify(t, q)
 }
 
@@ -287,12 +287,12 @@ func TestFastBatchFailures(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var fired atomic.Int32
-			e.hookFastBatch = func(conn *pgx.Conn, b *pgx.Batch) {
+			tracing(e).fastBatch = func(conn *pgx.Conn, b *pgx.Batch) {
 				if fired.Add(1) == 1 {
 					c.hook(conn, b)
 				}
 			}
-			defer func() { e.hookFastBatch = nil }()
+			defer func() { tracing(e).fastBatch = nil }()
 			// Twice: the first makes the cache exact and alone again after the last case.
 			for range 2 {
 				task, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: c.name + time.Now().String()})

@@ -162,7 +162,8 @@ func TestFollowNeverSeesAFailedGroup(t *testing.T) {
 	there.take(t, "history there", 1)
 
 	var fired atomic.Int32
-	e.hookBeforeCommit = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(c *pgx.Conn) {
 		if fired.Add(1) == 1 {
 			dropConn(c) // the group's COMMIT never reaches the server
 		}
@@ -170,7 +171,8 @@ func TestFollowNeverSeesAFailedGroup(t *testing.T) {
 	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "lost"}); !errors.Is(err, work.ErrBackend) {
 		t.Fatalf("the submit of the failed group returned %v, want ErrBackend", err)
 	}
-	e.hookBeforeCommit = nil
+	tracing(e).beforeCommit = nil
+	e.ordinaryCommits = false
 	after, err := s.Submit(ctx, work.TaskRequest{Kind: "after"})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +319,6 @@ func TestStoreFollowListenerTerminated(t *testing.T) {
 // knows) and waits until the follower's fn has it: commit, NOTIFY, LISTEN, the follower's
 // read. pgtest's server runs with fsync off: the figure compares designs, not disks.
 func BenchmarkFollowLatency(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	dsn := pgtest.Schema(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

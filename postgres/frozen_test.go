@@ -58,7 +58,8 @@ func TestFrozenServerClose(t *testing.T) {
 	}
 	frozen := make(chan struct{})
 	var once sync.Once
-	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(func() { fr.Freeze(); close(frozen) }) }
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(*pgx.Conn) { once.Do(func() { fr.Freeze(); close(frozen) }) }
 	inFlight := make(chan error, 1)
 	go func() {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "in-flight", IdempotencyKey: "in-flight"})
@@ -127,7 +128,8 @@ func TestFrozenServerWriteTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	e.hookBeforeCommit = func(*pgx.Conn) { once.Do(fr.Freeze) }
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(*pgx.Conn) { once.Do(fr.Freeze) }
 	// resolve asks once more, 5 s at most per question, after CommitResolveTimeout.
 	_, err := within(t, "a Submit whose COMMIT is in flight on the frozen server", 20*time.Second, func() error {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "in-flight", IdempotencyKey: "in-flight"})
@@ -137,7 +139,8 @@ func TestFrozenServerWriteTimeout(t *testing.T) {
 		t.Errorf("Submit = %v, want ErrCommitUnknown", err)
 	}
 	fr.Thaw()
-	e.hookBeforeCommit = nil
+	tracing(e).beforeCommit = nil
+	e.ordinaryCommits = false
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := s.Submit(ctx, work.TaskRequest{Kind: "after", IdempotencyKey: "after"})

@@ -152,11 +152,7 @@ func TestImporterAppendLogPruned(t *testing.T) {
 	}
 	r.Close()
 
-	q, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q := openQueue(t, dsn)
 	if _, err := q.Session("s3").Submit(ctx, work.TaskRequest{Kind: "k", Input: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}

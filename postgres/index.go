@@ -283,7 +283,6 @@ func (t *txn) PutIndex(ix projection.Index, part string, e projection.IndexEntry
 	op, ok := m[k]
 	m[k] = idxOp{put: true, id: e.ID, pri: e.Pri, replaces: op.replaces || ok && !op.put}
 	t.noteIndexWrite(ix, k, idxOp{put: true, id: e.ID, pri: e.Pri})
-	t.notePut(ix, part, e)
 	return nil
 }
 

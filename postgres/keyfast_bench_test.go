@@ -48,7 +48,6 @@ func openCountedUnprepared(t testing.TB, dsn string) (*engine, *work.Queue, *tri
 // goroutines, with the round trips of the queue's connections per submit (trips/op, a count:
 // 2 before a new key was taken unread, at 1 goroutine). pgtest's server (fsync off).
 func BenchmarkKeyedSubmit(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			_, q, tc := openCountedUnprepared(b, pgtest.Schema(b))

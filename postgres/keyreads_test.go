@@ -44,7 +44,7 @@ func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
 	var mu sync.Mutex
 	var rounds []int
 	entered, release := make(chan struct{}, held), make(chan struct{})
-	e.hookKeyRead = func(_ context.Context, n int) {
+	tracing(e).keyRead = func(_ context.Context, n int) {
 		mu.Lock()
 		rounds = append(rounds, n)
 		hold := len(rounds) <= held
@@ -103,7 +103,7 @@ func TestConcurrentKeyReadsShareOneStatement(t *testing.T) {
 		t.Errorf("key read statements of 16 concurrent submits: %v reads each, want %v", rounds, want)
 	}
 	mu.Unlock()
-	e.hookKeyRead = nil
+	tracing(e).keyRead = nil
 	waitFor(t, 10*time.Second, "no round on the wire", func() bool {
 		kr := &e.keyReads[0]
 		kr.mu.Lock()
@@ -129,7 +129,7 @@ func TestKeyReadCallerLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cancelled atomic.Bool
-	e.hookKeyRead = func(rctx context.Context, _ int) {
+	tracing(e).keyRead = func(rctx context.Context, _ int) {
 		select {
 		case <-rctx.Done():
 			cancelled.Store(true)
@@ -150,7 +150,7 @@ func TestKeyReadCallerLeaves(t *testing.T) {
 	if !cancelled.Load() {
 		t.Error("the round of a caller that left was not cancelled")
 	}
-	e.hookKeyRead = nil
+	tracing(e).keyRead = nil
 	got, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: "a"})
 	if err != nil || got.ID != task.ID {
 		t.Fatalf("repeat after: %+v, %v; want task %s", got, err, task.ID)
@@ -161,7 +161,6 @@ func TestKeyReadCallerLeaves(t *testing.T) {
 // goroutines, and the statements read-first sent per repeat (reads/dup, a count: 1 before
 // the reads were coalesced). pgtest's server (fsync off; a repeat writes nothing anyway).
 func BenchmarkDuplicateSubmit(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			e, q := openEngine(b, pgtest.Schema(b), nil)
@@ -185,7 +184,7 @@ func BenchmarkDuplicateSubmit(b *testing.B) {
 				b.Fatal(err)
 			}
 			var rounds atomic.Int64
-			e.hookKeyRead = func(context.Context, int) { rounds.Add(1) }
+			tracing(e).keyRead = func(context.Context, int) { rounds.Add(1) }
 			var next atomic.Int64
 			dup := func() error {
 				_, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprint(next.Add(1) % keys)})

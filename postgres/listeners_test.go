@@ -406,7 +406,8 @@ func TestNoWaiterNoNotification(t *testing.T) {
 	// sleeps before its COMMIT. A waiter of q2 comes meanwhile, reads nothing, and waits.
 	var slow atomic.Bool
 	slow.Store(true)
-	e.hookCommitBatch = func(b *pgx.Batch) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).commitBatch = func(b *pgx.Batch) {
 		if slow.CompareAndSwap(true, false) { // the next group's only
 			last := len(b.QueuedQueries) - 1 // COMMIT
 			sleep := &pgx.QueuedQuery{SQL: "SELECT pg_sleep(1)"}

@@ -39,11 +39,7 @@ func TestMultiProcessSharedWriter(t *testing.T) { multiProcess(t, true) }
 func multiProcess(t *testing.T, shared bool) {
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
-	q, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q := openQueue(t, dsn)
 	const tasks = 80
 	ids := map[string]bool{}
 	for i := 0; i < tasks; i++ {

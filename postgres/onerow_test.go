@@ -101,7 +101,8 @@ func TestOneRowInserts(t *testing.T) {
 		}
 	}
 
-	e.hookCommitBatch = record // the ordinary path
+	e.ordinaryCommits = true // the ordinary path
+	tracing(e).commitBatch = record
 	if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: "a", Input: json.RawMessage(`{"n":1}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,10 +111,11 @@ func TestOneRowInserts(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantOne("ordinary wake", "events", "wakes", "wake_keys")
-	e.hookCommitBatch = nil
+	tracing(e).commitBatch = nil
+	e.ordinaryCommits = false
 
-	e.hookFastBatch = func(_ *pgx.Conn, b *pgx.Batch) { record(b) }
-	defer func() { e.hookFastBatch = nil }()
+	tracing(e).fastBatch = func(_ *pgx.Conn, b *pgx.Batch) { record(b) }
+	defer func() { tracing(e).fastBatch = nil }()
 	for i, key := range []string{"b", "c"} { // the first may find the cache not yet alone
 		if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: key}); err != nil {
 			t.Fatal(err)
@@ -126,9 +128,10 @@ func TestOneRowInserts(t *testing.T) {
 		}
 		sqls = nil
 	}
-	e.hookFastBatch = nil
+	tracing(e).fastBatch = nil
 
-	e.hookCommitBatch = record
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).commitBatch = record
 	if _, err := s.SubmitMany(ctx, taskRequests(5, "k", true)); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,8 @@ func TestOneRowInserts(t *testing.T) {
 			t.Errorf("a group of five: no arrays into %s", table)
 		}
 	}
-	e.hookCommitBatch = nil
+	tracing(e).commitBatch = nil
+	e.ordinaryCommits = false
 
 	ds, err := q.ClaimDue(ctx, 60e9, 1)
 	if err != nil || len(ds) != 1 {

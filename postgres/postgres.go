@@ -208,14 +208,11 @@ type engine struct {
 	// what a savepoint-per-command design would cost (BenchmarkSubmit); never set otherwise.
 	savepointEach bool
 
-	// Test hooks: around sending the commit batch (close the connection to lose it).
-	hookBeforeCommit    func(*pgx.Conn)
-	hookAfterCommitSent func(*pgx.Conn)
-	hookCommitBatch     func(*pgx.Batch)           // may queue statements after COMMIT, in its round trip
-	hookRecordRead      func()                     // a group reads a task or wake record from the server
-	hookKeyRead         func(context.Context, int) // a round of key reads (its context, its reads) is sent
-
-	hookFastBatch func(*pgx.Conn, *pgx.Batch) // test hook: the fast path's one batch, before it is sent (fast.go)
+	// ordinaryCommits: every group begins under the lock and ends its commit batch with its
+	// COMMIT (no fast path, no reads after the COMMIT): set by the tests that fail or count
+	// the ordinary commit batch; never otherwise.
+	ordinaryCommits bool
+	trace           tracer // nil but in tests
 
 	sw *sharedWriter // Options.SharedWriter's election and connections (sharedwriter.go); nil without
 
@@ -223,6 +220,18 @@ type engine struct {
 	// inbox's check) run from Open to Close, and a test shortens a later engine's bound
 	// without racing them.
 	stuckWait atomic.Int64
+}
+
+// tracer is told of the writer's steps, for a test to count them, look at a batch, or fail a
+// step (close the connection). Production leaves engine.trace nil, and nothing the engine
+// does depends on whether it is set.
+type tracer interface {
+	// sendingCommit: a group's commit batch (fast: the fast path's one batch), about to be
+	// sent on conn; statements queued into b after its COMMIT go in its round trip.
+	sendingCommit(conn *pgx.Conn, b *pgx.Batch, fast bool)
+	sentCommit(conn *pgx.Conn)           // the ordinary commit batch is sent, its answers not read
+	readRecord()                         // a group reads a task or wake record from the server
+	readKeys(ctx context.Context, n int) // a round of n key reads is sent (readfirst.go)
 }
 
 var (

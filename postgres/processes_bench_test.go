@@ -102,7 +102,6 @@ type workerHead struct {
 }
 
 func benchProcesses(b *testing.B, procs int, shared bool) {
-	noRunMarkCheck(b)
 	dsn := pgtest.Schema(b)
 	ctx := context.Background()
 	q, err := Open(ctx, dsn, nil)
@@ -110,16 +109,7 @@ func benchProcesses(b *testing.B, procs int, shared bool) {
 		b.Fatal(err)
 	}
 	defer q.Close()
-	s := q.Session("bench")
-	for i := 0; i < b.N; i += work.MaxSubmitMany {
-		rs := make([]work.TaskRequest, min(work.MaxSubmitMany, b.N-i))
-		for j := range rs {
-			rs[j] = work.TaskRequest{Kind: "w2", Input: json.RawMessage(`{"n":1}`)}
-		}
-		if _, err := s.SubmitMany(ctx, rs); err != nil {
-			b.Fatal(err)
-		}
-	}
+	submitW2(b, q, b.N)
 	type worker struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -175,38 +165,11 @@ func benchProcesses(b *testing.B, procs int, shared bool) {
 			b.Fatal(err)
 		}
 	}
-	deadline := start.Add(10 * time.Minute)
 	// The counts alone, read from the table: Stats also walks the due index up to now with
 	// every due task's record (its DueNow), and polled every 10 ms that walk of the backlog
 	// took 1.9 s of the server's CPU in a 3 s run of 20,000 tasks (pg_stat_statements,
 	// 2026-12-05): the measure took a third of a core from what it measured.
-	qe, ok := queues.Load(q)
-	if !ok {
-		b.Fatal("no engine for the queue")
-	}
-	e := qe.(*engine)
-	for {
-		var done, lost int64
-		err := readCounts(ctx, e.pool, e.st, func(_ string, st events.TaskState, n int64) bool {
-			switch st {
-			case events.StateSucceeded:
-				done += n
-			case events.StateFailed, events.StateCanceled:
-				lost += n
-			}
-			return true
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if done == int64(b.N) {
-			break
-		}
-		if lost > 0 || time.Now().After(deadline) {
-			b.Fatalf("tasks: %d succeeded, %d failed or canceled, of %d", done, lost, b.N)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitSucceeded(b, []*engine{engineOf(b, q)}, b.N, start.Add(10*time.Minute))
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu, workers := machineTicks()-cpu0, procTicks(pids)-workers0
@@ -260,6 +223,75 @@ func benchProcesses(b *testing.B, procs int, shared bool) {
 		if sum.Kept > 0 {
 			b.ReportMetric(float64(sum.Dropped)/float64(sum.Kept), "dropped/catch-up")
 		}
+	}
+}
+
+// submitW2 submits n tasks of kind w2 to q's session bench, work.MaxSubmitMany at a time.
+func submitW2(tb testing.TB, q *work.Queue, n int) {
+	s := q.Session("bench")
+	for i := 0; i < n; i += work.MaxSubmitMany {
+		rs := make([]work.TaskRequest, min(work.MaxSubmitMany, n-i))
+		for j := range rs {
+			rs[j] = work.TaskRequest{Kind: "w2", Input: json.RawMessage(`{"n":1}`)}
+		}
+		if _, err := s.SubmitMany(context.Background(), rs); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// newW2Runner is bench/'s W2 runner on q: slots slots, Prefetch as many, a handler of w2
+// that does nothing.
+func newW2Runner(tb testing.TB, q *work.Queue, slots int) *runner.Runner {
+	r, err := runner.New(q, runner.Config{
+		Handlers:    map[string]runner.Handler{"w2": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
+		Concurrency: slots,
+		Prefetch:    slots,
+		LeaseFor:    10 * time.Minute,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+// engineOf is the engine of q, a queue postgres.Open returned.
+func engineOf(tb testing.TB, q *work.Queue) *engine {
+	v, ok := queues.Load(q)
+	if !ok {
+		tb.Fatal("no engine for the queue")
+	}
+	return v.(*engine)
+}
+
+// waitSucceeded returns once the queues of es together record want tasks succeeded, polling
+// their counts every 10 ms; it fails b on a failed or canceled task, or at deadline.
+func waitSucceeded(b *testing.B, es []*engine, want int, deadline time.Time) {
+	ctx := context.Background()
+	for {
+		var done, lost int64
+		for _, e := range es {
+			err := readCounts(ctx, e.pool, e.st, func(_ string, st events.TaskState, n int64) bool {
+				switch st {
+				case events.StateSucceeded:
+					done += n
+				case events.StateFailed, events.StateCanceled:
+					lost += n
+				}
+				return true
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if done == int64(want) {
+			return
+		}
+		if lost > 0 || time.Now().After(deadline) {
+			b.Fatalf("tasks: %d succeeded, %d failed or canceled, of %d", done, lost, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -321,7 +353,6 @@ func TestProcessesWorker(t *testing.T) {
 	if dsn == "" {
 		t.Skip("a worker process of BenchmarkProcesses")
 	}
-	noRunMarkCheck(t)
 	ctx := context.Background()
 	shared := os.Getenv(procSharedEnv) != ""
 	q, err := Open(ctx, dsn, &Options{SharedWriter: shared})
@@ -329,11 +360,7 @@ func TestProcessesWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	v, ok := queues.Load(q)
-	if !ok {
-		t.Fatal("no engine for the queue")
-	}
-	e := v.(*engine)
+	e := engineOf(t, q)
 	if shared { // elected, or connected to the elected process
 		for i := 0; i < 100 && !e.sw.leading.Load() && e.sw.cur.Load() == nil; i++ {
 			time.Sleep(50 * time.Millisecond)
@@ -344,16 +371,7 @@ func TestProcessesWorker(t *testing.T) {
 	if !in.Scan() || in.Text() != "go" {
 		t.Fatalf("no go: %v", in.Err())
 	}
-	r, err := runner.New(q, runner.Config{
-		Handlers:    map[string]runner.Handler{"w2": func(context.Context, work.Task) (json.RawMessage, error) { return nil, nil }},
-		Concurrency: procSlots(),
-		Prefetch:    procSlots(),
-		LeaseFor:    10 * time.Minute,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newW2Runner(t, q, procSlots())
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/internal/pgtest"
-	"github.com/worklog/worklog/postgres"
 )
 
 // BenchmarkPrune: one Prune of 512 finished tasks (two groups of 256), each with an
@@ -14,20 +13,11 @@ import (
 // holds none of them, as after a restart or in another process); the setup is not timed.
 // Reports the cost per pruned task.
 func BenchmarkPrune(b *testing.B) {
-	postgres.NoRunMarkCheck(b)
 	const n = 512
 	ctx := context.Background()
 	dsn := pgtest.Schema(b)
-	q, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer q.Close()
-	pruner, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pruner.Close()
+	q := openQueue(b, dsn)
+	pruner := openQueue(b, dsn)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		finishOld(b, q, "s", "k", n)

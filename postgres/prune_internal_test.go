@@ -41,7 +41,8 @@ func TestPruneInTheGroupThatMadeItPrunable(t *testing.T) {
 	// Hold the writer in a group of its own until the next commands are queued, in order.
 	var fired atomic.Int32
 	release := make(chan struct{})
-	e.hookBeforeCommit = func(*pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(*pgx.Conn) {
 		if fired.Add(1) == 1 {
 			<-release
 		}
@@ -82,7 +83,8 @@ func TestPruneInTheGroupThatMadeItPrunable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.hookBeforeCommit = nil
+	tracing(e).beforeCommit = nil
+	e.ordinaryCommits = false
 	if n := fired.Load(); n != 2 {
 		t.Fatalf("%d commits, want 2: the held group, then the four commands in one", n)
 	}

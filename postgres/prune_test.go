@@ -17,6 +17,17 @@ import (
 
 var pruneBase = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// openQueue is postgres.Open of dsn with the default options, closed when tb ends.
+func openQueue(tb testing.TB, dsn string) *work.Queue {
+	tb.Helper()
+	q, err := postgres.Open(context.Background(), dsn, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { q.Close() })
+	return q
+}
+
 // finishOld submits n tasks in session s (keys prefix+i) at pruneBase, claims and finishes
 // them a second and two later, and returns their deliveries.
 func finishOld(t testing.TB, q *work.Queue, s, prefix string, n int) []work.TaskDelivery {
@@ -47,16 +58,8 @@ func finishOld(t testing.TB, q *work.Queue, s, prefix string, n int) []work.Task
 func TestPruneBesideConcurrentSubmits(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
-	q1, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q1.Close()
-	q2, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q2.Close()
+	q1 := openQueue(t, dsn)
+	q2 := openQueue(t, dsn)
 
 	const old = 300 // more than one prune group (256)
 	deliveries := finishOld(t, q1, "old", "k", old)
@@ -188,16 +191,8 @@ func TestPruneBesideConcurrentSubmits(t *testing.T) {
 func TestPruneForgetsOtherQueuesCaches(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
-	q1, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q1.Close()
-	q2, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q2.Close()
+	q1 := openQueue(t, dsn)
+	q2 := openQueue(t, dsn)
 
 	ds := finishOld(t, q1, "s", "K", 1)
 	if res, err := q2.Prune(ctx, pruneBase.Add(time.Hour)); err != nil || res.Tasks != 1 {
@@ -262,11 +257,7 @@ func TestBackgroundPruning(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	q2, err := postgres.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q2.Close()
+	q2 := openQueue(t, dsn)
 	if err := q2.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -453,8 +453,8 @@ func (kr *keyReads) rounds(e *engine, wake bool) {
 
 // readKeys reads the keys of one round in one statement: the lone key's statement for one.
 func (e *engine) readKeys(ctx context.Context, wake bool, batch []*keyRead) ([]keyAnswer, error) {
-	if e.hookKeyRead != nil {
-		e.hookKeyRead(ctx, len(batch))
+	if e.trace != nil {
+		e.trace.readKeys(ctx, len(batch))
 	}
 	cols, one, many := taskTable.cols, e.st.taskKeyRec, e.st.taskKeysRec
 	if wake {

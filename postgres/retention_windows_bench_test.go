@@ -35,7 +35,6 @@ import (
 //	WORKLOG_PG_RETENTION_WINDOWS=10 WORKLOG_PG_RETENTION_TASKS=20000 \
 //	  go test ./postgres -run '^$' -bench RetentionWindows -benchtime 1x -timeout 1h -v
 func BenchmarkRetentionWindows(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	windows, tasks := envInt("WORKLOG_PG_RETENTION_WINDOWS", 8), envInt("WORKLOG_PG_RETENTION_TASKS", 3_000)
 	pause := 3 * time.Second
 	if v := os.Getenv("WORKLOG_PG_RETENTION_PAUSE"); v != "" {

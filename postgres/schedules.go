@@ -356,8 +356,8 @@ func (t *txn) PrefetchNewTaskKeys(sessionID string, keys []string) error {
 	if len(ks) < 2 { // one: TaskKey's own read costs as much
 		return nil
 	}
-	if t.onRead != nil {
-		t.onRead()
+	if t.trace != nil {
+		t.trace.readRecord()
 	}
 	t.reads += len(ks)
 	rows, err := t.conn.Query(t.ctx, t.st.taskKeysRec, ss, ks)

@@ -24,8 +24,8 @@ import (
 // The shared writer (Options.SharedWriter; design §9 "Many processes", option 2). Every
 // writing transaction of every process takes the log head's lock, so the processes of one
 // queue take turns, and a turn taken after another process's costs more than one taken
-// after the writer's own (a second round trip, the catch-up of the other's events, claims
-// read without run marks): four processes ran 0.8× of one. With the option, the processes
+// after the writer's own (a second round trip, the catch-up of the other's events):
+// four processes ran 0.8× of one. With the option, the processes
 // elect one of them (a session advisory lock on a connection of its own); it listens on a
 // TCP address, which it writes with a random token into the table shared_writer, and the
 // others send it their runners' rounds (Queue.SettleAndClaimAt) and their single claims and

@@ -14,7 +14,6 @@ import (
 // from one goroutine (mode=submits). The server is pgtest's (fsync off): the ratio compares
 // the two paths, it is not bench/'s figure.
 func BenchmarkSubmitMany(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	const n = work.MaxSubmitMany
 	rs := make([]work.TaskRequest, n)
 	for i := range rs {

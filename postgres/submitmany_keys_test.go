@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/work"
 )
@@ -30,8 +28,8 @@ func TestSubmitManyReadsItsKeysTogether(t *testing.T) {
 		stored[tk.IdempotencyKey] = tk.ID
 	}
 	e, q, tc := openCountedUnprepared(t, dsn) // a prepare goes to the connection the pool hands out
-	// The ordinary way: a hook of its commit batch keeps the group from the fast path.
-	e.hookBeforeCommit = func(*pgx.Conn) {}
+	// The ordinary way.
+	e.ordinaryCommits = true
 	// The ordinary way's statements, on another session's keys.
 	if _, err := q.Session("warm-up").SubmitMany(ctx, []work.TaskRequest{{Kind: "k", IdempotencyKey: "a"}, {Kind: "k", IdempotencyKey: "b"}}); err != nil {
 		t.Fatal(err)
@@ -75,6 +73,6 @@ func TestSubmitManyReadsItsKeysTogether(t *testing.T) {
 			}
 		}
 	}
-	e.hookBeforeCommit = nil
+	e.ordinaryCommits = false
 	mustVerify(t, q)
 }

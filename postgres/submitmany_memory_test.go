@@ -205,7 +205,6 @@ func BenchmarkSubmitBesideMaxBatch(b *testing.B) {
 					}
 					defer q.Close()
 				case "postgres":
-					noRunMarkCheck(b)
 					var err error
 					if q, err = Open(ctx, pgtest.Schema(b), nil); err != nil {
 						b.Fatal(err)

@@ -27,7 +27,8 @@ func TestSubmitManyLostCommitRecordsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var armed atomic.Bool
-	e.hookBeforeCommit = func(c *pgx.Conn) {
+	e.ordinaryCommits = true // the ordinary path, which the trace fails or counts
+	tracing(e).beforeCommit = func(c *pgx.Conn) {
 		if armed.CompareAndSwap(true, false) {
 			dropConn(c)
 		}
@@ -41,7 +42,8 @@ func TestSubmitManyLostCommitRecordsNothing(t *testing.T) {
 	if !errors.Is(err, work.ErrBackend) || res != nil {
 		t.Fatalf("SubmitMany with the connection lost before COMMIT: %d results, %v; want ErrBackend and none", len(res), err)
 	}
-	e.hookBeforeCommit = nil
+	tracing(e).beforeCommit = nil
+	e.ordinaryCommits = false
 	if n := logLen(t, q); n != 1 {
 		t.Fatalf("the log has %d events after the lost batch, want the 1 before it", n)
 	}
@@ -78,7 +80,7 @@ func TestSubmitManyReadsNoRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reads atomic.Int64
-	e.hookRecordRead = func() { reads.Add(1) }
+	tracing(e).recordRead = func() { reads.Add(1) }
 	rs := make([]work.TaskRequest, 500)
 	for i := range rs {
 		rs[i] = work.TaskRequest{Kind: "k", Input: []byte(fmt.Sprintf(`{"n":%d}`, i))}
@@ -95,6 +97,6 @@ func TestSubmitManyReadsNoRecord(t *testing.T) {
 	if n := reads.Load(); n != 0 {
 		t.Errorf("SubmitMany of 500 new tasks read %d records from the server, want 0", n)
 	}
-	e.hookRecordRead = nil
+	tracing(e).recordRead = nil
 	mustVerify(t, q)
 }

@@ -19,7 +19,6 @@ import (
 // load beside it. It reports p50 and p99 in ms (target: p99 <= 100 ms, issue 24 §3). Figures
 // taken on a shared machine are not results (docs/performance.md).
 func BenchmarkSubmitTxTakenIn(b *testing.B) {
-	postgres.NoRunMarkCheck(b)
 	dsn := pgtest.Schema(b)
 	ctx := context.Background()
 	q, err := postgres.Open(ctx, dsn, nil)

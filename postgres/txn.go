@@ -49,9 +49,6 @@ type cache struct {
 	// maxTask, maxWake: every stored id not in the cache is at most these (adopt): the bound
 	// of txn.maxTask for a group run before the lock (fast.go).
 	maxTask, maxWake string
-	// marks: the due runs' low-water marks at seq (runmarks.go), read-only: a committed
-	// group replaces the map.
-	marks map[markKey]dueMark
 }
 
 // cacheMax bounds the entries kept from one group to the next; cacheValueMax the value bytes
@@ -106,13 +103,13 @@ type pendingEvent struct {
 // writes and the cache first; an index scan first sends the pending index writes, in the
 // same round trip as the scan.
 type txn struct {
-	ctx    context.Context
-	conn   *pgx.Conn
-	st     *statements
-	c      *cache
-	hints  *keyHints // the keys read-first found absent (readfirst.go); nil: none
-	onRead func()    // test hook (engine.hookRecordRead): a record is read from the server
-	reads  int       // records and keys read from the server (headStats)
+	ctx   context.Context
+	conn  *pgx.Conn
+	st    *statements
+	c     *cache
+	hints *keyHints // the keys read-first found absent (readfirst.go); nil: none
+	trace tracer    // engine.trace
+	reads int       // records and keys read from the server (headStats)
 	// big: the records put into the cache by this group (read or written) whose values
 	// exceed cacheValueMax, which adopt takes out of the cache at the group's end. Noted as
 	// they enter, so that adopt looks at them alone, not at every cached record: a walk of
@@ -135,11 +132,6 @@ type txn struct {
 	// scans: the due index partitions the group scanned, and the entries each gave (the plan).
 	pre   *prefetched
 	scans map[preKey]int
-	// duePuts: the least entry the group put into each due run; marks: the marks after the
-	// group, once computed (runmarks.go).
-	duePuts   map[markKey]dueMark
-	marks     map[markKey]dueMark
-	marksDone bool
 
 	seq        uint64 // the last sequence, the group's appends included
 	last       []byte // the first bytes of the event at startSeq, read by the begin (cache.last)
@@ -272,8 +264,8 @@ func editRecord[R any](t *txn, tb *recordTable[R], sql, maxID, id string) (*R, e
 		if t.optimistic {
 			return nil, t.refuseRead()
 		}
-		if t.onRead != nil {
-			t.onRead()
+		if t.trace != nil {
+			t.trace.readRecord()
 		}
 		t.reads++
 		var err error

@@ -25,7 +25,6 @@ import (
 //
 //	go test ./postgres -run '^$' -bench VerifyHeap -benchtime 1x -timeout 30m -v
 func BenchmarkVerifyHeap(b *testing.B) {
-	noRunMarkCheck(b) // the claims' checker is the tests' (runmarks_internal_test.go)
 	n := envInt("WORKLOG_VERIFY_HEAP_TASKS", 100_000)
 	dsn := pgtest.Schema(b)
 	ctx := context.Background()

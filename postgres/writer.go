@@ -267,21 +267,17 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 	b.Queue(e.st.setMark, e.mark.id, e.mark.n)
 	var didCommit bool
 	var reads *claimReads
-	if e.cache.alone && !e.savepointEach && e.hookBeforeCommit == nil && e.hookAfterCommitSent == nil && e.hookCommitBatch == nil {
-		committedTag(b, &didCommit)
-		reads = e.queueClaimReads(b, tx) // the next claim's, after the COMMIT (claimpre.go)
+	if e.cache.alone && !e.savepointEach && !e.ordinaryCommits {
+		reads = e.queueCommitAndClaimReads(b, &didCommit) // the next claim's, after the COMMIT (claimpre.go)
 	} else {
 		b.Queue("COMMIT")
 	}
-	if e.hookCommitBatch != nil {
-		e.hookCommitBatch(b)
-	}
-	if e.hookBeforeCommit != nil {
-		e.hookBeforeCommit(conn.Conn())
+	if e.trace != nil {
+		e.trace.sendingCommit(conn.Conn(), b, false)
 	}
 	br := conn.Conn().SendBatch(ctx, b)
-	if e.hookAfterCommitSent != nil {
-		e.hookAfterCommitSent(conn.Conn())
+	if e.trace != nil {
+		e.trace.sentCommit(conn.Conn())
 	}
 	cerr := br.Close()
 	if cerr != nil && didCommit {
@@ -369,11 +365,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 		})
 	}
 	var pols map[string]*projection.KindPolicy
-	var marks map[markKey]dueMark // of c's head, when c is valid (runmarks.go)
-	if c.valid {
-		marks = c.marks
-	}
-	pre := e.queuePrefetch(b, &pols, marks, headOf{c.seq, c.prunes, c.last}) // a claim's reads, when the writer's recent groups claimed (claimpre.go)
+	pre := e.queuePrefetch(b, &pols) // a claim's reads, when the writer's recent groups claimed (claimpre.go)
 	if err := conn.Conn().SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -393,7 +385,6 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	if stale {
 		e.head.caughtUp(keep, dropped)
 		e.alone = 0
-		c.marks = nil // another writer's puts are not seen (runmarks.go)
 	} else {
 		e.alone++
 	}
@@ -405,7 +396,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	e.cache.valid = false // until this group commits
 	e.cache.alone = alone
 	tx := newTxn(ctx, conn.Conn(), e.st, e.cache)
-	tx.hints, tx.onRead = &e.hints, e.hookRecordRead
+	tx.hints, tx.trace = &e.hints, e.trace
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes, tx.last = tx.seq, uint64(prunes), last
 	if pre != nil {
@@ -425,7 +416,6 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 // would fall below the last one half the time, and cost a read.
 func (e *engine) adopt(tx *txn) {
 	c := tx.c
-	c.marks = tx.marksAfter() // runmarks.go
 	c.maxTask, c.maxWake = tx.maxTask, tx.maxWake
 	// The records too large to keep: only those the group put into the cache can be
 	// (noteBig), the others were checked at the end of the group that put them.
@@ -440,8 +430,14 @@ func (e *engine) adopt(tx *txn) {
 			c.maxTask = max(c.maxTask, b.id)
 		}
 	}
-	h := tx.headAfter()
-	c.seq, c.prunes, c.last, c.valid = h.seq, h.prunes, h.last, true
+	c.seq, c.prunes, c.valid = tx.seq, tx.prunes, true
+	c.last = tx.last
+	if tx.seq != tx.startSeq {
+		c.last = nil // the head's event is the group's last, unless a prune of the group took it
+		if n := len(tx.evs); n > 0 && tx.evs[n-1].seq == tx.seq {
+			c.last = lastOf(tx.evs[n-1].body)
+		}
+	}
 }
 
 func rollback(conn *pgxpool.Conn) {
