@@ -113,8 +113,9 @@ func BenchmarkFollowCatchUp(b *testing.B) {
 // of the log, as a user runs it (target: the first 100 tasks within 300 ms on the 930k-event
 // store, the whole state streamed, at most 128 MiB of memory). It reports the time to the
 // first page (header and 100 task lines), the time to the end of the output, and the
-// process's peak RSS. cache=warm runs with a cache directory filled by a first run before
-// the timer; cache=none with --no-cache.
+// process's peak RSS. mode=by-session streams the state session by session
+// (internal/pastfold); mode=cache-warm folds the whole state from the snapshot cache, filled
+// by a first run before the timer; mode=no-cache folds the log from seq 1.
 func BenchmarkStateAtSeqFirstPage(b *testing.B) {
 	dir, last := store(b)
 	bin := filepath.Join(b.TempDir(), "replay")
@@ -122,12 +123,15 @@ func BenchmarkStateAtSeqFirstPage(b *testing.B) {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	at := strconv.FormatUint(last/2, 10)
-	for _, mode := range []string{"none", "warm"} {
-		b.Run("cache="+mode, func(b *testing.B) {
+	for _, mode := range []string{"by-session", "cache-warm", "no-cache"} {
+		b.Run("mode="+mode, func(b *testing.B) {
 			args := []string{"state", dir, "--at-seq", at}
-			if mode == "none" {
+			switch mode {
+			case "by-session":
+				args = append(args, "--by-session")
+			case "no-cache":
 				args = append(args, "--no-cache")
-			} else {
+			default:
 				args = append(args, "--cache-dir", b.TempDir())
 				runState(b, bin, args) // fills the cache
 			}
