@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -111,11 +113,17 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	defer func() { err = errors.Join(err, it.Close()) }()
 
 	const chunk = 4096
-	// The same writer as the store's, with a record cache of its own, over the scratch DB.
+	// The same writer as the store's, over the scratch DB, with the writer's own memory of
+	// what is committed: a record cache, the ids known to have no record yet (so a submit's
+	// check for an existing id reads nothing), and the kind policies (so a claim's reads
+	// nothing either). Without the last two, every submit and every claim of the rebuild
+	// missed through every level of the scratch store.
 	cache := newRecordCache(s.opts.RecordCacheSize)
 	counts := map[countID]int64{}
+	ids := &maxIDs{task: newIDMark(nil), wake: newIDMark(nil)}
+	policies := map[string]*projection.KindPolicy{}
 	b := dst.NewIndexedBatch()
-	w := &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, cache: cache, counts: counts}
+	w := &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, cache: cache, counts: counts, maxIDs: ids, policies: policies}
 	defer func() { b.Close() }()
 	folding := true
 	var prev uint64
@@ -199,8 +207,11 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 			b.Close()
 			cache.merge(w.tasks, w.wakes)
 			mergeCounts(counts, w.countDelta)
+			mergePolicies(policies, w.policyDelta)
+			ids.task.settle()
+			ids.wake.settle()
 			b = dst.NewIndexedBatch()
-			w = &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, lastSeq: w.lastSeq, cache: cache, counts: counts}
+			w = &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, lastSeq: w.lastSeq, cache: cache, counts: counts, maxIDs: ids, policies: policies}
 			if vo.Progress != nil {
 				vo.Progress(seq, storedLast)
 			}
@@ -229,14 +240,50 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	return b.Commit(pebble.NoSync)
 }
 
-// compare walks each projection keyspace of the stored and the rebuilt store side by side.
+// compare walks each projection keyspace of the stored and the rebuilt store side by side,
+// the keyspaces in parallel (one goroutine a core): each collects its own problems, and they
+// are reported in keyspace order, as one walk after the other would.
 func compare(stored pebble.Reader, rebuilt pebble.Reader, bl *blobStore, add func(string, ...any) bool) error {
+	type keyRange struct{ lo, hi []byte }
+	ranges := make([]keyRange, 0, len(projectionPrefixes)+1)
 	for _, p := range projectionPrefixes {
-		if err := compareRange(stored, rebuilt, []byte{p}, []byte{p + 1}, bl, add); err != nil {
-			return err
+		ranges = append(ranges, keyRange{[]byte{p}, []byte{p + 1}})
+	}
+	ranges = append(ranges, keyRange{keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0)})
+	found := make([][]string, len(ranges))
+	errs := make([]error, len(ranges))
+	next := make(chan int, len(ranges))
+	for i := range ranges {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(ranges)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				// One more than add keeps, so that add still says when more were not listed.
+				collect := func(format string, args ...any) bool {
+					found[i] = append(found[i], fmt.Sprintf(format, args...))
+					return len(found[i]) <= maxProblems
+				}
+				errs[i] = compareRange(stored, rebuilt, ranges[i].lo, ranges[i].hi, bl, collect)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range ranges {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		for _, p := range found[i] {
+			if !add("%s", p) {
+				return nil
+			}
 		}
 	}
-	return compareRange(stored, rebuilt, keyLastSeq, append(append([]byte(nil), keyLastSeq...), 0), bl, add)
+	return nil
 }
 
 func compareRange(stored, rebuilt pebble.Reader, lo, hi []byte, bl *blobStore, add func(string, ...any) bool) (err error) {

@@ -24,6 +24,7 @@ type stateOptions struct {
 	noCache  bool
 	every    uint64
 	cost     bool
+	bySess   bool
 	filter   workFilter
 }
 
@@ -46,7 +47,13 @@ store, under --cache-dir (default: the user cache directory, e.g. ~/.cache/workl
 which is built lazily: a segment every --snapshot-every events the first time a fold passes
 there. So the first time travel deep into a long log folds the whole prefix; later ones fold at
 most --snapshot-every events past the nearest segment. --no-cache folds from the start.
---cost prints on stderr what the fold did. See docs/replay.md for the cost model.`
+--cost prints on stderr what the fold did. See docs/replay.md for the cost model.
+
+--by-session streams the whole state one session at a time instead: each session folded
+through its own index (as --session does) and printed at once, tasks first (session by
+session, each in submission order), then the wakes in the same order, then the counts. The
+first lines come after the first sessions' folds and memory holds one session's records,
+whatever the log's length; no snapshot cache is read or written.`
 
 func (a *app) stateCommand() *cobra.Command {
 	o := &stateOptions{}
@@ -74,6 +81,7 @@ func (a *app) stateCommand() *cobra.Command {
 	f.BoolVar(&o.noCache, "no-cache", false, "fold from the start of the log; read and write no snapshot")
 	o.every = defaultSnapshotEvery
 	f.Var(countValue(&o.every, "a whole number, at least 10"), "snapshot-every", "events between two cached snapshot segments")
+	f.BoolVar(&o.bySess, "by-session", false, "stream the whole state session by session (first lines at once, memory bounded by the largest session)")
 	f.BoolVar(&o.cost, "cost", false, "print on stderr what the fold cost (snapshots loaded, events folded)")
 	o.filter.register(c, true)
 	return c
@@ -114,6 +122,17 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 	}
 	if err := checkHorizon(c.Context(), st, dir, ct, hasSeq); err != nil {
 		return err
+	}
+	if o.bySess {
+		if o.session != "" {
+			return usagef(c, "give --by-session or --session, not both")
+		}
+		if ct.byTime {
+			if ct.seq, err = seqAtTime(c.Context(), st, ct.at, last); err != nil {
+				return readError(dir, err)
+			}
+		}
+		return a.stateBySession(c.Context(), st, dir, o, ct.seq, last)
 	}
 
 	var res *foldResult

@@ -9,6 +9,7 @@ import (
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/internal/narrate"
+	"github.com/worklog/worklog/internal/pastfold"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -175,7 +176,7 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 	}
 
 	m := projection.NewMem()
-	s := &seqFree{Mem: m}
+	s := &pastfold.SeqFree{Mem: m}
 	failed := false
 	for _, ev := range evs {
 		h := ev.Head()
@@ -191,7 +192,7 @@ func explain(ctx context.Context, st store, id string) (*explanation, error) {
 		} else {
 			bw, _ = m.Wake(wakeID)
 		}
-		s.next = h.Seq
+		s.Next = h.Seq
 		if e, ok := ev.(*events.TaskSubmitted); ok {
 			projection.SeedTick(m, e) // its schedule's events are not the task's
 		}

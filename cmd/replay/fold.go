@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/pastfold"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -66,49 +67,16 @@ func (c foldCost) String() string {
 	return s
 }
 
-// seqFree lets Apply fold one session's events, which are not contiguous in the global
-// sequence: it tells Apply that the event about to be applied follows the last one. Every
-// rule of the fold reads only the records of the event's own session (a completion wake
-// must be in its task's session), so a session's events fold into exactly that session's
-// part of the full state.
-type seqFree struct {
-	*projection.Mem
-	next uint64
-}
-
-func (s *seqFree) LastSeq() (uint64, error) { return s.next - 1, nil }
-
-// sessionFold folds the events of one session up to the cut, through the per-session index:
-// one point read per event of the session, no scan of the rest of the log.
+// sessionFold folds the events of one session up to the cut, through the per-session index
+// (internal/pastfold, the fold `state --by-session` streams with).
 func sessionFold(ctx context.Context, st store, session string, c cut) (*foldResult, error) {
 	start := time.Now()
-	res := &foldResult{mem: projection.NewMem(), sessions: true}
-	s := &seqFree{Mem: res.mem}
-	err := st.SessionSeqs(ctx, session, 0, func(seq uint64) error {
-		if !c.byTime && seq > c.seq {
-			return errStop
-		}
-		ev, err := st.Event(ctx, seq)
-		if err != nil {
-			return err
-		}
-		h := ev.Head()
-		if c.stops(h) {
-			hc := *h
-			res.next = &hc
-			return errStop
-		}
-		s.next = seq
-		if err := projection.Apply(s, ev); err != nil {
-			return err
-		}
-		res.seq, res.at = seq, h.At
-		res.cost.eventsFolded++
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
+	s, err := pastfold.FoldSession(ctx, st, session, pastfold.Cut{Seq: c.seq, ByTime: c.byTime, At: c.at})
+	if err != nil {
 		return nil, err
 	}
+	res := &foldResult{mem: s.Mem, sessions: true, seq: s.Seq, at: s.At, next: s.Next}
+	res.cost.eventsFolded = s.Events
 	res.cost.foldTime = time.Since(start)
 	return res, nil
 }
