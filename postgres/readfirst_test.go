@@ -205,7 +205,7 @@ func TestInboxRepeatCommitsItsTake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := SubmitTx(ctx, tx, q, "s", r); err != nil {
+	if _, err := SubmitTx(ctx, tx, q, "s", r); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
