@@ -397,9 +397,13 @@ func TestSubmitTxConcurrentSameKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan answer, 1)
+		// Submit through a queue just opened: its writer is not alone (no cache yet), so its
+		// group reads the key under the lock, finds it absent (tx1's row is not committed),
+		// and its commit meets tx1's row: refused once tx1 commits, then run again.
+		sq, _ := openTx(t, dsn, nil)
 		go func() {
 			if tc.viaSubmit {
-				task, err := q.Session("s1").Submit(ctx, tc.second)
+				task, err := sq.Session("s1").Submit(ctx, tc.second)
 				done <- answer{task, err}
 				return
 			}
@@ -754,5 +758,36 @@ func TestSubmitTxCorruptRowReported(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), postgres.ErrCorruptRow.Error()) {
 		t.Fatalf("Verify = %v, want it named a corrupt row", err)
+	}
+}
+
+// A claim right after a SubmitTx's commit takes its task, also when the claiming writer is
+// alone and runs its group before the lock on the reads of its last commit (fast.go): that
+// group's check refuses to commit while a decided row waits, and the group runs under the
+// lock, which takes the row in first. Round after round: claim, commit, claim at once.
+func TestSubmitTxClaimedByAWriterAlone(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	q, c := openTx(t, dsn, nil)
+	claimer, _ := openTx(t, dsn, nil)
+	ctx := context.Background()
+	missed := 0
+	for i := range 40 {
+		task := mustSubmitTx(t, c, q, "s1", work.TaskRequest{Kind: "k"}, true)
+		ds, err := claimer.ClaimDueAt(ctx, time.Now().Add(time.Second), time.Minute, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 || ds[0].Task.ID != task.ID {
+			missed++
+			t.Errorf("round %d: claimed %d tasks right after the commit, want %s", i, len(ds), task.ID)
+		}
+		for _, d := range ds {
+			if _, err := claimer.Finish(ctx, d, work.Outcome{State: work.TaskSucceeded}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if missed > 3 {
+			t.FailNow()
+		}
 	}
 }
