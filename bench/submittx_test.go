@@ -266,13 +266,17 @@ func BenchmarkSubmitTxClaimable(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, d := range ds {
-				claimed = claimed || d.Task.ID == task.ID
+				if d.Task.ID == task.ID {
+					lat = append(lat, time.Since(committed))
+					claimed = true
+				}
+			}
+			for _, d := range ds { // outside the timing
 				if _, err := probe.Finish(ctx, d, work.Outcome{State: work.TaskSucceeded}); err != nil {
 					b.Fatal(err)
 				}
 			}
 		}
-		lat = append(lat, time.Since(committed))
 	}
 	b.StopTimer()
 	close(stop)

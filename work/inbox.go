@@ -13,12 +13,14 @@ import (
 )
 
 // The inbox: submissions committed by another transaction (postgres.SubmitTx, in the
-// application's own transaction), taken in by the queue in the background with Submit's rules
-// at that time. docs/design.md §9 "Submit inside the application's transaction".
+// application's own transaction). docs/postgres.md "Submit inside the application's
+// transaction".
 //
-// A row holds the request as the body of a task_submitted event (inboxEvent), so it carries
-// whatever a submission carries, through the codec that already checks what it reads. Its
-// TaskID and At are placeholders: the ingest draws the id and takes the time.
+// SubmitTx has the queue decide a submission as Submit decides a new task (encodeInbox: its
+// id, its time, its task_submitted event; the answer when its key names a task), and the
+// engine takes the decided event into the log itself. Rows an older build committed hold the
+// request undecided (inboxEvent, TaskID and At placeholders): the ingest loop decides them
+// when taken in, with Submit's rules at that time.
 
 // inboxTaskID is the placeholder task id of an inbox row's event (the event codec requires a
 // subject); never the id of a task.
