@@ -132,14 +132,6 @@ func verifyClean(t *testing.T, q *work.Queue) {
 	}
 }
 
-func ids(ts []work.Task) []string {
-	var out []string
-	for _, t := range ts {
-		out = append(out, t.ID)
-	}
-	return out
-}
-
 // A committed submission is answered in the transaction with its task, and from the commit a
 // queue of another process (a second Open) reads it and claims it, at once: no waiting.
 func TestSubmitTxCommitted(t *testing.T) {
