@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/events"
+	engineapi "github.com/worklog/worklog/internal/engine"
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
