@@ -9,6 +9,7 @@
 #   ./run.sh -quick          # smoke run
 #   ./run.sh -systems worklog,river-pg -runs 5
 #   BENCH_PG_LOG=/tmp/pg.log ./run.sh ...   # keep the server's log (checkpoints, autovacuum)
+#   ./run.sh test -run '^$' -bench 'InsertTx|SubmitTxClaimable' -benchtime 2000x .   # go test with the server
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -65,4 +66,9 @@ while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); d
 echo "run.sh: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data in $pgdata)" >&2
 
 export BENCH_PG_DSN="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-go run . "$@"
+if [[ "${1:-}" == "test" ]]; then # ./run.sh test -run '^$' -bench InsertTx . : go test against the server
+	shift
+	go test "$@"
+else
+	go run . "$@"
+fi

@@ -70,7 +70,7 @@ func harnessWith(opts *postgres.Options, first func(t *testing.T, dsn string)) w
 			}
 			return open(t, dsn)
 		},
-		SubmitTx: func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) {
+		SubmitTx: func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) (work.Task, error) {
 			mu.Lock()
 			dsn := dsns[q]
 			mu.Unlock()
@@ -79,7 +79,7 @@ func harnessWith(opts *postgres.Options, first func(t *testing.T, dsn string)) w
 				t.Fatal(err)
 			}
 			defer c.Close(context.Background())
-			submitTx(t, c, q, session, r, commit)
+			return submitTx(t, c, q, session, r, commit)
 		},
 	}
 	if opts != nil {

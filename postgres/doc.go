@@ -48,7 +48,7 @@
 //	copy.go           COPY for the large tables of a large group
 //	listeners.go      NOTIFY only when another process's listener would hear it
 //	sharedwriter.go   Options.SharedWriter: one elected process runs every process's rounds
-//	submittx.go       SubmitTx: a submission inside the application's transaction (the inbox)
+//	submittx.go       SubmitTx: a submission decided inside the application's transaction, taken in first
 //	clock.go          the server's clock decides
 //	deadconn.go       pooled connections whose server process ended
 //	prune.go          retention

@@ -388,13 +388,13 @@ func (e *engine) View(ctx context.Context, fn func(projection.Reader) error) err
 	}
 	ctx, stop := e.untilClose(ctx)
 	defer stop()
-	tx, conn, err := e.beginRead(ctx) // on another connection if the pool's was dead
+	conn, err := e.beginView(ctx) // submittx.go: after a SubmitTx's commit, with its task
 	if err != nil {
 		return backendError(err)
 	}
 	defer conn.Release()
-	defer tx.Rollback(context.Background())
-	if err := fn(viewReader{ctx: ctx, tx: tx, st: e.st}); err != nil {
+	defer rollback(conn)
+	if err := fn(viewReader{ctx: ctx, tx: conn.Conn(), st: e.st}); err != nil {
 		return err
 	}
 	return nil

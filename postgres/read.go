@@ -72,7 +72,7 @@ func readCounts(ctx context.Context, q querier, st *statements, fn func(string, 
 // of one View sees the same committed state.
 type viewReader struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  querier // the connection, inside its transaction
 	st  *statements
 }
 

@@ -172,11 +172,14 @@ func (r *durableReader) TaskKey(sessionID, key string) (string, error) {
 		r.e.hints.note(false, skey{sessionID, key}, uint64(a.seq))
 		return "", nil
 	}
+	if a.rec.rec == nil {
+		// A SubmitTx's key whose task is not yet in the log (submittx.go): the command,
+		// under the writer, takes it in and answers. No hint: the key is not absent.
+		return "", nil
+	}
 	r.e.readFirst.repeated(false)
-	if a.rec.rec != nil {
-		if r.task, err = taskTable.decodeRow(string(a.id), a.rec); err != nil {
-			return "", err
-		}
+	if r.task, err = taskTable.decodeRow(string(a.id), a.rec); err != nil {
+		return "", err
 	}
 	return string(a.id), nil
 }

@@ -69,6 +69,7 @@ type statements struct {
 	readLog, sessionLog, sessions, scanTasks                                string
 	scanWakeRecs, allSession                                                string
 	allTaskKeys, allWakeKeys                                                string
+	allLoggedTaskKeys, inboxDecided, inboxTable                             string // Verify's, beside the inbox (submittx.go)
 	setPrunes, delTasks, delWakes, delTaskKeys, delWakeKeys                 string
 	delSession, insPrunable, delPrunable, scanPrunable                      string
 	scanPrunableFrom, delEvents, takeAdjacent, insPruned                    string
@@ -101,8 +102,11 @@ func newStatements(schema string) *statements {
 		lastSeq:  q(`SELECT seq FROM {s}.log_head WHERE id = 1`),
 		task:     q(`SELECT rec, input FROM {s}.tasks WHERE id = $1`),
 		wake:     q(`SELECT rec, payload, output FROM {s}.wakes WHERE id = $1`),
-		taskKey:  q(`SELECT task_id FROM {s}.task_keys WHERE session = $1 AND key = $2`),
-		wakeKey:  q(`SELECT wake_id FROM {s}.wake_keys WHERE session = $1 AND key = $2`),
+		// A key whose task is not in the log is a SubmitTx's, not yet taken in (submittx.go):
+		// absent to every read, and its row still refuses a second insert.
+		taskKey: q(`SELECT k.task_id FROM {s}.task_keys k WHERE k.session = $1 AND k.key = $2
+			AND EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.id = k.task_id)`),
+		wakeKey: q(`SELECT wake_id FROM {s}.wake_keys WHERE session = $1 AND key = $2`),
 		scanSession: q(`SELECT submit_seq, task_id FROM {s}.session_tasks WHERE session = $1 AND submit_seq > $2
 			ORDER BY submit_seq LIMIT $3`),
 		counts: q(`SELECT kind, state, n FROM {s}.counts WHERE n <> 0 ORDER BY kind, state`),
@@ -128,7 +132,12 @@ func newStatements(schema string) *statements {
 		scanWakeRecs: q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id > $1 ORDER BY id LIMIT $2`),
 		allSession:   q(`SELECT session, submit_seq, task_id FROM {s}.session_tasks ORDER BY session, submit_seq`),
 		allTaskKeys:  q(`SELECT session, key, task_id FROM {s}.task_keys`),
-		allWakeKeys:  q(`SELECT session, key, wake_id FROM {s}.wake_keys`),
+		// Verify's, less the keys of decided SubmitTx rows not yet taken in (submittx.go).
+		allLoggedTaskKeys: q(`SELECT session, key, task_id FROM {s}.task_keys k
+			WHERE NOT EXISTS (SELECT 1 FROM {s}.submit_inbox i WHERE i.task_id = k.task_id)`),
+		inboxDecided: q(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+			WHERE attrelid = to_regclass($1) AND attname = 'task_id' AND NOT attisdropped)`),
+		allWakeKeys: q(`SELECT session, key, wake_id FROM {s}.wake_keys`),
 
 		// Retention (prune.go).
 		setPrunes:   q(`UPDATE {s}.log_head SET prunes = $1 WHERE id = 1`),
@@ -147,10 +156,11 @@ func newStatements(schema string) *statements {
 		// taken out, coalesced with the runs in Go and put back (insPruned).
 		takeAdjacent: q(`DELETE FROM {s}.pruned WHERE to_seq = ANY($1::bigint[]) OR from_seq = ANY($2::bigint[])
 			RETURNING from_seq, to_seq`),
-		insPruned:    q(`INSERT INTO {s}.pruned SELECT * FROM unnest($1::bigint[], $2::bigint[])`),
-		tasksByID:    q(`SELECT id, rec, input FROM {s}.tasks WHERE id = ANY($1::bytea[])`),
-		wakesByID:    q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id = ANY($1::bytea[])`),
-		taskKeysIn:   q(`SELECT session, key, task_id FROM {s}.task_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
+		insPruned: q(`INSERT INTO {s}.pruned SELECT * FROM unnest($1::bigint[], $2::bigint[])`),
+		tasksByID: q(`SELECT id, rec, input FROM {s}.tasks WHERE id = ANY($1::bytea[])`),
+		wakesByID: q(`SELECT id, rec, payload, output FROM {s}.wakes WHERE id = ANY($1::bytea[])`),
+		taskKeysIn: q(`SELECT session, key, task_id FROM {s}.task_keys k WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))
+			AND EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.id = k.task_id)`),
 		wakeKeysIn:   q(`SELECT session, key, wake_id FROM {s}.wake_keys WHERE (session, key) IN (SELECT * FROM unnest($1::bytea[], $2::bytea[]))`),
 		prunedRanges: q(`SELECT from_seq, to_seq FROM {s}.pruned ORDER BY from_seq`),
 		allPrunable:  q(`SELECT at, seq, id, wake FROM {s}.prunable ORDER BY at, seq`),
@@ -168,6 +178,7 @@ func newStatements(schema string) *statements {
 		waitHead: q(`SELECT 1 FROM {s}.log_head WHERE id = 1 FOR SHARE`),
 	}
 	st.taskKeyRec, st.wakeKeyRec, st.taskKeysRec, st.wakeKeysRec = keyRecStatements(q)
+	st.inboxTable = s + ".submit_inbox"
 	st.dueSummary = q(`SELECT count(*), coalesce(min(at), 0) FROM {s}.due WHERE at <= $1`)
 	st.changesSince = changesSinceStatement(q)
 	st.headNow, st.checkHead = headStatements(q)

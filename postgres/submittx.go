@@ -10,36 +10,45 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
 	"github.com/worklog/worklog/work"
 )
 
-// Submit inside the application's transaction (docs/design.md §9 "Submit inside the
-// application's transaction").
+// Submit inside the application's transaction, synchronously (docs/postgres.md "Submit
+// inside the application's transaction").
 //
-// SubmitTx writes one row into the queue schema's submit_inbox table and queues a
-// notification, both in the application's transaction: nothing of the queue's writer, log
-// head or tables is touched, so the application's transaction never waits on the queue. The
-// row exists exactly when that transaction commits, and the notification is delivered only
-// then. Each queue over the schema listens; its ingest loop (package work, inbox.go) takes rows
-// inside a writer command (TakeInbox: DELETE ... FOR UPDATE SKIP LOCKED ... RETURNING) and
-// decides each with Submit's rules in the same transaction, so a row is taken in exactly once,
-// by one queue, atomically with its outcome. A row that does not decode (or breaks a rule
-// when it is taken in) is moved to submit_inbox_rejects with the reason, in the same
-// transaction: kept for an operator, logged, and listed by Verify; never dropped.
+// SubmitTx decides the submission in the application's transaction, as Submit would decide it
+// at the commit: a keyed one inserts its key's row into task_keys (ON CONFLICT DO NOTHING: the
+// one unique index both Submit and SubmitTx go through), and a key that names a task already
+// is answered from that task; a new one is stored as a decided submit_inbox row (the
+// task_submitted event, its id and time drawn) and a notification, both in tx. Nothing of the
+// queue's writer or log head is touched. The writer takes every decided row into the log, in
+// the group that first runs after the row's commit (begin: under the log head's lock, before
+// the group's commands), and a group run before the lock (fast.go) commits only while the
+// inbox holds none; a read (View) that finds one asks the writer to take it in first. So from
+// the commit every claim and every read of a queue sees the task.
 
 // inboxDDL creates the inbox tables when missing. Like commit_marks they came after format 1
 // without changing it: Open (not OpenReadOnly) creates them, builds that do not know them
 // ignore them, and they are not in tableNames. The session column is bytea, as every string
 // column of the schema is (schema.go): Submit accepts any non-blank Go string as a session id,
 // and text refuses NUL and invalid UTF-8 (SQLSTATE 22021), which aborted the application's
-// transaction. Schemas made before hold text there: inboxBytea converts them.
+// transaction. Schemas made before hold text there: inboxBytea converts them. task_id is the
+// task of a decided row (NULL: an older build's row, decided when taken in); inboxDecided
+// adds it to a table made before.
 const inboxDDL = `CREATE TABLE IF NOT EXISTS {s}.submit_inbox (id bigserial PRIMARY KEY, session bytea NOT NULL,
-	request bytea NOT NULL, at timestamptz NOT NULL DEFAULT now());
+	request bytea NOT NULL, at timestamptz NOT NULL DEFAULT now(), task_id bytea UNIQUE);
 CREATE TABLE IF NOT EXISTS {s}.submit_inbox_rejects (id bigint PRIMARY KEY, session bytea NOT NULL,
 	request bytea NOT NULL, at timestamptz NOT NULL, error text NOT NULL, rejected_at timestamptz NOT NULL DEFAULT now())`
+
+// inboxDecided adds the task_id column to an inbox table made before SubmitTx decided its
+// submissions; the rows waiting keep NULL there and are decided when taken in, as before.
+const inboxDecided = `ALTER TABLE {s}.submit_inbox ADD COLUMN task_id bytea UNIQUE`
 
 // inboxBytea converts the session columns of inbox tables made before they were bytea. The
 // rows keep their values: a text value is the UTF-8 of a Go string, and convert_to gives back
@@ -56,6 +65,18 @@ func ensureInbox(ctx context.Context, tx pgx.Tx, schema string) error {
 	sid := pgx.Identifier{schema}.Sanitize()
 	if _, err := tx.Exec(ctx, strings.ReplaceAll(inboxDDL, "{s}", sid)); err != nil {
 		return fmt.Errorf("creating the submit inbox tables in schema %q: %w", schema, err)
+	}
+	var decided int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_attribute a
+		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'submit_inbox' AND a.attname = 'task_id' AND NOT a.attisdropped`,
+		schema).Scan(&decided); err != nil {
+		return err
+	}
+	if decided == 0 {
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(inboxDecided, "{s}", sid)); err != nil {
+			return fmt.Errorf("adding task_id to the submit inbox in schema %q: %w", schema, err)
+		}
 	}
 	var text int
 	err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_attribute a
@@ -76,26 +97,52 @@ type inbox struct {
 	ready   chan struct{} // InboxReady
 	mu      sync.RWMutex  // enc
 	enc     engineapi.InboxEncoder
-	ins     string // the INSERT and NOTIFY of SubmitTx, in one statement
-	take    string // TakeInbox's DELETE ... RETURNING
+	ins     string // SubmitTx's INSERT and NOTIFY of a submission without a key, in one statement
+	insKey  string // the same with its key's row first: nothing when the key is taken
+	keyed   string // the task a taken key names: in the log (tasks) or decided (submit_inbox)
+	waiting string // whether a decided row waits: a statement's snapshot, after the log head's lock
+	takeDec string // the writer's take of the decided rows
+	take    string // TakeInbox's DELETE ... RETURNING of an older build's undecided rows
 	rej     string // the move of a row to submit_inbox_rejects
 	rejRule string // the same, for a row that decodes but breaks a rule
 	pending string // InboxPending's
 }
 
+// inboxWaiting is the condition that a decided submission waits in the inbox.
+const inboxWaiting = `EXISTS (SELECT 1 FROM {s}.submit_inbox WHERE task_id IS NOT NULL)`
+
+// takeDecidedMax is how many decided rows one statement of the writer's take-in deletes; it
+// takes again until a statement finds fewer.
+const takeDecidedMax = 1024
+
 func newInbox(schema string) *inbox {
 	s := pgx.Identifier{schema}.Sanitize()
+	q := func(f string) string { return strings.ReplaceAll(f, "{s}", s) }
+	notify := `SELECT pg_notify($4, '` + inboxPayload + `') FROM r`
 	return &inbox{
 		ready: make(chan struct{}, 1),
-		ins: `WITH r AS (INSERT INTO ` + s + `.submit_inbox (session, request) VALUES ($1, $2) RETURNING id)
-			SELECT pg_notify($3, '` + inboxPayload + `') FROM r`,
-		take: `DELETE FROM ` + s + `.submit_inbox WHERE id IN (SELECT id FROM ` + s + `.submit_inbox
-			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, session, request, at`,
-		rej: `INSERT INTO ` + s + `.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO NOTHING`,
-		pending: `SELECT EXISTS (SELECT 1 FROM ` + s + `.submit_inbox)`,
-		rejRule: `INSERT INTO ` + s + `.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, now(), $4)
-			ON CONFLICT (id) DO NOTHING`,
+		ins: q(`WITH r AS (INSERT INTO {s}.submit_inbox (session, request, task_id) VALUES ($1, $2, $3) RETURNING id) ` +
+			notify),
+		// ON CONFLICT DO NOTHING: a taken key inserts nothing and raises nothing (the
+		// application's transaction goes on); a key being inserted by a transaction still
+		// open is waited for, as any unique insert waits, and then taken or free.
+		insKey: q(`WITH k AS (INSERT INTO {s}.task_keys (session, key, task_id) VALUES ($1, $5, $3)
+			ON CONFLICT DO NOTHING RETURNING task_id),
+			r AS (INSERT INTO {s}.submit_inbox (session, request, task_id) SELECT $1, $2, task_id FROM k RETURNING id) ` +
+			notify),
+		keyed: q(`SELECT k.task_id, t.rec, t.input, i.request FROM {s}.task_keys k
+			LEFT JOIN {s}.tasks t ON t.id = k.task_id LEFT JOIN {s}.submit_inbox i ON i.task_id = k.task_id
+			WHERE k.session = $1 AND k.key = $2`),
+		waiting: q(`SELECT ` + inboxWaiting),
+		takeDec: q(`DELETE FROM {s}.submit_inbox WHERE id IN (SELECT id FROM {s}.submit_inbox WHERE task_id IS NOT NULL
+			ORDER BY id LIMIT $1) RETURNING id, session, request, at`),
+		take: q(`DELETE FROM {s}.submit_inbox WHERE id IN (SELECT id FROM {s}.submit_inbox WHERE task_id IS NULL
+			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, session, request, at`),
+		rej: q(`INSERT INTO {s}.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (id) DO NOTHING`),
+		pending: q(`SELECT EXISTS (SELECT 1 FROM {s}.submit_inbox)`),
+		rejRule: q(`INSERT INTO {s}.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, now(), $4)
+			ON CONFLICT (id) DO NOTHING`),
 	}
 }
 
@@ -143,26 +190,23 @@ func (e *engine) InboxPending(ctx context.Context) (bool, error) {
 	return ok, err
 }
 
-// TakeInbox deletes up to n rows no other transaction holds, oldest first, in the writer's
-// transaction, and returns those that decode; the others are moved to submit_inbox_rejects.
-func (e *engine) TakeInbox(etx engineapi.Txn, n int) ([]engineapi.InboxEntry, error) {
-	t, ok := etx.(*txn)
-	if !ok {
-		return nil, fmt.Errorf("postgres: TakeInbox called with a %T, not this engine's transaction", etx)
-	}
-	rows, err := t.conn.Query(t.ctx, e.inbox.take, n)
+// inboxRow is a row as taken from submit_inbox.
+type inboxRow struct {
+	id      int64
+	session []byte
+	req     []byte
+	at      time.Time
+}
+
+// takeRows runs one of the inbox's DELETE ... RETURNING statements in t.
+func (e *engine) takeRows(t *txn, sql string, n int) ([]inboxRow, error) {
+	rows, err := t.conn.Query(t.ctx, sql, n)
 	if err != nil {
 		return nil, err
 	}
-	type raw struct {
-		id      int64
-		session []byte
-		req     []byte
-		at      time.Time
-	}
-	var got []raw
+	var got []inboxRow
 	for rows.Next() {
-		var r raw
+		var r inboxRow
 		if err := rows.Scan(&r.id, &r.session, &r.req, &r.at); err != nil {
 			rows.Close()
 			return nil, err
@@ -173,26 +217,131 @@ func (e *engine) TakeInbox(etx engineapi.Txn, n int) ([]engineapi.InboxEntry, er
 		return nil, err
 	}
 	t.sideWrites = t.sideWrites || len(got) > 0 // the rows are deleted: the group must commit
+	return got, nil
+}
+
+// submitted decodes a taken row's event; one that does not decode (or is not its session's
+// task_submitted, or decided is not what the row says) is moved to submit_inbox_rejects in t,
+// and nil returned.
+func (e *engine) submitted(t *txn, r inboxRow, decided bool) (*events.TaskSubmitted, error) {
+	ev, derr := events.Decode(r.req, 0)
+	var sub *events.TaskSubmitted
+	if derr == nil {
+		var ok bool
+		if sub, ok = ev.(*events.TaskSubmitted); !ok {
+			derr = fmt.Errorf("holds a %s event, not task_submitted", ev.Type())
+		} else if sub.SessionID != string(r.session) {
+			derr = fmt.Errorf("its request names session %q, the row %q", sub.SessionID, r.session)
+		} else if decided == (sub.TaskID == "" || sub.TaskID == inboxTaskID) {
+			derr = fmt.Errorf("its event names task %q", sub.TaskID)
+		}
+	}
+	if derr == nil {
+		return sub, nil
+	}
+	rerr := fmt.Errorf("%w: submit_inbox row %d (session %q): %w", ErrCorruptRow, r.id, string(r.session), derr)
+	if _, err := t.conn.Exec(t.ctx, e.inbox.rej, r.id, r.session, r.req, r.at, rerr.Error()); err != nil {
+		return nil, err
+	}
+	e.logger().Error("worklog: a submit_inbox row does not decode; moved to submit_inbox_rejects", "err", rerr)
+	return nil, nil
+}
+
+// inboxTaskID is the placeholder task id of an older build's undecided row (work's).
+const inboxTaskID = "inbox"
+
+// takeDecided appends the task_submitted event of every decided row committed before its
+// statement, oldest row first, in t: under the log head's lock (begin found one waiting),
+// before the group's commands, so they read and claim the tasks as every later group does.
+// The rows are deleted in t: they are gone exactly when their events commit.
+func (e *engine) takeDecided(t *txn) error {
+	for {
+		got, err := e.takeRows(t, e.inbox.takeDec, takeDecidedMax)
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			sub, err := e.submitted(t, r, true)
+			if err != nil {
+				return err
+			}
+			if sub == nil {
+				continue
+			}
+			if err := e.appendDecided(t, r, sub); err != nil {
+				return err
+			}
+		}
+		if len(got) < takeDecidedMax {
+			return nil
+		}
+	}
+}
+
+// appendDecided appends a decided submission's event. Its key's row is already stored (the
+// reservation SubmitTx inserted, naming this task): the fold's rule reads the key as absent
+// (set in the cache), and its PutTaskKey queues no insert (txn.reserved). A fold that
+// refuses the event (it cannot, but for a damaged row) moves the row aside and frees the key.
+func (e *engine) appendDecided(t *txn, r inboxRow, sub *events.TaskSubmitted) error {
+	k := skey{sub.SessionID, sub.IdempotencyKey}
+	if sub.IdempotencyKey != "" {
+		t.undo.key(t.c, false, k)
+		t.c.taskKeys[k] = ""
+		if t.reserved == nil {
+			t.reserved = map[skey]string{}
+		}
+		t.reserved[k] = sub.TaskID
+	}
+	sub.Seq = 0 // Append numbers it
+	err := t.Append(sub)
+	var ae *projection.ApplyError
+	if !errors.As(err, &ae) {
+		t.tookIn = t.tookIn || err == nil
+		return err
+	}
+	delete(t.reserved, k)
+	rerr := fmt.Errorf("%w: submit_inbox row %d (session %q, task %s): %w", ErrCorruptRow, r.id, string(r.session), sub.TaskID, err)
+	if _, err := t.conn.Exec(t.ctx, e.inbox.rej, r.id, r.session, r.req, r.at, rerr.Error()); err != nil {
+		return err
+	}
+	if sub.IdempotencyKey != "" {
+		if _, err := t.conn.Exec(t.ctx, e.st.delTaskKeys, [][]byte{[]byte(k.session)}, [][]byte{[]byte(k.key)}); err != nil {
+			return err
+		}
+		delete(t.c.taskKeys, k)
+	}
+	e.logger().Error("worklog: a decided submit_inbox row cannot be taken in; moved to submit_inbox_rejects", "err", rerr)
+	return nil
+}
+
+// TakeInbox takes the decided rows in (when begin did not: a row committed since), then
+// deletes up to n undecided rows (an older build's) no other transaction holds, oldest first,
+// in the writer's transaction, and returns those that decode; the others are moved to
+// submit_inbox_rejects.
+func (e *engine) TakeInbox(etx engineapi.Txn, n int) ([]engineapi.InboxEntry, error) {
+	t, ok := etx.(*txn)
+	if !ok {
+		return nil, fmt.Errorf("postgres: TakeInbox called with a %T, not this engine's transaction", etx)
+	}
+	if t.optimistic {
+		return nil, t.refuseRead() // under the lock only (fast.go)
+	}
+	if err := e.takeDecided(t); err != nil {
+		return nil, err
+	}
+	got, err := e.takeRows(t, e.inbox.take, n)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]engineapi.InboxEntry, 0, len(got))
 	for _, r := range got {
-		ev, derr := events.Decode(r.req, 0)
-		var sub *events.TaskSubmitted
-		if derr == nil {
-			if sub, ok = ev.(*events.TaskSubmitted); !ok {
-				derr = fmt.Errorf("holds a %s event, not task_submitted", ev.Type())
-			} else if sub.SessionID != string(r.session) {
-				derr = fmt.Errorf("its request names session %q, the row %q", sub.SessionID, r.session)
-			}
+		sub, err := e.submitted(t, r, false)
+		if err != nil {
+			return nil, err
 		}
-		if derr != nil {
-			rerr := fmt.Errorf("%w: submit_inbox row %d (session %q): %w", ErrCorruptRow, r.id, string(r.session), derr)
-			if _, err := t.conn.Exec(t.ctx, e.inbox.rej, r.id, r.session, r.req, r.at, rerr.Error()); err != nil {
-				return nil, err
-			}
-			e.logger().Error("worklog: a submit_inbox row does not decode; moved to submit_inbox_rejects", "err", rerr)
-			continue
+		if sub != nil {
+			out = append(out, engineapi.InboxEntry{Row: r.id, Submitted: sub})
 		}
-		out = append(out, engineapi.InboxEntry{Row: r.id, Submitted: sub})
 	}
 	return out, nil
 }
@@ -246,49 +395,155 @@ func (e *engine) inboxProblems(ctx context.Context, tx pgx.Tx) ([]string, error)
 var queues sync.Map // *work.Queue → *engine
 
 // SubmitTx submits r for sessionID inside the application's transaction tx, on the database
-// of q, a queue from Open: the submission exists if and only if tx commits. r.IdempotencyKey
-// is required (ErrInvalidRequest naming idempotency_key), and every other rule of Submit is
-// checked before anything is written, with the same *work.Error. SubmitTx writes one row into
-// the queue schema's submit_inbox table and queues a notification, both in tx: it never waits
-// on the queue's writer or log head, whatever the queue is doing.
+// of q, a queue from Open, and answers what Submit would answer at tx's commit: a new pending
+// task with its id; for an idempotency key that already names a task of the session with the
+// same intent, that task; for another intent, ErrIdempotencyConflict (tx goes on: the caller
+// may roll back). The task exists if and only if tx commits; from the commit every reader of
+// the queue, in any process, sees it, and a claim takes it in order once it is due. Its
+// task_submitted event enters the log after the commit, at a sequence after every event a
+// reader could have seen before it.
 //
-// After the commit, a queue on the schema (of this process or another) takes the submission
-// in, in the background, with Submit's rules at that time and the server's clock: a new task;
-// for a key that already names a task of the session with the same intent, that task
-// (nothing new); with another intent, no task, and a task_submit_rejected event in the log
-// (replay shows it). Session.TaskByKey finds the result. A submission committed while no
-// queue runs is taken in by the next Open.
+// The key is optional. Every rule of Submit is checked before anything is written, with the
+// same *work.Error, and a refused request leaves tx as it was. SubmitTx never waits on the
+// queue's writer or log head; it waits only where any unique insert would: on another
+// transaction inserting the same session and key, until that one ends. In a REPEATABLE READ
+// or SERIALIZABLE tx, a key committed by another transaction after tx's snapshot is a
+// serialization failure (SQLSTATE 40001), as PostgreSQL answers any such insert.
 //
 // q not from Open (or closed) is an error, and so is a tx on a database without q's schema.
-func SubmitTx(ctx context.Context, tx pgx.Tx, q *work.Queue, sessionID string, r work.TaskRequest) error {
+func SubmitTx(ctx context.Context, tx pgx.Tx, q *work.Queue, sessionID string, r work.TaskRequest) (work.Task, error) {
 	if tx == nil {
-		return &work.Error{Kind: work.ErrInvalidRequest, Field: "tx", Message: "must be the application's open transaction"}
+		return work.Task{}, &work.Error{Kind: work.ErrInvalidRequest, Field: "tx", Message: "must be the application's open transaction"}
 	}
 	v, ok := queues.Load(q)
 	if !ok || q == nil {
-		return &work.Error{Kind: work.ErrInvalidRequest, Field: "queue",
+		return work.Task{}, &work.Error{Kind: work.ErrInvalidRequest, Field: "queue",
 			Message: "is not an open queue from postgres.Open (a closed one, or another backend's)"}
 	}
 	e := v.(*engine)
 	if e.isClosed() {
-		return work.NewBackendError(errClosed())
+		return work.Task{}, work.NewBackendError(errClosed())
 	}
 	e.inbox.mu.RLock()
 	enc := e.inbox.enc
 	e.inbox.mu.RUnlock()
 	if enc == nil {
-		return work.NewBackendError(errors.New("postgres: SubmitTx: the queue has no inbox encoder"))
+		return work.Task{}, work.NewBackendError(errors.New("postgres: SubmitTx: the queue has no inbox encoder"))
 	}
-	body, err := enc(sessionID, &r)
+	sub, err := enc(sessionID, &r)
 	if err != nil {
-		return err // the *work.Error Submit would return, before anything is written
+		return work.Task{}, err // the *work.Error Submit would return, before anything is written
 	}
-	if _, err := tx.Exec(ctx, e.inbox.ins, []byte(sessionID), body, e.channel); err != nil {
+	fail := func(err error) (work.Task, error) {
 		if isUndefinedTable(err) {
-			return work.NewBackendError(fmt.Errorf("postgres: SubmitTx: the transaction's database has no queue in schema %q "+
-				"(tx must be on the queue's database): %w", e.schema, err))
+			err = fmt.Errorf("postgres: SubmitTx: the transaction's database has no queue in schema %q "+
+				"(tx must be on the queue's database): %w", e.schema, err)
 		}
-		return work.NewBackendError(backendError(err))
+		return work.Task{}, work.NewBackendError(backendError(err))
 	}
-	return nil
+	session, id := []byte(sessionID), []byte(sub.Event.TaskID)
+	if r.IdempotencyKey == "" {
+		if _, err := tx.Exec(ctx, e.inbox.ins, session, sub.Body, id, e.channel); err != nil {
+			return fail(err)
+		}
+		return sub.Task.(work.Task), nil
+	}
+	// The key's row, or the task it names. A key found taken whose task is gone by the next
+	// statement (pruned meanwhile, with its key) is free again: try again.
+	for range 3 {
+		tag, err := tx.Exec(ctx, e.inbox.insKey, session, sub.Body, id, e.channel, []byte(r.IdempotencyKey))
+		if err != nil {
+			return fail(err)
+		}
+		if tag.RowsAffected() == 1 {
+			return sub.Task.(work.Task), nil
+		}
+		var named, req []byte
+		var row storedRow
+		row.cols = make([][]byte, taskTable.cols)
+		dest := []any{&named, &row.rec}
+		for i := range row.cols {
+			dest = append(dest, &row.cols[i])
+		}
+		err = tx.QueryRow(ctx, e.inbox.keyed, session, []byte(r.IdempotencyKey)).Scan(append(dest, &req)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fail(err)
+		}
+		var t *projection.Task
+		switch {
+		case row.rec != nil:
+			t, err = taskTable.decodeRow(string(named), row)
+		case req != nil: // decided by a SubmitTx, not yet in the log
+			var ev events.Event
+			if ev, err = events.Decode(req, 0); err == nil {
+				if s, ok := ev.(*events.TaskSubmitted); ok && s.TaskID == string(named) {
+					t = projection.SubmittedTask(s)
+				} else {
+					err = fmt.Errorf("its submit_inbox row holds %s", ev.Type())
+				}
+			}
+		default:
+			err = errors.New("names no task, in the log or the inbox")
+		}
+		if err != nil {
+			return fail(fmt.Errorf("%w: task_keys (%q, %q) → %s: %w", ErrCorruptRow, sessionID, r.IdempotencyKey, named, err))
+		}
+		out, err := sub.Existing(t)
+		if err != nil {
+			return work.Task{}, err
+		}
+		return out.(work.Task), nil
+	}
+	return fail(fmt.Errorf("postgres: SubmitTx: the key %q was freed and taken again three times", r.IdempotencyKey))
+}
+
+// keyReserved reports a commit refused on a task key's row: a key the group read as absent
+// (the cache's, a hint's, or a key whose task was not yet in the log) that a SubmitTx
+// committed before the group's insert. The insert waited for that transaction (any unique
+// insert waits for the one inserting the same key), so it has committed, and the next
+// group's begin takes its submission in: run again, the command finds the task.
+func keyReserved(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "task_keys"
+}
+
+// beginView begins a view's read-only, repeatable-read transaction on a live pooled
+// connection, with every decided SubmitTx committed before its snapshot in the log. The
+// snapshot is taken by the check, the transaction's first statement, sent with the BEGIN
+// (one round trip, as a BEGIN alone). When a decided row waits, the writer takes it in
+// (flushInbox) and the view begins again: everything committed before the first snapshot is
+// in the log then (rows committed after it came after the read began, which need not see
+// them; they may show as keys without their task, which the key reads skip).
+func (e *engine) beginView(ctx context.Context) (*pgxpool.Conn, error) {
+	for flushed := false; ; flushed = true {
+		var waiting bool
+		conn, err := e.onLive(ctx, func(c *pgxpool.Conn) error {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+			b.Queue(e.inbox.waiting).QueryRow(func(r pgx.Row) error { return r.Scan(&waiting) })
+			return c.Conn().SendBatch(ctx, b).Close()
+		}, rollback)
+		if err != nil || !waiting || flushed {
+			return conn, err
+		}
+		rollback(conn)
+		conn.Release()
+		if err := e.flushInbox(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// flushInbox runs a writer group that takes the decided submissions in: a command that
+// needs the log head's lock, under which begin takes them in before it runs.
+func (e *engine) flushInbox(ctx context.Context) error {
+	return e.Update(ctx, func(etx engineapi.Txn) error {
+		if t, ok := etx.(*txn); ok && t.optimistic {
+			return t.refuseRead()
+		}
+		return nil
+	})
 }

@@ -61,7 +61,7 @@ func BenchmarkSubmitTxTakenIn(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := postgres.SubmitTx(ctx, tx, q, "bench", work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprintf("b-%d", i)}); err != nil {
+		if _, err := postgres.SubmitTx(ctx, tx, q, "bench", work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprintf("b-%d", i)}); err != nil {
 			b.Fatal(err)
 		}
 		if err := tx.Commit(ctx); err != nil {

@@ -214,7 +214,7 @@ func TestSubmitTxSIGKILLChild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := postgres.SubmitTx(ctx, tx, q, "stx", work.TaskRequest{Kind: "stx", IdempotencyKey: key}); err != nil {
+		if _, err := postgres.SubmitTx(ctx, tx, q, "stx", work.TaskRequest{Kind: "stx", IdempotencyKey: key}); err != nil {
 			t.Fatal(err)
 		}
 		if !commit {

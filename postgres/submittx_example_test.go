@@ -17,7 +17,7 @@ import (
 func ExampleSubmitTx() {
 	dsn := os.Getenv("WORKLOG_EXAMPLE_DSN")
 	if dsn == "" {
-		fmt.Println("submitted with the order")
+		fmt.Println("submitted with the order: pending")
 		return
 	}
 	ctx := context.Background()
@@ -37,7 +37,7 @@ func ExampleSubmitTx() {
 	}
 	defer tx.Rollback(ctx)
 	// ... the application's own INSERT of order 42 in tx ...
-	err = postgres.SubmitTx(ctx, tx, q, "checkout-42", work.TaskRequest{
+	task, err := postgres.SubmitTx(ctx, tx, q, "checkout-42", work.TaskRequest{
 		Kind: "send-receipt", Input: []byte(`{"order":42}`), IdempotencyKey: "order-42/receipt"})
 	if err != nil {
 		panic(err)
@@ -45,7 +45,7 @@ func ExampleSubmitTx() {
 	if err := tx.Commit(ctx); err != nil {
 		panic(err)
 	}
-	// The queue takes it in in the background; Session.TaskByKey finds it by its key.
-	fmt.Println("submitted with the order")
-	// Output: submitted with the order
+	// The task exists from the commit: every reader and claim of the queue sees it.
+	fmt.Println("submitted with the order:", task.State)
+	// Output: submitted with the order: pending
 }

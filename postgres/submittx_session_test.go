@@ -44,7 +44,7 @@ func TestSubmitTxAnySessionID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := postgres.SubmitTx(ctx, tx, q, session, r); err != nil {
+		if _, err := postgres.SubmitTx(ctx, tx, q, session, r); err != nil {
 			tx.Rollback(ctx)
 			t.Fatalf("SubmitTx for session %q: %v (Submit accepts this id)", session, err)
 		}
@@ -97,7 +97,6 @@ func TestSubmitTxRefusedKeepsTheTransaction(t *testing.T) {
 		r       work.TaskRequest
 		field   string
 	}{
-		{"no key", session, work.TaskRequest{Kind: "k"}, "idempotency_key"},
 		{"blank key", session, ok(work.TaskRequest{IdempotencyKey: " \t"}), "idempotency_key"},
 		{"key too long", session, ok(work.TaskRequest{IdempotencyKey: strings.Repeat("k", 64<<10+1)}), "idempotency_key"},
 		{"a schedule's key", session, ok(work.TaskRequest{IdempotencyKey: "schedule:x"}), "idempotency_key"},
@@ -118,7 +117,7 @@ func TestSubmitTxRefusedKeepsTheTransaction(t *testing.T) {
 		if _, err := tx.Exec(ctx, "INSERT INTO app_orders VALUES ($1)", i); err != nil {
 			t.Fatal(err)
 		}
-		err = postgres.SubmitTx(ctx, tx, q, tc.session, tc.r)
+		_, err = postgres.SubmitTx(ctx, tx, q, tc.session, tc.r)
 		var we *work.Error
 		if !errors.As(err, &we) || !errors.Is(err, work.ErrInvalidRequest) || we.Field != tc.field {
 			tx.Rollback(ctx)

@@ -150,6 +150,9 @@ type txn struct {
 	newTasks, dirtyTasks map[string]bool
 	newWakes, dirtyWakes map[string]bool
 	newTaskKeys          []skey
+	reserved             map[skey]string // keys whose rows SubmitTx stored, for their tasks taken in (submittx.go)
+	tookIn               bool            // the group took decided submissions in: signal local waiters at its commit
+	inboxWaiting         bool            // begin found a decided submission waiting (submittx.go)
 	newWakeKeys          []skey
 	idx                  [projection.NumIndexes]map[idxKey]idxOp // index.go
 	pols                 map[string]*projection.KindPolicy
@@ -493,6 +496,10 @@ func (t *txn) PutTaskKey(sessionID, key, taskID string) error {
 	k := skey{sessionID, key}
 	t.undo.key(t.c, false, k)
 	t.c.taskKeys[k] = taskID
+	if id, ok := t.reserved[k]; ok && id == taskID {
+		delete(t.reserved, k) // SubmitTx's row is this one (submittx.go, appendDecided)
+		return nil
+	}
 	t.newTaskKeys = append(t.newTaskKeys, k)
 	return nil
 }

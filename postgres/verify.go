@@ -202,7 +202,15 @@ func loadIndexes(ctx context.Context, q querier, st *statements, m verifyState, 
 	}); err != nil || cerr != nil {
 		return errors.Join(err, cerr)
 	}
-	if err := keys(st.allTaskKeys, m.PutTaskKey); err != nil {
+	taskKeys := st.allTaskKeys
+	var decided bool // the inbox holds decided submissions, whose keys are stored before their events
+	if err := q.QueryRow(ctx, st.inboxDecided, st.inboxTable).Scan(&decided); err != nil {
+		return err
+	}
+	if decided {
+		taskKeys = st.allLoggedTaskKeys
+	}
+	if err := keys(taskKeys, m.PutTaskKey); err != nil {
 		return err
 	}
 	if err := keys(st.allWakeKeys, m.PutWakeKey); err != nil {

@@ -191,7 +191,12 @@ func (e *engine) runGroup(group []*command) {
 }
 
 func (e *engine) runAlone(c *command, mayFast bool) {
-	_, _, err := e.attempt([]*command{c}, mayFast)
+	out, _, err := e.attempt([]*command{c}, mayFast)
+	if out == notCommitted && keyReserved(err) {
+		// A key the command read as absent was reserved meanwhile by a SubmitTx, whose
+		// commit its insert waited for (submittx.go): once more, taking that one in first.
+		_, _, err = e.attempt([]*command{c}, false)
+	}
 	c.done <- err
 }
 
@@ -221,6 +226,13 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 	}
 	locked := time.Now()
 	defer conn.Release()
+	if tx.inboxWaiting {
+		if err := e.takeDecided(tx); err != nil { // submittx.go
+			e.cache = newCache()
+			rollback(conn)
+			return notCommitted, group, backendError(err)
+		}
+	}
 	ran = make([]*command, 0, len(group))
 	for i, c := range group {
 		if e.savepointEach {
@@ -289,6 +301,9 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 		e.head.record(start, locked, time.Now(), tx.reads)
 		e.adopt(tx)
 		e.claimReads = reads
+		if tx.tookIn {
+			e.signal() // the waiters of this process: the tasks a SubmitTx decided are claimable
+		}
 		return committed, ran, nil
 	}
 	e.cache = newCache()
@@ -357,6 +372,8 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	b.Queue(e.st.maxTask).QueryRow(func(r pgx.Row) error { return r.Scan(&maxTask) })
 	b.Queue(e.st.maxWake).QueryRow(func(r pgx.Row) error { return r.Scan(&maxWake) })
 	b.Queue(e.st.headLast).QueryRow(func(r pgx.Row) error { return r.Scan(&last) })
+	var inboxWaiting bool // a SubmitTx committed: taken in before the group's commands (submittx.go)
+	b.Queue(e.inbox.waiting).QueryRow(func(r pgx.Row) error { return r.Scan(&inboxWaiting) })
 	if keep {
 		b.Queue(e.st.changesSince, int64(c.seq), catchUpMax+2).Query(func(rows pgx.Rows) error {
 			var err error
@@ -399,6 +416,7 @@ func (e *engine) begin(ctx context.Context, conn *pgxpool.Conn) (*txn, error) {
 	tx.hints, tx.trace = &e.hints, e.trace
 	tx.seq, tx.maxTask, tx.maxWake = uint64(seq), string(maxTask), string(maxWake)
 	tx.startSeq, tx.prunes, tx.last = tx.seq, uint64(prunes), last
+	tx.inboxWaiting = inboxWaiting
 	if pre != nil {
 		tx.pre, tx.pols = pre, pols
 	}

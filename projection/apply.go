@@ -417,6 +417,14 @@ func submitRule(s State, e *events.TaskSubmitted, fail failFunc) error {
 	return nil
 }
 
+// SubmittedTask is the record e makes (as Apply's fold makes it, at e's Seq): for a
+// submission decided before its event is in the log (postgres.SubmitTx).
+func SubmittedTask(e *events.TaskSubmitted) *Task {
+	t := &Task{}
+	fillTask(t, e)
+	return t
+}
+
 // fillTask fills t, a zero record, from its submission.
 func fillTask(t *Task, e *events.TaskSubmitted) {
 	*t = Task{

@@ -4,19 +4,20 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"strings"
 	"time"
 
-	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/work"
 )
 
 // --- submit inside the application's transaction (work-api-3.md, postgres.SubmitTx) -------------
 
-// SubmitTxOp commits (or, when !Commit, rolls back) an application transaction holding a
-// submission of session S (postgres.SubmitTx), then waits until the queue has taken it in:
-// the inbox is empty. It always carries a key (SubmitTx requires one) and a RunAt: the take-in
-// happens at the queue's clock, not the model's, so an immediate task's schedule would be
+// SubmitTxOp runs postgres.SubmitTx in an application transaction and commits it (or, when
+// !Commit, rolls it back), then reads the answered task from the queue at once: SubmitTx
+// answers inside the transaction what Submit would answer at the commit, and from the commit
+// every reader sees the task. The key is optional (Key < 0: none). It always carries a RunAt:
+// SubmitTx takes the queue's clock, not the model's, so an immediate task's schedule would be
 // unknown (its CreatedAt is, see mTask.inbox).
 type SubmitTxOp struct {
 	S, Kind, Input, Key int
@@ -28,8 +29,12 @@ type SubmitTxOp struct {
 
 func (o SubmitTxOp) String() string {
 	var b strings.Builder
+	key := "none"
+	if o.Key >= 0 {
+		key = keyNames[o.Key]
+	}
 	fmt.Fprintf(&b, "submitTx %s kind=%s input=%s key=%s runAt=%s", sessionNames[o.S], kindNames[o.Kind], showJSON(o.Input),
-		keyNames[o.Key], showTime(o.RunAt))
+		key, showTime(o.RunAt))
 	if o.Wake {
 		b.WriteString(" wake=completion")
 	}
@@ -49,15 +54,11 @@ func (o SubmitTxOp) request() work.TaskRequest {
 	return SubmitOp{S: o.S, Kind: o.Kind, Input: o.Input, Key: o.Key, HasRunAt: true, RunAt: o.RunAt, Wake: o.Wake, Pri: o.Pri}.request()
 }
 
-// inboxStore is a store whose backend takes submissions committed in the application's
-// transaction (PostgreSQL).
+// inboxStore is a store whose backend has SubmitTx (PostgreSQL).
 type inboxStore interface {
 	// submitTx runs postgres.SubmitTx for session in a transaction of its own connection,
-	// and commits it or rolls it back.
-	submitTx(ctx context.Context, q *work.Queue, session string, r work.TaskRequest, commit bool) error
-	// awaitInbox returns once the inbox is empty: every committed submission is taken in
-	// (its row goes in the same transaction as its events).
-	awaitInbox(ctx context.Context) error
+	// and commits it or rolls it back (always, when SubmitTx failed), returning its answer.
+	submitTx(ctx context.Context, q *work.Queue, session string, r work.TaskRequest, commit bool) (work.Task, error)
 }
 
 func (o SubmitTxOp) exec(s *system, r *result) {
@@ -66,71 +67,68 @@ func (o SubmitTxOp) exec(s *system, r *result) {
 		r.problem = "the backend has no inbox: SubmitTxOp must not be generated for it"
 		return
 	}
-	if r.err = in.submitTx(s.ctx, s.q(), sessionNames[o.S], o.request(), o.Commit); r.err != nil {
+	r.task, r.err = in.submitTx(s.ctx, s.q(), sessionNames[o.S], o.request(), o.Commit)
+	if r.err != nil || !o.Commit {
 		return
 	}
-	if r.err = in.awaitInbox(s.ctx); r.err != nil {
-		return
-	}
-	if o.Commit {
-		r.task, r.err = s.q().Session(sessionNames[o.S]).TaskByKey(s.ctx, keyNames[o.Key])
+	// Read at once, by id: the committed task, as SubmitTx answered it.
+	got, found, err := s.q().Session(sessionNames[o.S]).Task(s.ctx, r.task.ID)
+	switch {
+	case err != nil:
+		r.err = err
+	case !found:
+		r.problem = fmt.Sprintf("[visibility] the task %s SubmitTx answered is not found right after the commit", r.task.ID)
+	case !reflect.DeepEqual(got, r.task):
+		r.problem = fmt.Sprintf("[visibility] read right after the commit:\n%+v\nSubmitTx answered:\n%+v", got, r.task)
 	}
 }
 
 func (o SubmitTxOp) check(m *model, r *result) []string {
 	e := m.exp
+	if e.err == errConflict {
+		if r.err == nil {
+			return []string{fmt.Sprintf("[idempotency] SubmitTx of a changed request under used key %s (first used by %s) was accepted, returning %s",
+				e.key, taskName(e.task), r.sys.nameTask(r.task.ID))}
+		}
+		return checkErr(r, errConflict, "idempotency", e)
+	}
 	if r.err != nil {
 		return []string{fmt.Sprintf("[model] submitTx failed: %v", r.err)}
 	}
-	var rej []*events.TaskSubmitRejected
-	for _, ev := range r.events {
-		if x, ok := ev.(*events.TaskSubmitRejected); ok {
-			rej = append(rej, x)
+	if e.task < 0 { // a new task, rolled back: answered, never stored (checkLog: nothing appended)
+		if h, ok := r.sys.taskOf[r.task.ID]; ok || r.task.ID == "" || r.task.State != work.TaskPending {
+			return []string{fmt.Sprintf("[idempotency] a new submission answered %+v (existing: %v %s)", r.task, ok, taskName(h))}
 		}
-	}
-	if !o.Commit {
-		return nil // checkLog: a rolled-back submission appends nothing, now or later
-	}
-	if e.field != "" {
-		if len(rej) != 1 {
-			return []string{fmt.Sprintf("[idempotency] a committed submission of another intent under used key %s (task %s, %s differs) appended %d task_submit_rejected events, want 1",
-				e.key, taskName(e.task), e.field, len(rej))}
-		}
-		x := rej[0]
-		if want := r.sys.taskID(e.task); x.TaskID != want || x.Field != e.field || x.IdempotencyKey != e.key ||
-			x.Kind != kindNames[o.Kind] || x.SessionID != sessionNames[o.S] {
-			return []string{fmt.Sprintf("[idempotency] task_submit_rejected %+v, want task %s (%s), field %s, key %s, kind %s, session %s",
-				x, taskName(e.task), want, e.field, e.key, kindNames[o.Kind], sessionNames[o.S])}
-		}
-	} else if len(rej) > 0 {
-		return []string{fmt.Sprintf("[idempotency] a submission under key %s was rejected (%s differs), want it taken in", keyNames[o.Key], rej[0].Field)}
+		return nil
 	}
 	if e.newRec {
 		if h, ok := r.sys.taskOf[r.task.ID]; ok {
-			return []string{fmt.Sprintf("[idempotency] a new submission under key %s found existing task %s", keyNames[o.Key], taskName(h))}
+			return []string{fmt.Sprintf("[idempotency] a new submission answered existing task %s", taskName(h))}
 		}
 		if p := r.sys.bindTask(e.task, r.task.ID, sessionNames[o.S]); p != "" {
 			return []string{p}
 		}
 	} else if r.task.ID != r.sys.taskID(e.task) {
-		return []string{fmt.Sprintf("[idempotency] TaskByKey(%s) after the submission is %s, not %s",
+		return []string{fmt.Sprintf("[idempotency] SubmitTx of an equal request under used key %s answered %s, not %s",
 			keyNames[o.Key], r.sys.nameTask(r.task.ID), taskName(e.task))}
 	}
-	return compareTask(m, r.sys, e.task, r.task, "found by key")
+	return compareTask(m, r.sys, e.task, r.task, "answered by SubmitTx")
 }
 
-// submitTx is the take-in of a committed SubmitTx: Submit's rules at that time, except that
-// another intent is no error to anyone but an audit event (task_submit_rejected naming the
-// task the key names and the first differing field). A rolled-back one is nothing.
+// submitTx is Submit's rule, answered inside the transaction: the task the key names, or the
+// conflict, whether the transaction then commits or not; a new task only when it commits (a
+// rolled-back one is answered, and nothing).
 func (m *model) submitTx(o SubmitTxOp) {
-	if !o.Commit {
+	if h := m.taskByKey(o.S, o.Key); h >= 0 {
+		if f := m.tasks[h].differs(o.Kind, o.Input, true, o.RunAt, o.Wake, o.Pri); f != "" {
+			m.exp.err, m.exp.key, m.exp.field, m.exp.task = errConflict, keyNames[o.Key], f, h
+		} else {
+			m.exp.task = h
+		}
 		return
 	}
-	if h := m.taskByKey(o.S, o.Key); h >= 0 {
-		m.exp.task = h
-		if f := m.tasks[h].differs(o.Kind, o.Input, true, o.RunAt, o.Wake, o.Pri); f != "" {
-			m.exp.field, m.exp.key, m.exp.audit = f, keyNames[o.Key], true
-		}
+	if !o.Commit {
+		m.exp.task = -1
 		return
 	}
 	m.exp.task, m.exp.newRec, m.exp.events = len(m.tasks), true, 1
@@ -145,6 +143,9 @@ func (m *model) submitTx(o SubmitTxOp) {
 func genSubmitTx(r *rand.Rand, m *model) op {
 	s := genSubmit(r, m).(SubmitOp)
 	if s.Key < 0 {
+		// Always a key, as when SubmitTx required one: a keyless one is Submit's new task
+		// (postgres's tests hold it), and drawing otherwise moves the generator's stream off
+		// the rarest coverage case its seed reaches (TestGeneratorCoverage).
 		s.Key = r.Intn(len(keyNames))
 	}
 	if !s.HasRunAt {
@@ -155,12 +156,12 @@ func genSubmitTx(r *rand.Rand, m *model) op {
 
 func classifySubmitTx(add func(...string), o SubmitTxOp, m *model, e expect) {
 	switch {
+	case e.err == errConflict:
+		add("submit tx conflict (other intent)")
 	case !o.Commit:
 		add("submit tx rolled back")
 	case e.newRec:
 		add("submit tx new")
-	case e.field != "":
-		add("submit tx rejected (other intent)")
 	default:
 		add("submit tx repeat (same intent)")
 	}

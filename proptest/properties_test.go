@@ -443,6 +443,11 @@ func TestGeneratorCoverage(t *testing.T) {
 	for _, ty := range events.AllTypes() {
 		c, ok := caseAppending[ty]
 		switch {
+		case ty == events.TypeTaskSubmitRejected:
+			// Appended only when an older build's undecided inbox row is taken in (today's
+			// SubmitTx answers the conflict inside the transaction): no op of this build
+			// issues it. postgres's TestSubmitTxUndecidedRowsOfAnOlderBuild and work's
+			// TestConformanceAppendsEveryType hold its rule.
 		case !ok:
 			t.Errorf("no coverage case appends a %s event: give the model its rule and an op that issues it, and name the case in caseAppending (docs/design.md §8, step 7)", ty)
 		case !slices.Contains(coverageCases, c):
@@ -469,7 +474,6 @@ var caseAppending = map[events.Type]string{
 	events.TypeTaskRetried:         "retry failed",
 	events.TypeScheduleSet:         "set schedule new",
 	events.TypeScheduleRemoved:     "remove schedule",
-	events.TypeTaskSubmitRejected:  "submit tx rejected (other intent)",
 	events.TypeKindPolicySet:       "set kind policy",
 }
 
@@ -512,8 +516,8 @@ var coverageCases = []string{
 	"retry failed", "retry canceled", "retry unfinished or succeeded", "retry with its completion wake unacknowledged",
 	"retry foreign or pruned", "retry unknown", "retry again with an earlier wake still unacknowledged",
 	"ack an earlier completion wake after its task's retry",
-	// postgres.SubmitTx, taken in from the inbox (generated only on a backend with one)
-	"submit tx new", "submit tx repeat (same intent)", "submit tx rejected (other intent)", "submit tx rolled back",
+	// postgres.SubmitTx (generated only on a backend with one)
+	"submit tx new", "submit tx repeat (same intent)", "submit tx conflict (other intent)", "submit tx rolled back",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
 	"set kind policy", "set kind policy zero",
 }

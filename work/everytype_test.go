@@ -3,6 +3,7 @@ package work_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/work"
@@ -28,12 +29,32 @@ func TestConformanceAppendsEveryType(t *testing.T) {
 		worktest.Run(t, worktest.Harness{
 			New:    func(t *testing.T) *work.Queue { return work.NewRecordingQueue(record) },
 			Reopen: func(t *testing.T, q *work.Queue) *work.Queue { return work.New(work.BackendOf(q)) },
-			SubmitTx: func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) {
-				if err := work.SubmitTxRecording(q, session, r, commit); err != nil {
-					t.Fatal(err)
-				}
-			},
 		})
+	})
+	t.Run("undecided inbox rows", func(t *testing.T) {
+		// An older build's SubmitTx left rows decided when taken in: another intent under a
+		// key taken is a task_submit_rejected (type 16), which nothing else appends.
+		q := work.NewRecordingQueue(record)
+		defer q.Close()
+		r := work.TaskRequest{Kind: "k", Input: []byte(`1`), IdempotencyKey: "a"}
+		other := r
+		other.Input = []byte(`2`)
+		for _, r := range []work.TaskRequest{r, other} {
+			if err := work.SubmitTxRecording(q, "s1", r, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			done := seen[events.TypeTaskSubmitRejected]
+			mu.Unlock()
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no task_submit_rejected after 30s")
+			}
+		}
 	})
 	if t.Failed() {
 		return

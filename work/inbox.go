@@ -9,15 +9,18 @@ import (
 
 	"github.com/worklog/worklog/events"
 	engineapi "github.com/worklog/worklog/internal/engine"
+	"github.com/worklog/worklog/projection"
 )
 
 // The inbox: submissions committed by another transaction (postgres.SubmitTx, in the
-// application's own transaction), taken in by the queue in the background with Submit's rules
-// at that time. docs/design.md §9 "Submit inside the application's transaction".
+// application's own transaction). docs/postgres.md "Submit inside the application's
+// transaction".
 //
-// A row holds the request as the body of a task_submitted event (inboxEvent), so it carries
-// whatever a submission carries, through the codec that already checks what it reads. Its
-// TaskID and At are placeholders: the ingest draws the id and takes the time.
+// SubmitTx has the queue decide a submission as Submit decides a new task (encodeInbox: its
+// id, its time, its task_submitted event; the answer when its key names a task), and the
+// engine takes the decided event into the log itself. Rows an older build committed hold the
+// request undecided (inboxEvent, TaskID and At placeholders): the ingest loop decides them
+// when taken in, with Submit's rules at that time.
 
 // inboxTaskID is the placeholder task id of an inbox row's event (the event codec requires a
 // subject); never the id of a task.
@@ -53,8 +56,10 @@ func requestOf(e *events.TaskSubmitted) TaskRequest {
 }
 
 // encodeInbox is the engine's InboxEncoder: Submit's validation (before anything is
-// written), a key required, then the row's bytes.
-func (b *logBackend) encodeInbox(sessionID string, request any) ([]byte, error) {
+// written), then the submission decided as Submit decides a new task, at the queue's clock's
+// time: its id drawn, its task_submitted event (Seq a placeholder: the engine numbers it when
+// it takes it into the log), the task it is, and the answer when its key already names one.
+func (b *logBackend) encodeInbox(sessionID string, request any) (*engineapi.InboxSubmission, error) {
 	r, ok := request.(*TaskRequest)
 	if !ok {
 		return nil, backendErr(fmt.Errorf("inbox: request is %T, not *work.TaskRequest", request))
@@ -62,24 +67,33 @@ func (b *logBackend) encodeInbox(sessionID string, request any) ([]byte, error) 
 	if err := validateNonBlank("session_id", sessionID); err != nil {
 		return nil, err
 	}
-	if r.IdempotencyKey == "" {
-		return nil, invalid("idempotency_key", "is required: a submission committed in the application's transaction is taken in later, and its key is how the application finds the task (Session.TaskByKey)")
-	}
 	if err := validateTaskRequest(r, b.maxValue); err != nil {
 		return nil, err
 	}
-	var runAt int64
-	if !r.RunAt.IsZero() {
-		var verr *Error
-		if runAt, verr = nanos("run_at", r.RunAt); verr != nil {
-			return nil, verr
-		}
+	at, verr := nanos("now", b.clock())
+	if verr != nil {
+		return nil, verr
 	}
-	body, err := events.Encode(inboxEvent(sessionID, r, runAt))
+	p, perr := b.prepareSubmit(r, at)
+	if perr != nil {
+		return nil, perr
+	}
+	ev := inboxEvent(sessionID, r, p.runAt)
+	ev.TaskID, ev.At = p.newID, at
+	body, err := events.Encode(ev)
 	if err != nil {
 		return nil, backendErr(err)
 	}
-	return body, nil
+	return &engineapi.InboxSubmission{
+		Event: ev, Body: body,
+		Task: b.taskSnapshot(projection.SubmittedTask(ev)),
+		Existing: func(t *projection.Task) (any, error) {
+			if field := taskRequestDiffers(t, r, p.runAt); field != "" {
+				return nil, conflict(r.IdempotencyKey, field, t.ID)
+			}
+			return b.taskSnapshot(t), nil
+		},
+	}, nil
 }
 
 // startInbox starts the ingest loop of an engine with an inbox; the returned function stops

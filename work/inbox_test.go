@@ -37,12 +37,13 @@ func TestInboxRequestRoundTrip(t *testing.T) {
 			t.Fatalf("TaskRequest.%s (%s): teach this test a non-zero value, and the inbox (inboxEvent, requestOf) the field", sf.Name, f.Type())
 		}
 	}
-	b := &logBackend{maxValue: DefaultMaxValueBytes}
-	body, err := b.encodeInbox("s1", &r)
+	b := &logBackend{maxValue: DefaultMaxValueBytes, clock: func() time.Time { return time.Unix(1e9, 0) }}
+	b.ids = newIDSource(nil)
+	sub, err := b.encodeInbox("s1", &r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := events.Decode(body, 0)
+	ev, err := events.Decode(sub.Body, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,10 @@ func TestInboxRequestRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, r) {
 		t.Fatalf("through the inbox:\n got %+v\nwant %+v", got, r)
 	}
-	if _, err := b.encodeInbox("s1", &TaskRequest{Kind: "k"}); err == nil {
-		t.Fatal("a request without a key was encoded")
+	if ev.(*events.TaskSubmitted).TaskID != sub.Task.(Task).ID || sub.Task.(Task).ID == "" {
+		t.Fatalf("the row's task %q, the answer's %q", ev.(*events.TaskSubmitted).TaskID, sub.Task.(Task).ID)
+	}
+	if _, err := b.encodeInbox("s1", &TaskRequest{Kind: "k"}); err != nil {
+		t.Fatalf("a request without a key: %v", err)
 	}
 }

@@ -52,10 +52,15 @@ func (e *recordingEngine) RejectInbox(tx txn, en engineapi.InboxEntry, reason er
 	return reason
 }
 
-// submitTx is SubmitTx on the recording engine: the row is added on commit only.
+// submitTxRecording adds an undecided inbox row, as an older build's SubmitTx committed them
+// (decided when taken in, with Submit's rules then: a task_submit_rejected for another intent).
 func submitTxRecording(q *Queue, session string, r TaskRequest, commit bool) error {
 	e := q.b.(*logBackend).eng.(*recordingEngine)
-	body, err := e.enc(session, &r)
+	var runAt int64
+	if !r.RunAt.IsZero() {
+		runAt = r.RunAt.UnixNano()
+	}
+	body, err := events.Encode(inboxEvent(session, &r, runAt))
 	if err != nil || !commit {
 		return err
 	}

@@ -9,16 +9,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/internal/pgtest"
 	"github.com/worklog/worklog/postgres"
 	"github.com/worklog/worklog/work"
 )
 
-// TestPostgresSubmitTxRejectionShown: a submission committed with postgres.SubmitTx whose key
-// names a task of another intent is taken in as a task_submit_rejected event, and replay shows
-// it on the PostgreSQL queue: in the log (key and the differing field), its JSON, and the
-// story of the task the key names (issue 24 §3: "an audited rejection in the log that replay
-// shows").
+// TestPostgresSubmitTxRejectionShown: an inbox row an older build's SubmitTx left undecided,
+// whose key names a task of another intent, is taken in as a task_submit_rejected event, and
+// replay shows it on the PostgreSQL queue: in the log (key and the differing field), its
+// JSON, and the story of the task the key names (issue 24 §3: "an audited rejection in the
+// log that replay shows"). Today's SubmitTx answers the conflict inside the transaction.
 func TestPostgresSubmitTxRejectionShown(t *testing.T) {
 	pgtest.Need(t)
 	t.Parallel()
@@ -37,11 +38,19 @@ func TestPostgresSubmitTxRejectionShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	old, err := events.Encode(&events.TaskSubmitted{Header: events.Header{Seq: 1, SessionID: "orders"}, TaskID: "inbox",
+		Kind: "charge_card", Input: json.RawMessage(`{"cents":200}`), IdempotencyKey: "order-7/charge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO submit_inbox (session, request) VALUES ('orders', $1)`, old); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := postgres.SubmitTx(ctx, tx, q, "orders", work.TaskRequest{Kind: "charge_card", Input: json.RawMessage(`{"cents":200}`), IdempotencyKey: "order-7/charge"}); err != nil {
+	if _, err := postgres.SubmitTx(ctx, tx, q, "other", work.TaskRequest{Kind: "k"}); err != nil { // its notification wakes the take-in
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {

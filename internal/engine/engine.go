@@ -172,15 +172,15 @@ type DurableHead interface {
 }
 
 // Inbox is implemented by an engine into which other transactions commit submissions for the
-// queue to take in (PostgreSQL: the submit_inbox rows of postgres.SubmitTx, committed in the
-// application's own transaction). work's queue resolves it once and runs one ingest loop:
-// woken by InboxReady, it takes rows inside an Update with TakeInbox and decides each with
-// Submit's rules in the same transaction, so a row is deleted exactly when its outcome (a
-// task, nothing for a repeat, or an audited rejection) commits.
+// queue (PostgreSQL: postgres.SubmitTx, inside the application's own transaction). The
+// submission is decided in that transaction (InboxEncoder: its id and time drawn, its key
+// reserved), and the engine takes it into the log before any reader or claim of the queue
+// could miss it. The queue also runs one ingest loop, woken by InboxReady, which asks the
+// engine to take submissions in promptly, and decides the rows an older build left undecided
+// (TakeInbox) with Submit's rules.
 type Inbox interface {
 	// SetInboxEncoder is called once, by the queue built over the engine, before the engine
-	// is used: enc validates a submission with Submit's rules and encodes it into the bytes an
-	// inbox row holds (the engine's SubmitTx calls it). request is a *work.TaskRequest.
+	// is used: the engine's SubmitTx calls enc.
 	SetInboxEncoder(enc InboxEncoder)
 	// InboxReady receives a value after a submission may have been committed to the inbox,
 	// and once when the engine starts (for rows committed while no queue ran). A spurious
@@ -189,8 +189,9 @@ type Inbox interface {
 	// InboxPending reports whether the inbox may hold a row, by a read outside the writer: an
 	// empty inbox (the pass at start, a spurious value) costs no writer command.
 	InboxPending(ctx context.Context) (bool, error)
-	// TakeInbox, called with the tx of an Update's fn, deletes up to n rows no other
-	// transaction holds, oldest first, and returns them: they are gone exactly when tx
+	// TakeInbox, called with the tx of an Update's fn, takes the decided submissions in (the
+	// engine appends their events), then deletes up to n undecided rows (an older build's) no
+	// other transaction holds, oldest first, and returns them: they are gone exactly when tx
 	// commits. A row whose bytes do not decode is not returned: the engine moves it aside
 	// (kept and reported, never dropped) in the same transaction.
 	TakeInbox(tx Txn, n int) ([]InboxEntry, error)
@@ -199,13 +200,24 @@ type Inbox interface {
 	RejectInbox(tx Txn, e InboxEntry, reason error) error
 }
 
-// InboxEncoder validates a submission (a *work.TaskRequest for sessionID) and encodes it
-// into an inbox row's bytes; its error is the *work.Error Submit would return.
-type InboxEncoder func(sessionID string, request any) ([]byte, error)
+// InboxEncoder validates a submission (a *work.TaskRequest for sessionID) with Submit's rules
+// and decides it as a new task at the queue's clock's time; its error is the *work.Error
+// Submit would return.
+type InboxEncoder func(sessionID string, request any) (*InboxSubmission, error)
 
-// InboxEntry is one submission taken from the inbox: the row's id, and the request as the
-// body of a task_submitted event (TaskID and At are placeholders: the decide code draws the
-// id and takes the time when it takes the row in).
+// InboxSubmission is a submission decided by the queue, to be stored by the engine.
+type InboxSubmission struct {
+	Event *events.TaskSubmitted // its task_submitted event, id and time set (Seq: a placeholder)
+	Body  []byte                // Event encoded
+	Task  any                   // the work.Task it is, when its key names no task
+	// Existing answers when the key already names t: that task (a work.Task) for the same
+	// intent, else the *work.Error of the conflict.
+	Existing func(t *projection.Task) (any, error)
+}
+
+// InboxEntry is one undecided submission taken from the inbox (an older build's): the row's
+// id, and the request as the body of a task_submitted event (TaskID and At are placeholders:
+// the decide code draws the id and takes the time when it takes the row in).
 type InboxEntry struct {
 	Row       int64
 	Submitted *events.TaskSubmitted

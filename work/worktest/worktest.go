@@ -25,10 +25,11 @@ type Harness struct {
 	// MaxValueBytes is the largest JSON value New's queues accept; 0 means
 	// work.DefaultMaxValueBytes.
 	MaxValueBytes int
-	// SubmitTx, when set, submits r for session into q's inbox in a transaction of the
-	// backend's own (postgres.SubmitTx) and commits it, or rolls it back when commit is
-	// false; the inbox scenarios skip without it.
-	SubmitTx func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool)
+	// SubmitTx, when set, submits r for session in a transaction of the backend's own
+	// (postgres.SubmitTx) and commits it, or rolls it back when commit is false, returning
+	// SubmitTx's answer (a refused or conflicting submission's transaction is rolled back);
+	// the SubmitTx scenarios skip without it.
+	SubmitTx func(t *testing.T, q *work.Queue, session string, r work.TaskRequest, commit bool) (work.Task, error)
 }
 
 // scenario is one subtest of the suite.
