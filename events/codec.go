@@ -33,7 +33,7 @@ var schemaVersion = [256]uint8{
 	TypeTaskExtended:        1,
 	TypeTaskReleased:        1,
 	TypeTaskRetried:         1,
-	TypeKindPolicySet:       1,
+	TypeKindPolicySet:       2, // 2: FairSessions, MaxRunningPerSession
 	TypeScheduleSet:         1,
 	TypeScheduleRemoved:     1,
 	TypeTaskSubmitRejected:  1,
@@ -54,6 +54,8 @@ func bodyVersion(e Event) uint8 {
 		return 1 + uint8(claimV2Fields(e.Worker))
 	case *WakeClaimed:
 		return 1 + uint8(claimV2Fields(e.Worker))
+	case *KindPolicySet:
+		return 1 + uint8(policyV2Fields(e))/2
 	}
 	return schemaVersion[e.Type()]
 }
@@ -90,6 +92,15 @@ func appendHeaders(b []byte, h map[string]string) []byte {
 		b = msgp.AppendStr(b, h[k])
 	}
 	return b
+}
+
+// policyV2Fields is how many fields version 2 of a kind policy adds to its body (fair
+// sessions, max running per session): none for a policy with neither, written as version 1.
+func policyV2Fields(e *KindPolicySet) int {
+	if !e.FairSessions && e.MaxRunningPerSession == 0 {
+		return 0
+	}
+	return 2
 }
 
 // claimV2Fields is how many fields version 2 of a claim adds to its body for worker.
@@ -243,12 +254,16 @@ func Append(dst []byte, e Event) ([]byte, error) {
 		b = msgp.AppendUint(b, uint64(e.Attempts))
 		b = msgp.AppendInt(b, e.RunAt)
 	case *KindPolicySet:
-		b = appendHeader(msgp.AppendArrayLen(b, 8), h)
+		b = appendHeader(msgp.AppendArrayLen(b, 8+policyV2Fields(e)), h)
 		b = msgp.AppendStr(b, e.Kind)
 		b = msgp.AppendBool(b, e.Paused)
 		b = msgp.AppendInt(b, e.MaxRunning)
 		b = msgp.AppendFloat64(b, e.Rate)
 		b = msgp.AppendInt(b, e.Burst)
+		if policyV2Fields(e) != 0 {
+			b = msgp.AppendBool(b, e.FairSessions)
+			b = msgp.AppendInt(b, e.MaxRunningPerSession)
+		}
 	case *ScheduleSet:
 		b = appendHeader(msgp.AppendArrayLen(b, 14), h)
 		b = msgp.AppendStr(b, e.Name)
@@ -874,6 +889,10 @@ func decode(b []byte, seq uint64, d *Decoder) (ev Event, err error) {
 		e.MaxRunning = r.i64("max_running")
 		e.Rate = r.f64("rate")
 		e.Burst = r.i64("burst")
+		if r.ver >= 2 {
+			e.FairSessions = r.bool("fair_sessions")
+			e.MaxRunningPerSession = r.i64("max_running_per_session")
+		}
 		ev = e
 	case TypeScheduleSet:
 		e := fresh(d, func(d *Decoder) *ScheduleSet { return &d.scheduleSet })
@@ -938,6 +957,9 @@ func check(ev Event, seq uint64) *DecodeError {
 			return bad("session_id", "must be empty for a kind's event")
 		}
 		if field, msg := CheckKindPolicy(kp.Kind, kp.MaxRunning, kp.Rate, kp.Burst); field != "" {
+			return bad(field, msg)
+		}
+		if field, msg := CheckKindPolicySession(kp.MaxRunningPerSession); field != "" {
 			return bad(field, msg)
 		}
 		return nil

@@ -503,6 +503,7 @@ func TestDecodeChecks(t *testing.T) {
 		{"kind policy rate negative", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Rate: -1, Burst: 1}, 3, "rate"},
 		{"kind policy rate without burst", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Rate: 1}, 3, "burst"},
 		{"kind policy burst without rate", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", Burst: 1}, 3, "burst"},
+		{"kind policy max running per session negative", &KindPolicySet{Header: Header{Seq: 3, At: 10}, Kind: "k", MaxRunningPerSession: -1}, 3, "max_running_per_session"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

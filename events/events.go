@@ -479,11 +479,24 @@ type KindPolicySet struct {
 	MaxRunning int64   // > 0: at most this many tasks of the kind under unexpired leases; 0: no limit
 	Rate       float64 // > 0: claims per second, finite; 0: no limit
 	Burst      int64   // >= 1 when Rate > 0; 0 otherwise
+	// Schema version 2 (written only when either is set: a policy without them is version 1's
+	// bytes; and, omitted from JSON when zero, rendered as before).
+	FairSessions         bool  `json:",omitempty"` // claims of the kind take from its sessions in turn
+	MaxRunningPerSession int64 `json:",omitempty"` // > 0: at most this many tasks of the kind per session under unexpired leases; 0: no limit
 }
 
 // Zero reports whether e removes the kind's policy: nothing paused, no limit.
 func (e *KindPolicySet) Zero() bool {
-	return !e.Paused && e.MaxRunning == 0 && e.Rate == 0 && e.Burst == 0
+	return !e.Paused && e.MaxRunning == 0 && e.Rate == 0 && e.Burst == 0 && !e.FairSessions && e.MaxRunningPerSession == 0
+}
+
+// CheckKindPolicySession says what is wrong with a policy's per-session fields ("" when
+// nothing) and which field, as CheckKindPolicy does for the others.
+func CheckKindPolicySession(maxRunningPerSession int64) (field, msg string) {
+	if maxRunningPerSession < 0 {
+		return "max_running_per_session", fmt.Sprintf("%d is negative", maxRunningPerSession)
+	}
+	return "", ""
 }
 
 // CheckKindPolicy says what is wrong with a policy's fields ("" when nothing) and which field:

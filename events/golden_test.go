@@ -194,6 +194,14 @@ var goldenFixtures = []goldenFixture{
 		Rate:       2.5,
 		Burst:      10,
 	}},
+	{"kind_policy_set.v2", &KindPolicySet{
+		// Claims take from the kind's sessions in turn, at most three of a session running
+		// at once, with no other limit; no session.
+		Header:               Header{Seq: 303, At: goldenAt + 202e9},
+		Kind:                 "agent.turn",
+		FairSessions:         true,
+		MaxRunningPerSession: 3,
+	}},
 	{"schedule_set.v1", &ScheduleSet{
 		// A cron rule in a time zone, catching up every tick, with a template that has
 		// headers and a completion wake; the next tick after From.
@@ -238,7 +246,7 @@ var bodyFieldNames = map[Type][]string{
 	TypeTaskExtended:        {"task_id", "attempt", "lease_expires_at"},
 	TypeTaskReleased:        {"task_id", "attempt", "run_at", "reason"},
 	TypeTaskRetried:         {"task_id", "attempts", "run_at"},
-	TypeKindPolicySet:       {"kind", "paused", "max_running", "rate", "burst"},
+	TypeKindPolicySet:       {"kind", "paused", "max_running", "rate", "burst", "fair_sessions", "max_running_per_session"},
 	TypeScheduleSet:         {"name", "cron", "time_zone", "catchup", "kind", "input", "priority", "headers", "wake_on_completion", "from", "next"},
 	TypeScheduleRemoved:     {"name"},
 	TypeTaskSubmitRejected:  {"task_id", "idempotency_key", "field", "kind"},

@@ -356,6 +356,10 @@ func refDecode(b []byte, seq uint64) (ev Event, err error) {
 		e.MaxRunning = r.i64("max_running")
 		e.Rate = r.f64("rate")
 		e.Burst = r.i64("burst")
+		if ver >= 2 {
+			e.FairSessions = r.bool("fair_sessions")
+			e.MaxRunningPerSession = r.i64("max_running_per_session")
+		}
 		ev = e
 	case TypeScheduleSet: // added with the type, in the same style
 		e := &ScheduleSet{}

@@ -210,6 +210,10 @@ func (g *gen) event(t Type, seq uint64) Event {
 			e.Rate = g.r.Float64() * 1e6
 			e.Burst = 1 + int64(g.u64()>>2)
 		}
+		if g.r.IntN(2) == 0 {
+			e.FairSessions = g.r.IntN(2) == 0
+			e.MaxRunningPerSession = int64(g.u64() >> 1)
+		}
 		return e
 	case TypeScheduleSet:
 		e := &ScheduleSet{Header: h, Name: "s" + strconv.Itoa(g.r.IntN(1000)), Cron: "@every " + strconv.Itoa(1+g.r.IntN(100)) + "s",

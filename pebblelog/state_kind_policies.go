@@ -24,31 +24,54 @@ import (
 // keyspaces as the empty ones they are: no policy, so no claim or stats reads its leases.
 
 // policyRecordLen is the length of an encoded policy: flags, max running, rate, burst, tokens,
-// tokens at, set seq.
-const policyRecordLen = 1 + 8*6
+// tokens at, set seq. A policy with per-session fields (FairSessions, MaxRunningPerSession)
+// is policySessionRecordLen long: the flags' bit 1 is FairSessions and MaxRunningPerSession
+// follows the set seq. A policy without them is written as before, so a store that never
+// held one is byte for byte what format 8 wrote; both lengths decode.
+const (
+	policyRecordLen        = 1 + 8*6
+	policySessionRecordLen = policyRecordLen + 8
+)
+
+const (
+	policyPaused = 1 << iota
+	policyFairSessions
+)
 
 // encodePolicy encodes p's fields (the kind is the key).
 func encodePolicy(p *projection.KindPolicy) []byte {
-	b := make([]byte, 1, policyRecordLen)
+	b := make([]byte, 1, policySessionRecordLen)
 	if p.Paused {
-		b[0] = 1
+		b[0] |= policyPaused
+	}
+	if p.FairSessions {
+		b[0] |= policyFairSessions
 	}
 	b = binary.BigEndian.AppendUint64(b, uint64(p.MaxRunning))
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(p.Rate))
 	b = binary.BigEndian.AppendUint64(b, uint64(p.Burst))
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(p.Tokens))
 	b = binary.BigEndian.AppendUint64(b, uint64(p.TokensAt))
-	return binary.BigEndian.AppendUint64(b, p.SetSeq)
+	b = binary.BigEndian.AppendUint64(b, p.SetSeq)
+	if p.FairSessions || p.MaxRunningPerSession != 0 {
+		b = binary.BigEndian.AppendUint64(b, uint64(p.MaxRunningPerSession))
+	}
+	return b
 }
 
 func decodePolicy(kind string, v []byte) (*projection.KindPolicy, error) {
-	if len(v) != policyRecordLen || v[0] > 1 {
+	long := len(v) == policySessionRecordLen
+	if len(v) != policyRecordLen && !long || v[0]&^(policyPaused|policyFairSessions) != 0 || !long && v[0]&policyFairSessions != 0 {
 		return nil, fmt.Errorf("%w: kind policy %q: %d bytes", ErrCorruptRecord, kind, len(v))
 	}
 	u := func(i int) uint64 { return binary.BigEndian.Uint64(v[1+8*i:]) }
-	return &projection.KindPolicy{Kind: kind, Paused: v[0] == 1, MaxRunning: int64(u(0)),
+	p := &projection.KindPolicy{Kind: kind, Paused: v[0]&policyPaused != 0, MaxRunning: int64(u(0)),
 		Rate: math.Float64frombits(u(1)), Burst: int64(u(2)), Tokens: math.Float64frombits(u(3)),
-		TokensAt: int64(u(4)), SetSeq: u(5)}, nil
+		TokensAt: int64(u(4)), SetSeq: u(5), FairSessions: v[0]&policyFairSessions != 0}
+	if long {
+		p.MaxRunningPerSession = int64(u(6))
+	}
+	return p, nil
 }
 
 func (s reader) KindPolicy(kind string) (*projection.KindPolicy, error) {

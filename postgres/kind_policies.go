@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worklog/worklog/internal/recordcodec"
 	"github.com/worklog/worklog/projection"
@@ -31,8 +32,18 @@ import (
 // running tasks (the due index holds them at their lease expiry); no older queue has a policy.
 const kindPoliciesDDL = `
 CREATE TABLE IF NOT EXISTS {s}.kind_policies (kind bytea PRIMARY KEY, paused bool NOT NULL, max_running bigint NOT NULL,
-	rate float8 NOT NULL, burst bigint NOT NULL, tokens float8 NOT NULL, tokens_at bigint NOT NULL, set_seq bigint NOT NULL);
+	rate float8 NOT NULL, burst bigint NOT NULL, tokens float8 NOT NULL, tokens_at bigint NOT NULL, set_seq bigint NOT NULL,
+	fair_sessions bool NOT NULL DEFAULT false, max_running_per_session bigint NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS {s}.kind_leases (kind bytea, at bigint, seq bigint, task_id bytea NOT NULL, PRIMARY KEY (kind, at, seq));
+`
+
+// policySessionsDDL adds the per-session fields (KindPolicy.FairSessions,
+// MaxRunningPerSession) to a kind_policies table made before them, as priorityDDL adds the
+// priority: Open (not OpenReadOnly) adds them when missing; every row written before has
+// neither (no earlier build could set them).
+const policySessionsDDL = `
+ALTER TABLE {s}.kind_policies ADD COLUMN IF NOT EXISTS fair_sessions bool NOT NULL DEFAULT false,
+	ADD COLUMN IF NOT EXISTS max_running_per_session bigint NOT NULL DEFAULT 0;
 `
 
 type kindPolicyStatements struct {
@@ -41,20 +52,59 @@ type kindPolicyStatements struct {
 
 func newKindPolicyStatements(q func(string) string) kindPolicyStatements {
 	return kindPolicyStatements{
-		policies: q(`SELECT kind, paused, max_running, rate, burst, tokens, tokens_at, set_seq FROM {s}.kind_policies ORDER BY kind`),
+		policies: q(`SELECT kind, paused, max_running, rate, burst, tokens, tokens_at, set_seq, fair_sessions, max_running_per_session
+			FROM {s}.kind_policies ORDER BY kind`),
 		putPolicy: q(`INSERT INTO {s}.kind_policies SELECT * FROM unnest($1::bytea[], $2::bool[], $3::bigint[], $4::float8[],
-			$5::bigint[], $6::float8[], $7::bigint[], $8::bigint[])
+			$5::bigint[], $6::float8[], $7::bigint[], $8::bigint[], $9::bool[], $10::bigint[])
 			ON CONFLICT (kind) DO UPDATE SET paused = excluded.paused, max_running = excluded.max_running, rate = excluded.rate,
-			burst = excluded.burst, tokens = excluded.tokens, tokens_at = excluded.tokens_at, set_seq = excluded.set_seq`),
+			burst = excluded.burst, tokens = excluded.tokens, tokens_at = excluded.tokens_at, set_seq = excluded.set_seq,
+			fair_sessions = excluded.fair_sessions, max_running_per_session = excluded.max_running_per_session`),
 		delPolicy:   q(`DELETE FROM {s}.kind_policies WHERE kind = ANY($1::bytea[])`),
 		policyTable: q(`{s}.kind_policies`),
 	}
 }
 
+// ensurePolicySessions runs policySessionsDDL when kind_policies lacks the columns: the
+// check comes first, so an Open of a queue that has them takes no table lock.
+func ensurePolicySessions(ctx context.Context, tx pgx.Tx, schema string) error {
+	has, err := hasPolicySessions(ctx, tx, schema)
+	if err != nil || has {
+		return err
+	}
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(policySessionsDDL, "{s}", pgx.Identifier{schema}.Sanitize())); err != nil {
+		return fmt.Errorf("adding the per-session fields to kind_policies in schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+func hasPolicySessions(ctx context.Context, q querier, schema string) (has bool, err error) {
+	err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'kind_policies' AND a.attname = 'max_running_per_session' AND NOT a.attisdropped)`,
+		schema).Scan(&has)
+	return has, err
+}
+
+// withoutPolicySessions makes a read-only store's statements read a kind_policies table that
+// no Open of this build has given the per-session fields (OpenReadOnly adds nothing): its
+// policies have neither. (A schema without the table reads as no policy: readPolicies.)
+func (st *statements) withoutPolicySessions(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var table bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, st.kp.policyTable).Scan(&table); err != nil || !table {
+		return err
+	}
+	has, err := hasPolicySessions(ctx, pool, schema)
+	if err != nil || has {
+		return err
+	}
+	st.kp.policies = strings.Replace(st.kp.policies, "fair_sessions, max_running_per_session", "false, 0::bigint", 1)
+	return nil
+}
+
 // ensureKindPolicies creates the two tables when the schema lacks them and fills kind_leases.
 func ensureKindPolicies(ctx context.Context, tx pgx.Tx, schema string, exists bool) error {
 	if exists {
-		return nil
+		return ensurePolicySessions(ctx, tx, schema)
 	}
 	sid := pgx.Identifier{schema}.Sanitize()
 	if _, err := tx.Exec(ctx, strings.ReplaceAll(kindPoliciesDDL, "{s}", sid)); err != nil {
@@ -94,7 +144,7 @@ func scanPolicy(rows pgx.Rows) (*projection.KindPolicy, error) {
 	var kind []byte
 	p := &projection.KindPolicy{}
 	var setSeq int64
-	err := rows.Scan(&kind, &p.Paused, &p.MaxRunning, &p.Rate, &p.Burst, &p.Tokens, &p.TokensAt, &setSeq)
+	err := rows.Scan(&kind, &p.Paused, &p.MaxRunning, &p.Rate, &p.Burst, &p.Tokens, &p.TokensAt, &setSeq, &p.FairSessions, &p.MaxRunningPerSession)
 	p.Kind, p.SetSeq = string(kind), uint64(setSeq)
 	return p, err
 }
@@ -199,8 +249,8 @@ func (t *txn) markPolicy(kind string) {
 func (t *txn) flushKindPolicies(b *pgx.Batch) {
 	if len(t.polDirty) > 0 {
 		var del, ks [][]byte
-		var paused []bool
-		var maxr, burst, tat, seq []int64
+		var paused, fair []bool
+		var maxr, burst, tat, seq, perSession []int64
 		var rate, tokens []float64
 		for k := range t.polDirty {
 			p := t.pols[k]
@@ -210,12 +260,13 @@ func (t *txn) flushKindPolicies(b *pgx.Batch) {
 			}
 			ks, paused, maxr, rate = append(ks, []byte(k)), append(paused, p.Paused), append(maxr, p.MaxRunning), append(rate, p.Rate)
 			burst, tokens, tat, seq = append(burst, p.Burst), append(tokens, p.Tokens), append(tat, p.TokensAt), append(seq, int64(p.SetSeq))
+			fair, perSession = append(fair, p.FairSessions), append(perSession, p.MaxRunningPerSession)
 		}
 		if len(del) > 0 {
 			b.Queue(t.st.kp.delPolicy, del)
 		}
 		if len(ks) > 0 {
-			b.Queue(t.st.kp.putPolicy, ks, paused, maxr, rate, burst, tokens, tat, seq)
+			b.Queue(t.st.kp.putPolicy, ks, paused, maxr, rate, burst, tokens, tat, seq, fair, perSession)
 		}
 		clear(t.polDirty)
 	}

@@ -17,8 +17,9 @@ import (
 const kpWorkerEnv = "WORKLOG_PG_KP_WORKER" // the DSN: this process is a worker of TestKindPolicyMaxRunningProcesses
 
 // TestKindPolicyMaxRunningProcesses: four worker processes claim one kind with MaxRunning 3
-// (leases long enough never to expire during the test); folding the log in order, the tasks
-// of the kind claimed and not yet settled are never more than 3.
+// and one with MaxRunningPerSession 2 (leases long enough never to expire during the test);
+// folding the log in order, the tasks of the first kind claimed and not yet settled are
+// never more than 3, and those of the second never more than 2 of one session.
 func TestKindPolicyMaxRunningProcesses(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	ctx := context.Background()
@@ -27,13 +28,21 @@ func TestKindPolicyMaxRunningProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	const tasks, limit = 40, 3
+	const tasks, limit, perSession = 40, 3, 2
 	for range tasks {
 		if _, err := q.Session("kp").Submit(ctx, work.TaskRequest{Kind: "lim"}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for i := range tasks {
+		if _, err := q.Session([]string{"s1", "s2"}[i%2]).Submit(ctx, work.TaskRequest{Kind: "per"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := q.SetKindPolicy(ctx, "lim", work.KindPolicy{MaxRunning: limit}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SetKindPolicy(ctx, "per", work.KindPolicy{MaxRunningPerSession: perSession}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -52,14 +61,27 @@ func TestKindPolicyMaxRunningProcesses(t *testing.T) {
 	}
 	wg.Wait()
 	held, most, settled := map[string]bool{}, 0, 0
+	kindOf, sessionOf := map[string]string{}, map[string]string{}
+	perHeld, perMost := map[string]int{}, 0 // of kind per, by session
 	err = q.ReadLog(ctx, 1, func(ev events.Event) error {
 		switch e := ev.(type) {
+		case *events.TaskSubmitted:
+			kindOf[e.TaskID], sessionOf[e.TaskID] = e.Kind, e.SessionID
 		case *events.TaskClaimed:
+			if kindOf[e.TaskID] == "per" {
+				perHeld[sessionOf[e.TaskID]]++
+				perMost = max(perMost, perHeld[sessionOf[e.TaskID]])
+				break
+			}
 			held[e.TaskID] = true
 			most = max(most, len(held))
 		case *events.TaskSettled:
-			delete(held, e.TaskID)
 			settled++
+			if kindOf[e.TaskID] == "per" {
+				perHeld[sessionOf[e.TaskID]]--
+				break
+			}
+			delete(held, e.TaskID)
 		}
 		return nil
 	})
@@ -69,8 +91,12 @@ func TestKindPolicyMaxRunningProcesses(t *testing.T) {
 	if most > limit {
 		t.Errorf("the log shows %d tasks of the kind held at once, MaxRunning is %d", most, limit)
 	}
-	if most < 2 || settled != tasks {
-		t.Errorf("at most %d held at once, %d of %d settled: the workers did not run concurrently to the end", most, settled, tasks)
+	if perMost > perSession {
+		t.Errorf("the log shows %d tasks of one session held at once, MaxRunningPerSession is %d", perMost, perSession)
+	}
+	if most < 2 || perMost < 2 || settled != 2*tasks {
+		t.Errorf("at most %d (per session: %d) held at once, %d of %d settled: the workers did not run concurrently to the end",
+			most, perMost, settled, 2*tasks)
 	}
 }
 
@@ -96,7 +122,7 @@ func TestKindPolicyWorker(t *testing.T) {
 		if st.Total.Pending == 0 && st.Total.Running == 0 {
 			return
 		}
-		ds, err := q.ClaimKinds(ctx, []string{"lim"}, time.Hour, 2)
+		ds, err := q.ClaimKinds(ctx, []string{"lim", "per"}, time.Hour, 3)
 		if err != nil {
 			t.Fatal(err)
 		}

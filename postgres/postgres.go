@@ -343,6 +343,9 @@ func open(ctx context.Context, dsn string, o Options, readOnly bool) (*engine, e
 	if err == nil && readOnly {
 		err = st.withoutPriority(ctx, pool, schema)
 	}
+	if err == nil && readOnly {
+		err = st.withoutPolicySessions(ctx, pool, schema)
+	}
 	if err != nil {
 		cancel()
 		pool.Close()

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/worklog/worklog/events"
@@ -15,6 +16,9 @@ type KindPolicy struct {
 	MaxRunning int64
 	Rate       float64 // claims per second; 0: no rate limit
 	Burst      int64
+	// FairSessions and MaxRunningPerSession: the per-session fields (events.KindPolicySet's).
+	FairSessions         bool
+	MaxRunningPerSession int64
 	// The bucket (Rate > 0): Tokens at TokensAt. Set full (Burst) at the policy's event;
 	// each claim of the kind refills it to its time and takes one token.
 	Tokens   float64
@@ -25,7 +29,7 @@ type KindPolicy struct {
 // PolicyOf is the policy a kind_policy_set event sets, its bucket full at the event's time.
 func PolicyOf(e *events.KindPolicySet) *KindPolicy {
 	p := &KindPolicy{Kind: e.Kind, Paused: e.Paused, MaxRunning: e.MaxRunning, Rate: e.Rate,
-		Burst: e.Burst, SetSeq: e.Seq}
+		Burst: e.Burst, FairSessions: e.FairSessions, MaxRunningPerSession: e.MaxRunningPerSession, SetSeq: e.Seq}
 	if p.Rate > 0 {
 		p.Tokens, p.TokensAt = float64(p.Burst), e.At
 	}
@@ -147,4 +151,27 @@ func ScanLeases(r Reader, kind string, now int64, fn func(IndexEntry) bool) erro
 		return nil
 	}
 	return r.ScanIndex(IndexKindLeases, kind, now+1, math.MaxInt64, fn)
+}
+
+// LeaseSessions calls fn with the session and lease expiry of each of kind's tasks whose
+// lease expires after now, in expiry order, until fn returns false: the lease index's entries
+// with each entry's task read for its session (a task's session and kind never change). A
+// kind's MaxRunningPerSession counts them per session.
+func LeaseSessions(r Reader, kind string, now int64, fn func(session string, expires int64) bool) error {
+	var err error
+	serr := ScanLeases(r, kind, now, func(e IndexEntry) bool {
+		var t *Task
+		if t, err = r.Task(e.ID); err != nil {
+			return false
+		}
+		if t == nil {
+			err = fmt.Errorf("projection: the lease index of kind %q names task %s, which has no record", kind, e.ID)
+			return false
+		}
+		return fn(t.SessionID, e.At)
+	})
+	if serr != nil {
+		return serr
+	}
+	return err
 }

@@ -519,7 +519,7 @@ var coverageCases = []string{
 	// postgres.SubmitTx (generated only on a backend with one)
 	"submit tx new", "submit tx repeat (same intent)", "submit tx conflict (other intent)", "submit tx rolled back",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
-	"set kind policy", "set kind policy zero",
+	"set kind policy", "set kind policy zero", "set kind policy per session", "claim held back by a session's limit",
 }
 
 // classify names the cases op o exercises when applied to m (giving n).
@@ -596,6 +596,9 @@ func classify(o op, m, n *model) []string {
 		}
 		if len(e.claims) == o.Limit && len(m.eligibleTasks()) > o.Limit {
 			add("claim cut by limit")
+		}
+		if m.heldBackBySession(o.Limit) {
+			add("claim held back by a session's limit")
 		}
 		for _, cl := range e.claims {
 			if cl.h >= len(m.tasks) {

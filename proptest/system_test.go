@@ -157,9 +157,10 @@ type result struct {
 	tokens    []string            // SettleAndClaim: the token each settle presented
 	problem   string              // the op could not run (missing delivery) or panicked
 	events    []events.Event
-	prune     *work.PruneResult // Prune
-	snap      *pruneSnap        // Prune: the system just before it
-	schedules []string          // SetSchedule, RemoveSchedule: the session's listing after it
+	prune     *work.PruneResult          // Prune
+	snap      *pruneSnap                 // Prune: the system just before it
+	schedules []string                   // SetSchedule, RemoveSchedule: the session's listing after it
+	policies  map[string]work.KindPolicy // SetKindPolicy: KindPolicies after it
 }
 
 // execute runs o on s, turning a panic into a result problem.

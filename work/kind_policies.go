@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
@@ -17,6 +18,12 @@ type KindPolicy struct {
 	MaxRunning int     // > 0: at most this many tasks of the kind held under unexpired leases at once, across every process; 0: no limit
 	Rate       float64 // > 0: at most Rate claims per second of this kind, with bursts up to Burst; 0: no limit
 	Burst      int     // >= 1 when Rate > 0; 0 without a rate
+	// FairSessions: claims of this kind take from its sessions in turn. Recorded and shown;
+	// the claim order it names is not built yet (claims take oldest first, after priority).
+	// Both per-session fields are omitted from JSON when zero, so a policy without them
+	// renders as before they existed.
+	FairSessions         bool `json:",omitempty"`
+	MaxRunningPerSession int  `json:",omitempty"` // > 0: at most this many tasks of this kind per session under unexpired leases, across every process
 }
 
 // KindPolicyBackend is implemented by a backend that keeps kind policies (Queue.SetKindPolicy,
@@ -38,7 +45,7 @@ func (q *Queue) SetKindPolicy(ctx context.Context, kind string, p KindPolicy) er
 // not touched: a lower MaxRunning only stops new claims until enough leases end.
 //
 // A blank kind is ErrInvalidRequest naming "kind"; a negative MaxRunning names
-// "max_running"; a negative, NaN or infinite Rate names "rate"; a Burst below 1 with a rate,
+// "max_running", a negative MaxRunningPerSession "max_running_per_session"; a negative, NaN or infinite Rate names "rate"; a Burst below 1 with a rate,
 // a negative one, or one without a rate names "burst" (a burst is the size of the rate's
 // bucket: without a rate it would be recorded nowhere, and the event's decoder refuses it).
 func (q *Queue) SetKindPolicyAt(ctx context.Context, kind string, p KindPolicy, now time.Time) error {
@@ -81,11 +88,15 @@ func validateKindPolicy(kind string, p KindPolicy) *Error {
 	if field, msg := events.CheckKindPolicy(kind, int64(p.MaxRunning), p.Rate, int64(p.Burst)); field != "" {
 		return invalid(field, msg)
 	}
+	if field, msg := events.CheckKindPolicySession(int64(p.MaxRunningPerSession)); field != "" {
+		return invalid(field, msg)
+	}
 	return nil
 }
 
 func policyFrom(p *projection.KindPolicy) KindPolicy {
-	return KindPolicy{Paused: p.Paused, MaxRunning: int(p.MaxRunning), Rate: p.Rate, Burst: int(p.Burst)}
+	return KindPolicy{Paused: p.Paused, MaxRunning: int(p.MaxRunning), Rate: p.Rate, Burst: int(p.Burst),
+		FairSessions: p.FairSessions, MaxRunningPerSession: int(p.MaxRunningPerSession)}
 }
 
 // SetKindPolicy appends one kind_policy_set event (validated by Queue.SetKindPolicyAt).
@@ -99,7 +110,8 @@ func (b *logBackend) SetKindPolicy(ctx context.Context, kind string, p KindPolic
 	}
 	err := b.update(ctx, func(tx txn) error {
 		return tx.Append(&events.KindPolicySet{Header: events.Header{At: at}, Kind: kind, Paused: p.Paused,
-			MaxRunning: int64(p.MaxRunning), Rate: p.Rate, Burst: int64(p.Burst)})
+			MaxRunning: int64(p.MaxRunning), Rate: p.Rate, Burst: int64(p.Burst),
+			FairSessions: p.FairSessions, MaxRunningPerSession: int64(p.MaxRunningPerSession)})
 	})
 	return backendErr(err)
 }
@@ -185,8 +197,9 @@ func kindsScan(kinds []string) scanFunc {
 // gatedScan calls fn with the due entries at at of kinds (every kind when nil) in claim
 // order, never more of a kind than its policy allows at at (allowance): a paused kind gives
 // none, a kind with MaxRunning no more than its free slots, a kind with a rate no more than
-// its whole tokens. A claim takes what fn takes, so it returns fewer tasks rather than break
-// a limit.
+// its whole tokens; and, for a kind with MaxRunningPerSession, no entry of a session whose
+// slots are all held (sessionSlots: those the claim takes count as it takes them). A claim
+// takes what fn takes, so it returns fewer tasks rather than break a limit.
 //
 // Cost: reading the policies (one entry per kind with a policy) and, for each limited kind
 // the claim may take, its leases under MaxRunning (at most MaxRunning entries). A claim of
@@ -194,7 +207,9 @@ func kindsScan(kinds []string) scanFunc {
 // index when no policy limits a kind below the claim's limit; otherwise it merges the due
 // indexes of the kinds that have pending or running tasks (read from the counts, one entry
 // per kind and state), so a paused or saturated kind's backlog is never read: O(kinds +
-// limit·log n).
+// limit·log n). A kind with MaxRunningPerSession adds the read of its tasks under unexpired
+// leases with their sessions (LeaseSessions), the record of each due entry it walks (for its
+// session), and the due entries of sessions at their limit, which the walk steps over.
 func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) bool) error {
 	pols, err := policiesOf(tx)
 	if err != nil {
@@ -207,7 +222,7 @@ func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) 
 		return scanKinds(tx, kinds, at, fn)
 	}
 	allow := make(map[string]int, len(pols))
-	limited := false
+	perSession := map[string]*sessionSlots{}
 	for k, p := range pols {
 		n, err := allowance(tx, p, at)
 		if err != nil {
@@ -215,11 +230,15 @@ func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) 
 		}
 		if n != unlimited {
 			allow[k] = n
-			limited = true
+		}
+		if p.MaxRunningPerSession > 0 && n > 0 {
+			if perSession[k], err = heldBySession(tx, p, at); err != nil {
+				return err
+			}
 		}
 	}
 	if kinds == nil {
-		if !limited {
+		if len(allow) == 0 && len(perSession) == 0 {
 			return tx.ScanIndex(projection.IndexDue, "", math.MinInt64, at, fn)
 		}
 		if kinds, err = kindsWithWork(tx); err != nil {
@@ -234,15 +253,70 @@ func gatedScan(tx txn, kinds []string, at int64, fn func(projection.IndexEntry) 
 	}
 	return mergeScansOf(open, func(kind string, maxAt int64, fn func(projection.IndexEntry) bool) error {
 		n, ok := allow[kind]
-		if !ok {
+		ss := perSession[kind]
+		if !ok && ss == nil {
 			return tx.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, fn)
 		}
+		if !ok {
+			n = unlimited
+		}
 		taken := 0
-		return tx.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
+		var terr error
+		err := tx.ScanIndex(projection.IndexKindDue, kind, math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
+			if ss != nil {
+				var free bool
+				if free, terr = ss.take(tx, e.ID); terr != nil {
+					return false
+				}
+				if !free {
+					return true // its session's slots are all held: step over it
+				}
+			}
 			taken++
 			return fn(e) && taken < n
 		})
+		if err != nil {
+			return err
+		}
+		return terr
 	}, at, fn)
+}
+
+// sessionSlots is a kind's MaxRunningPerSession at a claim's now: the slots each session
+// holds (its tasks of the kind under leases that expire after now), and those the claim
+// takes as it takes them.
+type sessionSlots struct {
+	max  int64
+	held map[string]int64
+}
+
+// heldBySession counts p's kind's tasks under unexpired leases at at, per session.
+func heldBySession(r projection.Reader, p *projection.KindPolicy, at int64) (*sessionSlots, error) {
+	ss := &sessionSlots{max: p.MaxRunningPerSession, held: map[string]int64{}}
+	err := projection.LeaseSessions(r, p.Kind, at, func(session string, _ int64) bool {
+		ss.held[session]++
+		return true
+	})
+	return ss, err
+}
+
+// take reports whether the session of task id has a free slot, and if so counts the claim's
+// taking of it. A claim's scan gives fn an entry only after it has taken the one before
+// (mergeScansOf pulls a kind's next entry once its head is taken), so counting at the
+// step is counting what the claim takes.
+func (ss *sessionSlots) take(r projection.Reader, id string) (bool, error) {
+	t, err := r.Task(id)
+	if err != nil {
+		return false, err
+	}
+	if t == nil {
+		return false, fmt.Errorf("work: the due index names task %s, which has no record", id)
+	}
+	if ss.held[t.SessionID] >= ss.max {
+		return false, nil
+	}
+	ss.held[t.SessionID]++
+	return true, nil
 }
 
 // kindsWithWork lists the kinds with pending or running tasks: those whose due index may
@@ -266,6 +340,10 @@ type KindPolicyStats struct {
 	Policy  KindPolicy
 	Running int     // slots in use: the kind's tasks under leases unexpired at At (counted only with MaxRunning > 0)
 	Tokens  float64 // the rate's bucket at At (claims it allows now, fractions included); 0 without a rate
+	// RunningBySession: the slots in use per session (its tasks of the kind under leases
+	// unexpired at At), for the sessions that hold any; counted only with
+	// MaxRunningPerSession > 0 (nil otherwise).
+	RunningBySession map[string]int `json:",omitempty"`
 }
 
 // policyStats reads every policy with its slots in use and its bucket at at.
@@ -278,6 +356,18 @@ func policyStats(r projection.Reader, at int64) (ps []KindPolicyStats, paused []
 				return false
 			}
 			s.Running = int(held)
+		}
+		if p.MaxRunningPerSession > 0 {
+			err = projection.LeaseSessions(r, p.Kind, at, func(session string, _ int64) bool {
+				if s.RunningBySession == nil {
+					s.RunningBySession = map[string]int{}
+				}
+				s.RunningBySession[session]++
+				return true
+			})
+			if err != nil {
+				return false
+			}
 		}
 		if p.Rate > 0 {
 			s.Tokens = p.TokensNow(at)

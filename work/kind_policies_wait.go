@@ -18,7 +18,10 @@ import (
 //   - a kind whose bucket holds less than one token from the moment it will hold one
 //     (KindPolicy.NextTokenAt);
 //
-// and not before its earliest due entry. The waiter's timer is the least of these, so a
+// and not before its earliest due entry. A kind with MaxRunningPerSession counts from the
+// earliest due entry of a session with a free slot, from the earliest lease expiry of a
+// session whose slots are all held, and at a settle or a release (sigSlots):
+// earliestPerSession. The waiter's timer is the least of these, so a
 // waiter on a paused or saturated kind blocks without spinning, and wakes when a slot frees,
 // the pause lifts or the rate allows the next claim. A claim by another worker can still
 // take the slot first: the waiter then finds nothing and waits again, on the new state.
@@ -69,10 +72,16 @@ func (b *logBackend) waitTasks(ctx context.Context, kinds []string) error {
 			if !ok {
 				continue
 			}
-			err = earliestKind(r, k, func(e projection.IndexEntry) bool {
+			later := func(e projection.IndexEntry) bool {
 				e.At = max(e.At, from)
 				return first(e)
-			})
+			}
+			if p.MaxRunningPerSession > 0 {
+				also |= sigSlots
+				err = earliestPerSession(r, p, now, later)
+			} else {
+				err = earliestKind(r, k, later)
+			}
 			if err != nil {
 				return 0, err
 			}
@@ -116,4 +125,46 @@ func claimableFrom(r projection.Reader, p *projection.KindPolicy, now int64) (fr
 		from = max(from, p.NextTokenAt(now))
 	}
 	return from, slots, true, nil
+}
+
+// earliestPerSession calls first with what a waiter on p's kind (which has
+// MaxRunningPerSession) waits for besides sigSlots: the earliest due entry of a session with
+// a free slot at now, and, for each session whose slots are all held, its earliest lease's
+// expiry (a lease that expires frees its slot with no signal). The walk steps over the due
+// entries of the sessions at their limit, as a claim's does (gatedScan).
+func earliestPerSession(r projection.Reader, p *projection.KindPolicy, now int64, first func(projection.IndexEntry) bool) error {
+	held := map[string]int64{}
+	expires := map[string]int64{} // each session's earliest lease expiry after now
+	err := projection.LeaseSessions(r, p.Kind, now, func(session string, at int64) bool {
+		if held[session] == 0 {
+			expires[session] = at // the lease index is in expiry order
+		}
+		held[session]++
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for s, n := range held {
+		if n >= p.MaxRunningPerSession {
+			first(projection.IndexEntry{At: expires[s]})
+		}
+	}
+	return earliestDue(func(maxAt int64, fn func(projection.IndexEntry) bool) error {
+		var terr error
+		err := r.ScanIndex(projection.IndexKindDue, p.Kind, math.MinInt64, maxAt, func(e projection.IndexEntry) bool {
+			var t *projection.Task
+			if t, terr = r.Task(e.ID); terr != nil || t == nil {
+				return terr == nil // an entry without a record is the claim's to report
+			}
+			if held[t.SessionID] >= p.MaxRunningPerSession {
+				return true
+			}
+			return fn(e)
+		})
+		if err != nil {
+			return err
+		}
+		return terr
+	}, first)
 }

@@ -208,3 +208,53 @@ func TestWaiterOnScheduleWithMissingZoneDoesNotSpin(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitTasksPerSession: with MaxRunningPerSession, WaitTasks does not wake for a due task
+// whose session's slots are all held, and wakes when a settle frees one, when a lease that
+// holds one expires, and at once for another session's due task.
+func TestWaitTasksPerSession(t *testing.T) {
+	ctx := context.Background()
+	waitBackends(t, func(t *testing.T, q *Queue) {
+		a := q.Session("a")
+		for range 3 {
+			if _, err := a.Submit(ctx, TaskRequest{Kind: "ps"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.SetKindPolicy(ctx, "ps", KindPolicy{MaxRunningPerSession: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := q.ClaimKinds(ctx, []string{"ps"}, time.Hour, 10)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("ClaimKinds(ps) = %d, %v; want 1", len(ds), err)
+		}
+		ch := waitResult(q, []string{"ps"}, time.Minute)
+		blocked(t, ch, 300*time.Millisecond, "a session with its slot held")
+		if _, err := q.Finish(ctx, ds[0], Success(nil)); err != nil {
+			t.Fatal(err)
+		}
+		woken(t, ch, 10*time.Second, "a settle freed the session's slot")
+
+		// A short lease holds the slot: the waiter wakes at its expiry, with no signal.
+		start := time.Now()
+		if ds, err = q.ClaimKinds(ctx, []string{"ps"}, time.Second, 10); err != nil || len(ds) != 1 {
+			t.Fatalf("ClaimKinds(ps) = %d, %v; want 1", len(ds), err)
+		}
+		ch = waitResult(q, []string{"ps"}, time.Minute)
+		blocked(t, ch, 300*time.Millisecond, "a session with its slot held for a second")
+		woken(t, ch, 10*time.Second, "the lease's expiry freed the slot")
+		if d := time.Since(start); d < 900*time.Millisecond {
+			t.Errorf("WaitTasks returned %v after the claim began, before the lease expired (1s)", d)
+		}
+		if ds, err = q.ClaimKinds(ctx, []string{"ps"}, time.Hour, 10); err != nil || len(ds) != 1 {
+			t.Fatalf("ClaimKinds(ps) after the expiry = %d, %v; want 1", len(ds), err)
+		}
+		// a's slot is held again; another session's task is claimable at once.
+		ch = waitResult(q, nil, time.Minute)
+		blocked(t, ch, 300*time.Millisecond, "every kind, a's slot held")
+		if _, err := q.Session("b").Submit(ctx, TaskRequest{Kind: "ps"}); err != nil {
+			t.Fatal(err)
+		}
+		woken(t, ch, 10*time.Second, "another session's task")
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -116,6 +117,12 @@ type policyJSON struct {
 	MaxRunning int64   `json:"max_running"` // 0: no limit
 	Rate       float64 `json:"rate"`        // claims per second; 0: no rate
 	Burst      int64   `json:"burst"`
+	// The per-session fields, present only when set; running_by_session: with
+	// max_running_per_session, the slots each session holds at the log's last event (its
+	// tasks of the kind under leases unexpired then), for the sessions holding any.
+	FairSessions         bool             `json:"fair_sessions,omitempty"`
+	MaxRunningPerSession int64            `json:"max_running_per_session,omitempty"`
+	RunningBySession     map[string]int64 `json:"running_by_session,omitempty"`
 }
 
 // scheduleJSON is a live schedule (one with a next tick) as stats lists it.
@@ -135,10 +142,25 @@ type scheduleJSON struct {
 func flowStats(ctx context.Context, st store, s *statsJSON) error {
 	return st.View(ctx, func(r projection.Reader) error {
 		s.Policies, s.Schedules = []policyJSON{}, []scheduleJSON{}
+		var perr error
 		err := r.KindPolicies(func(p *projection.KindPolicy) bool {
-			s.Policies = append(s.Policies, policyJSON{Kind: p.Kind, Paused: p.Paused, MaxRunning: p.MaxRunning, Rate: p.Rate, Burst: p.Burst})
-			return true
+			pj := policyJSON{Kind: p.Kind, Paused: p.Paused, MaxRunning: p.MaxRunning, Rate: p.Rate, Burst: p.Burst,
+				FairSessions: p.FairSessions, MaxRunningPerSession: p.MaxRunningPerSession}
+			if p.MaxRunningPerSession > 0 {
+				perr = projection.LeaseSessions(r, p.Kind, s.lastAt, func(session string, _ int64) bool {
+					if pj.RunningBySession == nil {
+						pj.RunningBySession = map[string]int64{}
+					}
+					pj.RunningBySession[session]++
+					return true
+				})
+			}
+			s.Policies = append(s.Policies, pj)
+			return perr == nil
 		})
+		if err == nil {
+			err = perr
+		}
 		if err != nil {
 			return err
 		}
@@ -450,6 +472,15 @@ func writeFlowText(w io.Writer, s *statsJSON) {
 		}
 		if p.Rate > 0 {
 			parts = append(parts, fmt.Sprintf("rate %g/s, burst %d", p.Rate, p.Burst))
+		}
+		if p.FairSessions {
+			parts = append(parts, "fair sessions")
+		}
+		if p.MaxRunningPerSession > 0 {
+			parts = append(parts, fmt.Sprintf("max running per session %d", p.MaxRunningPerSession))
+			for _, sess := range slices.Sorted(maps.Keys(p.RunningBySession)) {
+				parts = append(parts, fmt.Sprintf("%s holds %d", word(sess), p.RunningBySession[sess]))
+			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", word(p.Kind), strings.Join(parts, ", "))
 	}

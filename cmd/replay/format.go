@@ -219,6 +219,12 @@ func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
 			add("rate=%g/s", e.Rate)
 			add("burst=%d", e.Burst)
 		}
+		if e.FairSessions {
+			add("fair_sessions")
+		}
+		if e.MaxRunningPerSession > 0 {
+			add("max_running_per_session=%d", e.MaxRunningPerSession)
+		}
 	default:
 		return subjectDetails(ev), false
 	}
@@ -294,6 +300,9 @@ type eventJSON struct {
 	MaxRunning *int64   `json:"max_running,omitempty"`
 	Rate       *float64 `json:"rate,omitempty"`
 	Burst      *int64   `json:"burst,omitempty"`
+	// kind_policy_set of schema 2: present only when set.
+	FairSessions         bool  `json:"fair_sessions,omitempty"`
+	MaxRunningPerSession int64 `json:"max_running_per_session,omitempty"`
 }
 
 func (a *app) eventJSON(ev events.Event) *eventJSON {
@@ -369,6 +378,7 @@ func (a *app) eventJSONOK(ev events.Event) (*eventJSON, bool) {
 	case *events.KindPolicySet:
 		paused, maxRunning, rate, burst := e.Paused, e.MaxRunning, e.Rate, e.Burst
 		j.Kind, j.Paused, j.MaxRunning, j.Rate, j.Burst = e.Kind, &paused, &maxRunning, &rate, &burst
+		j.FairSessions, j.MaxRunningPerSession = e.FairSessions, e.MaxRunningPerSession
 	default:
 		j.TaskID, j.WakeID = ev.Subject()
 		return j, false

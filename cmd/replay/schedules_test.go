@@ -145,3 +145,57 @@ func TestStatsListsPoliciesAndSchedules(t *testing.T) {
 		t.Errorf("replay stats lists the removed schedule:\n%s", text)
 	}
 }
+
+// TestStatsListsPerSessionPolicy: replay stats shows a policy's FairSessions and
+// MaxRunningPerSession, and the slots each session holds at the log's last event; replay log
+// shows both fields of the event, in text and in --json.
+func TestStatsListsPerSessionPolicy(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	q, err := work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	if err := q.SetKindPolicyAt(ctx, "turn", work.KindPolicy{FairSessions: true, MaxRunningPerSession: 2}, t0); err != nil {
+		t.Fatal(err)
+	}
+	for i, sess := range []string{"sess_a", "sess_a", "sess_a", "sess_b"} {
+		if _, err := q.Session(sess).SubmitAt(ctx, work.TaskRequest{Kind: "turn"}, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds, err := q.ClaimDueAt(ctx, t0.Add(time.Minute), time.Hour, 10); err != nil || len(ds) != 3 {
+		t.Fatalf("claim: %d, %v; want sess_a's two and sess_b's one", len(ds), err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Policies []struct {
+			Kind                 string           `json:"kind"`
+			FairSessions         bool             `json:"fair_sessions"`
+			MaxRunningPerSession int64            `json:"max_running_per_session"`
+			RunningBySession     map[string]int64 `json:"running_by_session"`
+		} `json:"kind_policies"`
+	}
+	if err := json.Unmarshal([]byte(mustReplay(t, "stats", dir, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Policies) != 1 || !st.Policies[0].FairSessions || st.Policies[0].MaxRunningPerSession != 2 ||
+		st.Policies[0].RunningBySession["sess_a"] != 2 || st.Policies[0].RunningBySession["sess_b"] != 1 {
+		t.Errorf("stats --json kind_policies = %+v", st.Policies)
+	}
+	text := mustReplay(t, "stats", dir)
+	if want := "turn  fair sessions, max running per session 2, sess_a holds 2, sess_b holds 1"; !strings.Contains(text, want) {
+		t.Errorf("replay stats lacks %q:\n%s", want, text)
+	}
+	log := mustReplay(t, "log", dir)
+	if !strings.Contains(log, "fair_sessions  max_running_per_session=2") {
+		t.Errorf("replay log lacks the policy's per-session fields:\n%s", log)
+	}
+	js := mustReplay(t, "log", dir, "--json")
+	if !strings.Contains(js, `"fair_sessions":true,"max_running_per_session":2`) {
+		t.Errorf("replay log --json lacks the policy's per-session fields:\n%s", js)
+	}
+}

@@ -2,6 +2,7 @@ package worktest
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"time"
 
@@ -18,6 +19,8 @@ func kindPolicyScenarios() []scenario {
 		{"kind_policies/rate_is_a_token_bucket_over_the_claims_now", kindPolicyRate},
 		{"kind_policies/invalid_policies_name_the_field", kindPolicyInvalid},
 		{"kind_policies/stats_show_policies_and_slots", kindPolicyStats},
+		{"kind_policies/max_running_per_session_counts_each_sessions_leases", kindPolicyPerSession},
+		{"kind_policies/fair_sessions_is_kept_and_shown", kindPolicyFairSessions},
 	}
 }
 
@@ -27,7 +30,8 @@ func (e *env) setPolicy(kind string, p work.KindPolicy, now time.Time) {
 	e.ok("SetKindPolicyAt", e.q.SetKindPolicyAt(e.ctx, kind, p, now))
 	evs := e.appended("SetKindPolicyAt", n, events.TypeKindPolicySet)
 	ev := evs[0].(*events.KindPolicySet)
-	if ev.Kind != kind || ev.SessionID != "" || ev.Paused != p.Paused || ev.MaxRunning != int64(p.MaxRunning) || ev.Rate != p.Rate {
+	if ev.Kind != kind || ev.SessionID != "" || ev.Paused != p.Paused || ev.MaxRunning != int64(p.MaxRunning) || ev.Rate != p.Rate ||
+		ev.FairSessions != p.FairSessions || ev.MaxRunningPerSession != int64(p.MaxRunningPerSession) {
 		e.t.Errorf("SetKindPolicyAt(%q, %+v) appended %+v", kind, p, ev)
 	}
 }
@@ -187,6 +191,8 @@ func kindPolicyInvalid(e *env) {
 		{"k", work.KindPolicy{Rate: 1, Burst: -1}, "burst"},
 		{"k", work.KindPolicy{MaxRunning: 1, Burst: 5}, "burst"}, // a burst needs a rate
 		{"k", work.KindPolicy{Burst: 1}, "burst"},
+		{"k", work.KindPolicy{MaxRunningPerSession: -1}, "max_running_per_session"},
+		{"k", work.KindPolicy{FairSessions: true, MaxRunningPerSession: -3}, "max_running_per_session"},
 	} {
 		e.wantInvalid("SetKindPolicyAt", e.q.SetKindPolicyAt(e.ctx, c.kind, c.p, at(1)), c.field)
 	}
@@ -209,7 +215,7 @@ func kindPolicyStats(e *env) {
 		{Kind: "a", Policy: work.KindPolicy{MaxRunning: 2, Rate: 1, Burst: 2}, Running: 2, Tokens: 1},
 		{Kind: "b", Policy: work.KindPolicy{Paused: true}},
 	}
-	if !slices.Equal(s.Policies, want) {
+	if !reflect.DeepEqual(s.Policies, want) {
 		e.t.Errorf("Stats.Policies = %+v, want %+v", s.Policies, want)
 	}
 	if !slices.Equal(s.PausedKinds, []string{"b"}) {
@@ -220,5 +226,95 @@ func kindPolicyStats(e *env) {
 	e.ok("StatsAt", err)
 	if len(s.Policies) != 2 || s.Policies[0].Running != 0 || s.Policies[0].Tokens != 2 {
 		e.t.Errorf("Stats.Policies at the leases' expiry = %+v, want a with 0 running and 2 tokens", s.Policies)
+	}
+}
+
+// sessionsOf counts ds's tasks of kind by session.
+func sessionsOf(ds []work.TaskDelivery, kind string) map[string]int {
+	out := map[string]int{}
+	for _, d := range ds {
+		if d.Task.Kind == kind {
+			out[d.Task.SessionID]++
+		}
+	}
+	return out
+}
+
+func kindPolicyPerSession(e *env) {
+	var a []work.Task
+	for range 4 {
+		a = append(a, e.submit("a", work.TaskRequest{Kind: "k"}, at(100)))
+	}
+	for range 2 {
+		e.submit("b", work.TaskRequest{Kind: "k"}, at(101))
+	}
+	e.submit("a", work.TaskRequest{Kind: "other"}, at(101))
+	p := work.KindPolicy{MaxRunningPerSession: 2}
+	e.setPolicy("k", p, at(100))
+	if got := e.policies()["k"]; got != p {
+		e.t.Fatalf("KindPolicies[k] = %+v, want %+v", got, p)
+	}
+	// a's first two, b's two and the other kind (no limit); a's last two held back.
+	ds := e.claim(at(110), lease, 10) // leases to 140
+	if got := sessionsOf(ds, "k"); len(ds) != 5 || countKind(ds, "other") != 1 || got["a"] != 2 || got["b"] != 2 {
+		e.t.Fatalf("first claim: sessions %v kinds %q, want a's two and b's two of k, and the other", got, kindsOf(ds))
+	}
+	e.claimNone(at(111))
+	if got := e.claimKinds([]string{"k"}, at(111), lease, 10); len(got) != 0 {
+		e.t.Fatalf("ClaimKinds with every session's slots held claimed %d", len(got))
+	}
+	s, err := e.q.StatsAt(e.ctx, at(111))
+	e.ok("StatsAt", err)
+	want := []work.KindPolicyStats{{Kind: "k", Policy: p, RunningBySession: map[string]int{"a": 2, "b": 2}}}
+	if !reflect.DeepEqual(s.Policies, want) {
+		e.t.Errorf("Stats.Policies = %+v, want %+v", s.Policies, want)
+	}
+	// A settle frees a's slot; SettleAndClaim's claim takes a's next in the same command.
+	var first work.TaskDelivery
+	for _, d := range ds {
+		if d.Task.ID == a[0].ID {
+			first = d
+		}
+	}
+	res, got := e.sac([]work.Settle{{Delivery: first, Outcome: ptr(work.Success(js(`1`)))}}, nil, at(120), lease, 10) // lease to 150
+	if res[0].Err != nil || len(got) != 1 || got[0].Task.ID != a[2].ID {
+		e.t.Fatalf("SettleAndClaim: %v, claimed %v; want a's third task", res[0].Err, got)
+	}
+	// The reopened queue counts the same leases.
+	e.reopen()
+	e.claimNone(at(139))
+	// At 140 a's second lease and b's expired: a holds one slot (its third, to 150), so it
+	// gets one of its two due tasks: its fourth, due since 100, before its second, due again
+	// from its lease's expiry at 140; b gets both again (and the other kind's task is
+	// claimable again).
+	ds = e.claim(at(140), lease, 10)
+	if got := sessionsOf(ds, "k"); len(ds) != 4 || got["a"] != 1 || got["b"] != 2 {
+		e.t.Fatalf("claim at the leases' expiry: sessions %v, want a once and b twice", got)
+	}
+	for _, d := range ds {
+		if d.Task.SessionID == "a" && d.Task.Kind == "k" && d.Task.ID != a[3].ID {
+			e.t.Errorf("a's claim at 140 took %s, want its first due task %s", d.Task.ID, a[3].ID)
+		}
+	}
+	e.claimNone(at(141))
+	// Lifting the limit lets a's second task go.
+	e.setPolicy("k", work.KindPolicy{}, at(142))
+	if ds = e.claim(at(142), lease, 10); len(ds) != 1 || ds[0].Task.ID != a[1].ID {
+		e.t.Fatalf("claim after lifting the limit: %d tasks, want a's second", len(ds))
+	}
+}
+
+func kindPolicyFairSessions(e *env) {
+	p := work.KindPolicy{FairSessions: true}
+	e.setPolicy("k", p, at(100))
+	q := work.KindPolicy{FairSessions: true, MaxRunningPerSession: 3, MaxRunning: 5}
+	e.setPolicy("j", q, at(100))
+	e.reopen()
+	if got := e.policies(); len(got) != 2 || got["k"] != p || got["j"] != q {
+		e.t.Fatalf("KindPolicies after a reopen = %+v, want k %+v and j %+v", got, p, q)
+	}
+	e.submit("s", work.TaskRequest{Kind: "k"}, at(101))
+	if ds := e.claim(at(101), lease, 10); len(ds) != 1 {
+		e.t.Fatalf("a fair kind's one task: claimed %d", len(ds))
 	}
 }
