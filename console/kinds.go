@@ -24,7 +24,8 @@ func policyOfEvent(e *events.KindPolicySet) work.KindPolicy {
 	if e == nil {
 		return work.KindPolicy{}
 	}
-	return work.KindPolicy{Paused: e.Paused, MaxRunning: int(e.MaxRunning), Rate: e.Rate, Burst: int(e.Burst)}
+	return work.KindPolicy{Paused: e.Paused, MaxRunning: int(e.MaxRunning), Rate: e.Rate, Burst: int(e.Burst),
+		FairSessions: e.FairSessions, MaxRunningPerSession: int(e.MaxRunningPerSession)}
 }
 
 // policyField is one field of work.KindPolicy as the kinds page shows and edits it.
@@ -139,7 +140,10 @@ type kindRow struct {
 	Running   int64          `json:"running"`                // tasks running (at the page's seq)
 	Slots     *int           `json:"slots_in_use,omitempty"` // now, with MaxRunning: tasks under unexpired leases
 	Tokens    *float64       `json:"rate_tokens,omitempty"`  // now, with a rate: the bucket
-	TokensStr string         `json:"-"`
+	// SessionSlots is, now, with MaxRunningPerSession, the slots each session holds (the
+	// sessions holding any).
+	SessionSlots map[string]int `json:"slots_by_session,omitempty"`
+	TokensStr    string         `json:"-"`
 }
 
 // dueScanMax bounds the due count of one kind: the count walks the kind's due index up to
@@ -192,6 +196,18 @@ func (c *Console) kindsAt(ct cut, st *work.QueueStats) []kindRow {
 				if ps.Policy.MaxRunning > 0 {
 					r := ps.Running
 					row.Slots = &r
+				}
+				if ps.Policy.MaxRunningPerSession > 0 {
+					// Stats counts Running only with MaxRunning; the sessions' slots add up
+					// to the kind's.
+					row.SessionSlots = ps.RunningBySession
+					if row.Slots == nil {
+						r := 0
+						for _, n := range ps.RunningBySession {
+							r += n
+						}
+						row.Slots = &r
+					}
 				}
 				if ps.Policy.Rate > 0 {
 					tk := ps.Tokens
