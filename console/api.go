@@ -93,14 +93,7 @@ func (c *Console) apiStats(r *http.Request) (any, error) {
 // script's call with the task object as JSON.
 func (c *Console) action(fn func(ctx context.Context, session, id string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		form := strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded")
-		fail := func(e *httpError) {
-			if form {
-				c.errorPage(w, r, e)
-				return
-			}
-			writeJSONError(w, e)
-		}
+		form, fail := c.failer(w, r)
 		ctx := r.Context()
 		if err := c.ix.catchUp(ctx); err != nil {
 			fail(asHTTPError(err))
@@ -233,4 +226,17 @@ func (c *Console) verify(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_, _ = io.WriteString(w, tailHTML)
+}
+
+// failer is how a POST handler answers an error: a page for the console's own forms (form is
+// true), JSON for a script's call.
+func (c *Console) failer(w http.ResponseWriter, r *http.Request) (form bool, fail func(*httpError)) {
+	form = strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded")
+	return form, func(e *httpError) {
+		if form {
+			c.errorPage(w, r, e)
+			return
+		}
+		writeJSONError(w, e)
+	}
 }

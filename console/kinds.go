@@ -308,14 +308,7 @@ func (c *Console) apiKinds(r *http.Request) (any, error) {
 // others kept).
 func (c *Console) kindAction(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		form := strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded")
-		fail := func(e *httpError) {
-			if form {
-				c.errorPage(w, r, e)
-				return
-			}
-			writeJSONError(w, e)
-		}
+		form, fail := c.failer(w, r)
 		kind := r.PathValue("kind")
 		ctx := r.Context()
 		c.ix.wantDue.Store(true) // the answer counts the kind's due tasks

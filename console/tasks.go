@@ -245,14 +245,7 @@ type bulkResult struct {
 // terminal) is skipped, so the same request repeated acts on nothing more.
 func (c *Console) bulk(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		form := strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded")
-		fail := func(e *httpError) {
-			if form {
-				c.errorPage(w, r, e)
-				return
-			}
-			writeJSONError(w, e)
-		}
+		form, fail := c.failer(w, r)
 		if err := r.ParseForm(); err != nil {
 			fail(badRequest("the form could not be read: %v", err))
 			return

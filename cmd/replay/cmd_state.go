@@ -98,7 +98,7 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 		if err != nil {
 			return usagef(c, "%v", err)
 		}
-		ct = cut{byTime: true, at: at}
+		ct = cut{ByTime: true, At: at}
 	}
 	if o.every < 10 {
 		return usagef(c, "--snapshot-every: \"%d\" is too few events between two snapshots (at least 10)", o.every)
@@ -116,9 +116,9 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 	case hasSeq && o.atSeq > last:
 		return fmt.Errorf("--at-seq %d is past the end of the log of %s, which ends at seq %d", o.atSeq, dir, last)
 	case hasSeq:
-		ct.seq = o.atSeq
-	case !ct.byTime:
-		ct.seq = last
+		ct.Seq = o.atSeq
+	case !ct.ByTime:
+		ct.Seq = last
 	}
 	if err := checkHorizon(c.Context(), st, dir, ct, hasSeq); err != nil {
 		return err
@@ -127,12 +127,12 @@ func (a *app) runState(c *cobra.Command, dir string, o *stateOptions) error {
 		if o.session != "" {
 			return usagef(c, "give --by-session or --session, not both")
 		}
-		if ct.byTime {
-			if ct.seq, err = seqAtTime(c.Context(), st, ct.at, last); err != nil {
+		if ct.ByTime {
+			if ct.Seq, err = seqAtTime(c.Context(), st, ct.At, last); err != nil {
 				return readError(dir, err)
 			}
 		}
-		return a.stateBySession(c.Context(), st, dir, o, ct.seq, last)
+		return a.stateBySession(c.Context(), st, dir, o, ct.Seq, last)
 	}
 
 	var res *foldResult
@@ -227,8 +227,8 @@ func (a *app) header(res *foldResult, o *stateOptions, ct cut) stateHeader {
 	if res.seq > 0 {
 		h.At = jsonTime(res.at)
 	}
-	if ct.byTime {
-		h.RequestedAt = jsonTime(ct.at)
+	if ct.ByTime {
+		h.RequestedAt = jsonTime(ct.At)
 	}
 	if res.next != nil {
 		h.NextSeq, h.NextAt = res.next.Seq, jsonTime(res.next.At)
@@ -290,9 +290,9 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 	// now is the time the state is read at: the requested time, or the time of the last event.
 	now := res.at
 	switch {
-	case ct.byTime:
-		now = ct.at
-		fmt.Fprintf(w, "State of %s at %s: %s.\n", scope, fmtTime(ct.at), counts)
+	case ct.ByTime:
+		now = ct.At
+		fmt.Fprintf(w, "State of %s at %s: %s.\n", scope, fmtTime(ct.At), counts)
 		if res.seq == 0 {
 			fmt.Fprintf(w, "No event is stamped at or before that time")
 		} else {
@@ -311,9 +311,9 @@ func (a *app) writeStateText(res *foldResult, o *stateOptions, ct cut) error {
 		if res.seq > 0 {
 			at = " (" + fmtTime(res.at) + ")"
 		}
-		fmt.Fprintf(w, "State of %s after seq %d of %d%s: %s.\n", scope, ct.seq, res.lastSeq, at, counts)
-		if res.sessions && res.seq != ct.seq && res.seq > 0 {
-			fmt.Fprintf(w, "The session's last event at or before seq %d is seq %d.\n", ct.seq, res.seq)
+		fmt.Fprintf(w, "State of %s after seq %d of %d%s: %s.\n", scope, ct.Seq, res.lastSeq, at, counts)
+		if res.sessions && res.seq != ct.Seq && res.seq > 0 {
+			fmt.Fprintf(w, "The session's last event at or before seq %d is seq %d.\n", ct.Seq, res.seq)
 		}
 	}
 	tasks, wakes := res.mem.Tasks(), res.mem.Wakes()

@@ -11,21 +11,11 @@ import (
 	"github.com/worklog/worklog/projection"
 )
 
-// A point in the log to travel to: the prefix up to and including seq, or (byTime) the
-// longest prefix whose events are all stamped at or before at, that is, everything before
-// the first event stamped after it.
-type cut struct {
-	seq    uint64
-	byTime bool
-	at     int64
-}
-
-func (c cut) stops(h *events.Header) bool {
-	if c.byTime {
-		return h.At > c.at
-	}
-	return h.Seq > c.seq
-}
+// cut is a point in the log to travel to: the prefix up to and including Seq, or (ByTime)
+// the longest prefix whose events are all stamped at or before At, that is, everything
+// before the first event stamped after it. It is pastfold's, which folds one session at a
+// cut for `state --by-session` and `--session`.
+type cut = pastfold.Cut
 
 // foldResult is the state at a cut and how it was computed.
 type foldResult struct {
@@ -71,7 +61,7 @@ func (c foldCost) String() string {
 // (internal/pastfold, the fold `state --by-session` streams with).
 func sessionFold(ctx context.Context, st store, session string, c cut) (*foldResult, error) {
 	start := time.Now()
-	s, err := pastfold.FoldSession(ctx, st, session, pastfold.Cut{Seq: c.seq, ByTime: c.byTime, At: c.at})
+	s, err := pastfold.FoldSession(ctx, st, session, c)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +109,8 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 		return nil, err
 	}
 	target := last
-	if !c.byTime && c.seq < last {
-		target = c.seq
+	if !c.ByTime && c.Seq < last {
+		target = c.Seq
 	}
 	// Sized for the fold: a task's life is about three events.
 	// The fold reads no index on the way: they are built from the records if something
@@ -164,7 +154,7 @@ func (a *app) fullFold(ctx context.Context, st store, c cut, cache *segCache) (*
 	defer p.finish()
 	err = st.FoldRange(ctx, start+1, target, func(ev events.Event) error { // keeps no event
 		h := ev.Head()
-		if c.stops(h) {
+		if c.Stops(h) {
 			hc := *h
 			res.next = &hc
 			return errStop

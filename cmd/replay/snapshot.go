@@ -199,7 +199,7 @@ func (c *segCache) chain(ctx context.Context, st store, target uint64, ct cut) [
 			c.note = fmt.Sprintf("ignored the stale snapshot segment at seq %d (the log differs)", end)
 			break
 		}
-		if ct.byTime && h.MaxAt > ct.at {
+		if ct.ByTime && h.MaxAt > ct.At {
 			break
 		}
 		out = append(out, h)

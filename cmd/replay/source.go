@@ -89,12 +89,12 @@ func checkHorizon(ctx context.Context, st store, dir string, ct cut, bySeq bool)
 	}
 	at := first.Head().At
 	switch {
-	case bySeq && ct.seq < h:
+	case bySeq && ct.Seq < h:
 		return fmt.Errorf("--at-seq %d is %w of %s: seqs 1–%d were pruned; history begins at seq %d (%s)",
-			ct.seq, errBeforeHorizon, dir, h-1, h, fmtTime(at))
-	case ct.byTime && ct.at < at:
+			ct.Seq, errBeforeHorizon, dir, h-1, h, fmtTime(at))
+	case ct.ByTime && ct.At < at:
 		return fmt.Errorf("--at %s is %w of %s: seqs 1–%d were pruned; history begins at seq %d (%s)",
-			fmtTime(ct.at), errBeforeHorizon, dir, h-1, h, fmtTime(at))
+			fmtTime(ct.At), errBeforeHorizon, dir, h-1, h, fmtTime(at))
 	}
 	return nil
 }
