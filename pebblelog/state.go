@@ -91,13 +91,24 @@ func (s reader) wakeRecord(id string) (*projection.Wake, error) {
 }
 
 func (s reader) TaskKey(session, key string) (string, error) {
-	v, _, err := s.get(scopedKey(prefixTaskKey, session, key))
-	return string(v), err
+	return s.getString(scopedKey(prefixTaskKey, session, key))
 }
 
 func (s reader) WakeKey(session, key string) (string, error) {
-	v, _, err := s.get(scopedKey(prefixWakeKey, session, key))
-	return string(v), err
+	return s.getString(scopedKey(prefixWakeKey, session, key))
+}
+
+// getString is get for a value read as a string ("" when absent): one copy, not two.
+func (s reader) getString(key []byte) (string, error) {
+	v, closer, err := s.r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	out := string(v)
+	return out, closer.Close()
 }
 
 // scanDue walks a due index in claim order (head: the due index's prefix, or one kind's part
