@@ -88,7 +88,9 @@ func (r *Runner) runTask(t *task) *task {
 		t.tm.Unlock()
 	}
 	ctx := r.taskStart(t.base, t.d)
-	t.hookCtx.Store(&ctx)
+	if ctx != t.base { // t.ctx() is t.base until then: no pointer stored (and allocated) for it
+		t.hookCtx.Store(&ctx)
+	}
 	var out json.RawMessage
 	var err error
 	ran := false
