@@ -89,7 +89,8 @@ func (r *Runner) runTask(t *task) *task {
 	}
 	ctx := r.taskStart(t.base, t.d)
 	if ctx != t.base { // t.ctx() is t.base until then: no pointer stored (and allocated) for it
-		t.hookCtx.Store(&ctx)
+		hctx := ctx // its own variable: only this branch moves a context to the heap
+		t.hookCtx.Store(&hctx)
 	}
 	var out json.RawMessage
 	var err error
