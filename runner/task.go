@@ -132,14 +132,14 @@ func (r *Runner) runTask(t *task) *task {
 	f := finished{t: t, settle: work.Settle{Delivery: d}, res: TaskResult{Err: err, Duration: took}}
 	switch {
 	case err == nil:
-		o := work.Success(out)
-		f.settle.Outcome, f.res.Result = &o, Succeeded
+		t.outcome = work.Success(out)
+		f.settle.Outcome, f.res.Result = &t.outcome, Succeeded
 	case t.canceled.Load():
-		o := work.Cancellation()
-		f.settle.Outcome, f.res.Result = &o, Canceled
+		t.outcome = work.Cancellation()
+		f.settle.Outcome, f.res.Result = &t.outcome, Canceled
 	case IsPermanent(err) || runAttempt(d) >= r.maxAttempts:
-		o := work.Failure(message(err))
-		f.settle.Outcome, f.res.Result = &o, Failed
+		t.outcome = work.Failure(message(err))
+		f.settle.Outcome, f.res.Result = &t.outcome, Failed
 	default:
 		f.res.RetryAt = time.Now().Add(r.backoff(d, err))
 		f.settle.Release = &work.ReleaseRequest{RunAt: f.res.RetryAt, Reason: reason(err)}
