@@ -267,6 +267,7 @@ type writer struct {
 	cache   *recordCache    // records of committed batches; nil: none
 	buf     []byte          // record encoding scratch (Batch.Set copies the value)
 	kbuf    []byte          // key scratch (keyScratch, Txn.Append; Batch.Set copies the key)
+	ebuf    []byte          // event encoding scratch (Txn.Append; Batch.Set copies the value)
 	newTask projection.Task // NewTask's record
 
 	// committed reads the DB without the batch. The batch's own records and idempotency keys
