@@ -260,7 +260,6 @@ func New(q *work.Queue, cfg Config) (*Runner, error) {
 	r := &Runner{q: q, cfg: cfg, kinds: kinds, log: cfg.Logger, hooks: cfg.Hooks, heartbeat: hb,
 		maxAttempts: uint32(min(cfg.MaxAttempts, 1<<31)), free: cfg.Concurrency + cfg.Prefetch, slots: cfg.Concurrency,
 		running: make(map[*task]struct{}), kick: make(chan struct{}, 1)}
-	_, r.noHooks = cfg.Hooks.(NoHooks)
 	r.claimCtx, r.claimCancel = context.WithCancel(base)
 	r.runCtx, r.runCancel = context.WithCancel(context.Background())
 	r.lifeCtx, r.giveUp = context.WithCancelCause(base)

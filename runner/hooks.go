@@ -82,9 +82,6 @@ func (NoHooks) WakeEnd(context.Context, work.WakeDelivery, error)               
 // kill the host process, nor keep a task from running or its result from being recorded.
 
 func (r *Runner) taskStart(base context.Context, d work.TaskDelivery) context.Context {
-	if r.noHooks {
-		return base
-	}
 	var ctx context.Context
 	if !r.hook("TaskStart", "task_id", d.Task.ID, func() { ctx = r.hooks.TaskStart(base, d) }) || ctx == nil {
 		return base
@@ -93,16 +90,10 @@ func (r *Runner) taskStart(base context.Context, d work.TaskDelivery) context.Co
 }
 
 func (r *Runner) taskEnd(ctx context.Context, d work.TaskDelivery, res TaskResult) {
-	if r.noHooks {
-		return
-	}
 	r.hook("TaskEnd", "task_id", d.Task.ID, func() { r.hooks.TaskEnd(ctx, d, res) })
 }
 
 func (r *Runner) wakeStart(base context.Context, d work.WakeDelivery) context.Context {
-	if r.noHooks {
-		return base
-	}
 	var ctx context.Context
 	if !r.hook("WakeStart", "wake_id", d.Wake.ID, func() { ctx = r.hooks.WakeStart(base, d) }) || ctx == nil {
 		return base
@@ -111,9 +102,6 @@ func (r *Runner) wakeStart(base context.Context, d work.WakeDelivery) context.Co
 }
 
 func (r *Runner) wakeEnd(ctx context.Context, d work.WakeDelivery, err error) {
-	if r.noHooks {
-		return
-	}
 	r.hook("WakeEnd", "wake_id", d.Wake.ID, func() { r.hooks.WakeEnd(ctx, d, err) })
 }
 

@@ -39,7 +39,6 @@ type Runner struct {
 	kinds       []string
 	log         *slog.Logger
 	hooks       Hooks
-	noHooks     bool // hooks is NoHooks (Config.Hooks nil): the hook calls and their closures are skipped
 	heartbeat   time.Duration
 	maxAttempts uint32
 
