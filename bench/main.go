@@ -378,7 +378,8 @@ func printRatios(w io.Writer, results []result, workers int) {
 		{"W2 work: worklog / goqite on SQLite (FULL)", "worklog", "goqite-sqlite-full", w2, 0},
 		{fmt.Sprintf("W1 enqueue, %d goroutines: worklog / River on SQLite (FULL)", workers), "worklog", "river-sqlite-full", w1m, 0},
 		{fmt.Sprintf("W1 enqueue, %d goroutines: worklog / River on PostgreSQL", workers), "worklog", "river-pg", w1m, 0},
-		{"W1 enqueue, 1 goroutine: worklog / bare Pebble synced writes", "worklog", "pebble", w1o, 0},
+		{"W1 enqueue, 1 goroutine: worklog / bare Pebble synced writes", "worklog", "pebble", w1o, 0.9},
+		{fmt.Sprintf("W3 duplicate, %d goroutines: worklog / bare Pebble Get", workers), "worklog", "pebble", w3m, 0.5},
 		{"W2 work: worklog no-sync / River on SQLite (NORMAL)", "worklog-nosync", "river-sqlite-normal", w2, 0},
 		// The same server, the same run: worklog on PostgreSQL against River on PostgreSQL,
 		// with issue 24's targets (§1).

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 
@@ -10,8 +11,10 @@ import (
 )
 
 // pebbleQueue is no queue: one synced Pebble write per task, the ceiling of the engine worklog
-// stores into. It is opened with the options worklog's store uses (pebblelog.open): 64 MiB
-// block cache, 32 MiB memtables, the same pinned format.
+// stores into, and for W3 one Get of the task's key, the ceiling of a duplicate answered from
+// state. Each task is one key, "k" and its idempotency key, whose value is its 8-byte
+// sequence (its id) and its input. It is opened with the options worklog's store uses
+// (pebblelog.open): 64 MiB block cache, 32 MiB memtables, the same pinned format.
 type pebbleQueue struct {
 	dir string
 	db  *pebble.DB
@@ -40,18 +43,29 @@ func openPebble(_ context.Context, dir string, _ childConfig) (queue, error) {
 	return &pebbleQueue{dir: dir, db: db}, nil
 }
 
-func (p *pebbleQueue) Enqueue(_ context.Context, _ string, input []byte) (string, error) {
+func pebbleKey(key string) []byte { return append([]byte{'k'}, key...) }
+
+func (p *pebbleQueue) Enqueue(_ context.Context, key string, input []byte) (string, error) {
 	seq := p.seq.Add(1)
-	k := make([]byte, 9)
-	k[0] = 'e'
-	binary.BigEndian.PutUint64(k[1:], seq)
-	return strconv.FormatUint(seq, 10), p.db.Set(k, input, pebble.Sync)
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(input)), seq)
+	return strconv.FormatUint(seq, 10), p.db.Set(pebbleKey(key), append(v, input...), pebble.Sync)
 }
 
 func (p *pebbleQueue) Work(context.Context, int, int) error { return errNotApplicable }
-func (p *pebbleQueue) Keys() bool                           { return false }
-func (p *pebbleQueue) Duplicate(context.Context, string, []byte) (string, error) {
-	return "", errNotApplicable
+func (p *pebbleQueue) Keys() bool                           { return true }
+
+// Duplicate is one Get of the key; the id is read from the value.
+func (p *pebbleQueue) Duplicate(_ context.Context, key string, _ []byte) (string, error) {
+	v, closer, err := p.db.Get(pebbleKey(key))
+	if err != nil {
+		return "", err
+	}
+	if len(v) < 8 {
+		closer.Close()
+		return "", fmt.Errorf("pebble: key %q holds %d bytes, not a sequence and an input", key, len(v))
+	}
+	id := strconv.FormatUint(binary.BigEndian.Uint64(v), 10)
+	return id, closer.Close()
 }
 func (p *pebbleQueue) Close() error { return p.db.Close() }
 
@@ -62,7 +76,7 @@ func (p *pebbleQueue) Completed(context.Context) (int, error) {
 		return 0, err
 	}
 	defer db.Close()
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte("e"), UpperBound: []byte("f")})
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte("k"), UpperBound: []byte("l")})
 	if err != nil {
 		return 0, err
 	}

@@ -91,13 +91,24 @@ func (s reader) wakeRecord(id string) (*projection.Wake, error) {
 }
 
 func (s reader) TaskKey(session, key string) (string, error) {
-	v, _, err := s.get(scopedKey(prefixTaskKey, session, key))
-	return string(v), err
+	return s.getString(scopedKey(prefixTaskKey, session, key))
 }
 
 func (s reader) WakeKey(session, key string) (string, error) {
-	v, _, err := s.get(scopedKey(prefixWakeKey, session, key))
-	return string(v), err
+	return s.getString(scopedKey(prefixWakeKey, session, key))
+}
+
+// getString is get for a value read as a string ("" when absent): one copy, not two.
+func (s reader) getString(key []byte) (string, error) {
+	v, closer, err := s.r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	out := string(v)
+	return out, closer.Close()
 }
 
 // scanDue walks a due index in claim order (head: the due index's prefix, or one kind's part
@@ -256,6 +267,7 @@ type writer struct {
 	cache   *recordCache    // records of committed batches; nil: none
 	buf     []byte          // record encoding scratch (Batch.Set copies the value)
 	kbuf    []byte          // key scratch (keyScratch, Txn.Append; Batch.Set copies the key)
+	ebuf    []byte          // event encoding scratch (Txn.Append; Batch.Set copies the value)
 	newTask projection.Task // NewTask's record
 
 	// committed reads the DB without the batch. The batch's own records and idempotency keys

@@ -16,8 +16,7 @@ import (
 // commands of the same batch wrote) and appends events, each applied to the projection as it
 // is appended.
 type Txn struct {
-	w   *writer
-	buf []byte
+	w *writer
 }
 
 // Reader returns the projection as this command sees it.
@@ -45,10 +44,10 @@ func (t *Txn) Append(ev events.Event) error {
 		}
 	} else {
 		var err error
-		if t.buf, err = events.Append(t.buf[:0], ev); err != nil {
+		if t.w.ebuf, err = events.Append(t.w.ebuf[:0], ev); err != nil {
 			return err
 		}
-		if err := t.w.b.Set(eventKey(h.Seq), t.buf, nil); err != nil {
+		if err := t.w.b.Set(eventKey(h.Seq), t.w.ebuf, nil); err != nil {
 			return err
 		}
 	}
@@ -300,11 +299,27 @@ type writerState struct {
 	spareTasks map[string]projection.Task
 	spareWakes map[string]projection.Wake
 	spareOrder []string
+	// The encoding and key scratch buffers of the last published writer (writer.buf, kbuf,
+	// ebuf): a writer starting with none regrew each by doubling, a few allocations per
+	// command when a batch holds one.
+	spareBuf, spareKbuf, spareEbuf []byte
 }
 
 // recycleMax bounds the maps recycle keeps: clear costs a map's capacity, not its length, so
-// one batch of many records must not slow every later one.
-const recycleMax = 1024
+// one batch of many records must not slow every later one. recycleBufMax bounds the scratch
+// buffers it keeps: one large value must not stay allocated for good.
+const (
+	recycleMax    = 1024
+	recycleBufMax = 64 << 10
+)
+
+// spareBuf is b emptied for the next writer, or nil when it grew past recycleBufMax.
+func spareBuf(b []byte) []byte {
+	if cap(b) > recycleBufMax {
+		return nil
+	}
+	return b[:0]
+}
 
 // recycle keeps w's record maps for the next writer. Call it only once w is done with: its
 // batch published and its records merged into the cache (which copies them).
@@ -320,7 +335,9 @@ func (ws *writerState) recycle(w *writer) {
 	if cap(w.taskOrder) <= recycleMax {
 		ws.spareOrder = w.taskOrder[:0]
 	}
+	ws.spareBuf, ws.spareKbuf, ws.spareEbuf = spareBuf(w.buf), spareBuf(w.kbuf), spareBuf(w.ebuf)
 	w.tasks, w.wakes, w.taskOrder = nil, nil, nil
+	w.buf, w.kbuf, w.ebuf = nil, nil, nil
 }
 
 // pending is a group of answered-to-be commands: once b (if any) is durable, the syncer
@@ -379,7 +396,9 @@ func (s *Store) newWriter(ws *writerState) *writer {
 	b := s.db.NewIndexedBatch()
 	w := &writer{reader: reader{b, s.blobs}, committed: reader{s.db, s.blobs}, b: b, db: s.db, lastSeq: s.lastSeq, lows: new(*ws.lows), cache: ws.cache, maxIDs: ws.maxIDs,
 		counts: ws.counts, policies: ws.policies, sched: ws.sched, partLows: ws.partLows, newPartLows: ws.sparePartLows, freeMarks: &ws.freeMarks, tasks: ws.spareTasks, wakes: ws.spareWakes, taskOrder: ws.spareOrder}
+	w.buf, w.kbuf, w.ebuf = ws.spareBuf, ws.spareKbuf, ws.spareEbuf
 	ws.spareTasks, ws.spareWakes, ws.spareOrder, ws.sparePartLows = nil, nil, nil, nil // one writer at a time owns them
+	ws.spareBuf, ws.spareKbuf, ws.spareEbuf = nil, nil, nil
 	return w
 }
 

@@ -93,6 +93,10 @@ type task struct {
 	started  time.Time    // when its handler started
 	canceled atomic.Bool  // a cancel request was seen
 	owner    atomic.Int32 // 0 while the handler runs; then who records the result (ownerHandler, ownerLost, ownerStop)
+	// outcome is the result the handler's goroutine settles with (finished.settle.Outcome
+	// points here, so that a result costs no allocation of its own): written once, by the
+	// goroutine that took ownerHandler, before it queues the result under Runner.mu.
+	outcome work.Outcome
 
 	tm       sync.Mutex    // guards the fields below, and arms timer
 	beatAt   time.Time     // the next heartbeat; zero while one is in flight, or none after a timeout

@@ -88,7 +88,10 @@ func (r *Runner) runTask(t *task) *task {
 		t.tm.Unlock()
 	}
 	ctx := r.taskStart(t.base, t.d)
-	t.hookCtx.Store(&ctx)
+	if ctx != t.base { // t.ctx() is t.base until then: no pointer stored (and allocated) for it
+		hctx := ctx // its own variable: only this branch moves a context to the heap
+		t.hookCtx.Store(&hctx)
+	}
 	var out json.RawMessage
 	var err error
 	ran := false
@@ -129,14 +132,14 @@ func (r *Runner) runTask(t *task) *task {
 	f := finished{t: t, settle: work.Settle{Delivery: d}, res: TaskResult{Err: err, Duration: took}}
 	switch {
 	case err == nil:
-		o := work.Success(out)
-		f.settle.Outcome, f.res.Result = &o, Succeeded
+		t.outcome = work.Success(out)
+		f.settle.Outcome, f.res.Result = &t.outcome, Succeeded
 	case t.canceled.Load():
-		o := work.Cancellation()
-		f.settle.Outcome, f.res.Result = &o, Canceled
+		t.outcome = work.Cancellation()
+		f.settle.Outcome, f.res.Result = &t.outcome, Canceled
 	case IsPermanent(err) || runAttempt(d) >= r.maxAttempts:
-		o := work.Failure(message(err))
-		f.settle.Outcome, f.res.Result = &o, Failed
+		t.outcome = work.Failure(message(err))
+		f.settle.Outcome, f.res.Result = &t.outcome, Failed
 	default:
 		f.res.RetryAt = time.Now().Add(r.backoff(d, err))
 		f.settle.Release = &work.ReleaseRequest{RunAt: f.res.RetryAt, Reason: reason(err)}

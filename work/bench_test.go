@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -45,6 +46,7 @@ import (
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/projection"
+	"github.com/worklog/worklog/runner"
 	"github.com/worklog/worklog/work"
 )
 
@@ -298,6 +300,143 @@ func benchRawGroupCommit(b *testing.B, callers int) {
 		return g.append(recs[w])
 	})
 	reportPerSync(b, b.N, g.syncs.Load())
+}
+
+// ---------------------------------------------------------------------------------------
+// Duplicate submit.
+
+// BenchmarkDuplicateSubmit: SubmitAt of a request whose idempotency key the session already
+// holds (the same kind and input, so the existing task is the answer, read from state and
+// nothing written), from 1 and 16 closed-loop callers, each on its own session cycling over
+// 1,000 keys it submitted first; beside it, at the same callers, a bare Pebble Get of a
+// stored key (the ceiling: one read).
+func BenchmarkDuplicateSubmit(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("callers=%d/store=worklog", n), func(b *testing.B) { benchDuplicateWorklog(b, n) })
+		b.Run(fmt.Sprintf("callers=%d/store=pebble-get", n), func(b *testing.B) { benchPebbleGet(b, n) })
+	}
+}
+
+const benchDuplicateKeys = 1000
+
+func benchDuplicateWorklog(b *testing.B, callers int) {
+	q, err := work.Open(b.TempDir(), &work.Options{Sync: work.SyncNever})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	sessions := make([]*work.Session, callers)
+	reqs := make([]work.TaskRequest, benchDuplicateKeys)
+	for i := range reqs {
+		reqs[i] = benchRequest
+		reqs[i].IdempotencyKey = fmt.Sprintf("key-%06d", i)
+	}
+	ids := make([][]string, callers)
+	for w := range sessions {
+		sessions[w] = q.Session(fmt.Sprintf("session-%03d", w))
+		for _, r := range reqs {
+			t, err := sessions[w].SubmitAt(ctx, r, time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[w] = append(ids[w], t.ID)
+		}
+	}
+	b.ReportAllocs()
+	next := make([]int, callers)
+	closedLoop(b, callers, func(w int) error {
+		i := next[w] % benchDuplicateKeys
+		next[w]++
+		t, err := sessions[w].SubmitAt(ctx, reqs[i], time.Now())
+		if err == nil && t.ID != ids[w][i] {
+			err = fmt.Errorf("duplicate submit returned task %s, want %s", t.ID, ids[w][i])
+		}
+		return err
+	})
+}
+
+// benchPebbleGet: N closed-loop callers, each call one Get of one of 1,000 stored 300-byte
+// values, copying the value out as a submit's answer does.
+func benchPebbleGet(b *testing.B, callers int) {
+	db := openBarePebble(b, b.TempDir(), vfs.Default)
+	defer db.Close()
+	v := barePebbleValue(rand.New(rand.NewPCG(1, 1)))
+	keys := make([][]byte, benchDuplicateKeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "k\x0bsession-000key-%06d", i)
+		if err := db.Set(keys[i], v, pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	next := make([]int, callers)
+	closedLoop(b, callers, func(w int) error {
+		k := keys[(next[w]+w)%benchDuplicateKeys]
+		next[w]++
+		val, closer, err := db.Get(k)
+		if err != nil {
+			return err
+		}
+		_ = slices.Clone(val)
+		return closer.Close()
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// Runner W2.
+
+// BenchmarkRunnerW2: the W2 workload's work phase on a durable queue (default SyncAlways):
+// b.N tasks submitted first (untimed), then a runner with 16 slots and Prefetch 16 claims
+// and settles them all, a handler that does nothing. cpu-µs/op and allocs/op are per task:
+// its claim and its settlement, the runner's own work included.
+func BenchmarkRunnerW2(b *testing.B) {
+	fs := &syncCountFS{FS: vfs.Default}
+	q, err := work.Open(b.TempDir(), &work.Options{FS: fs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	sess := q.Session("bench")
+	for range b.N {
+		if _, err := sess.Submit(ctx, work.TaskRequest{Kind: "w2", Input: json.RawMessage(`{"n":1}`)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	done := make(chan struct{}, b.N)
+	r, err := runner.New(q, runner.Config{
+		Handlers: map[string]runner.Handler{"w2": func(context.Context, work.Task) (json.RawMessage, error) {
+			done <- struct{}{}
+			return json.RawMessage(`1`), nil
+		}},
+		Concurrency: 16, Prefetch: 16, LeaseFor: time.Minute,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	wal0, ru0 := fs.stats(), rusage()
+	start := time.Now()
+	if err := r.Start(); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		<-done
+	}
+	stop, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.Stop(stop); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	ru := rusage().sub(ru0)
+	b.StopTimer()
+	ru.report(b, b.N)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
+	reportPerSync(b, b.N, fs.stats().since(wal0).syncs)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -246,16 +246,20 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	if verr != nil {
 		return Task{}, verr
 	}
+	if r.IdempotencyKey != "" && b.caps.viewer != nil && b.caps.viewer.ReadFirst(false) {
+		// A repeat is answered by a read before anything is prepared: no id drawn, no
+		// headers copied, no command queued.
+		rr := &taskRepeat{b: b, sessionID: sessionID, r: &r}
+		if rr.runAt, verr = runAtNanos(&r); verr != nil {
+			return Task{}, verr
+		}
+		if rr.readDurable(ctx) {
+			return rr.out, rr.derr
+		}
+	}
 	p, perr := b.prepareSubmit(&r, at)
 	if perr != nil {
 		return Task{}, perr
-	}
-	var out Task
-	var derr error
-	differs := func(t *projection.Task) (string, string) { return taskRequestDiffers(t, &r, p.runAt), t.ID }
-	viewed := func(t *projection.Task) Task { return b.taskSnapshotOf(t, true) }
-	if readRepeat(ctx, b.caps.viewer, false, sessionID, r.IdempotencyKey, projection.Reader.TaskKey, mustTask, differs, viewed, &out, &derr) {
-		return out, derr
 	}
 	// The input is copied (and a large one staged) once, before the command is queued: the
 	// command appends this very slice however often it runs.
@@ -265,12 +269,64 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	}
 	defer release()
 	p.input = ownValue(r.Input, staged)
+	var out Task
+	var derr error
 	err := b.update(ctx, func(tx txn) error {
 		var err error
 		out, derr, err = b.submitIn(tx, sessionID, &p, at) // fn may run twice: all three set afresh
 		return err
 	})
 	return result(out, derr, err)
+}
+
+// taskRepeat is a keyed Submit read first from durable state (readRepeat's work for a task,
+// in one allocation): the answer when the key names a task, equal request or not.
+type taskRepeat struct {
+	b         *logBackend
+	sessionID string
+	r         *TaskRequest
+	runAt     int64
+	out       Task
+	derr      error
+	found     bool
+}
+
+// readDurable reports whether the key's task answered the submit (out, derr set): false for
+// a new key, a failed read or one that saw state not yet durable; the command decides then.
+func (rr *taskRepeat) readDurable(ctx context.Context) bool {
+	durable, err := rr.b.caps.viewer.ViewDurable(ctx, rr.read)
+	if err != nil || !rr.found || !durable {
+		rr.out, rr.derr = Task{}, nil
+		return false
+	}
+	return true
+}
+
+func (rr *taskRepeat) read(r projection.Reader) error {
+	rr.out, rr.derr, rr.found = Task{}, nil, false
+	id, err := r.TaskKey(rr.sessionID, rr.r.IdempotencyKey)
+	if err != nil || id == "" {
+		return err
+	}
+	t, err := mustTask(r, id)
+	if err != nil {
+		return err
+	}
+	rr.found = true
+	if field := taskRequestDiffers(t, rr.r, rr.runAt); field != "" {
+		rr.derr = conflict(rr.r.IdempotencyKey, field, t.ID)
+		return nil
+	}
+	rr.out = rr.b.taskSnapshotOf(t, true)
+	return nil
+}
+
+// runAtNanos is r's RunAt in nanoseconds; 0 when it has none.
+func runAtNanos(r *TaskRequest) (int64, *Error) {
+	if r.RunAt.IsZero() {
+		return 0, nil
+	}
+	return nanos("run_at", r.RunAt)
 }
 
 // preparedSubmit is one submit request made ready off the writer's path: its run-at in
@@ -305,11 +361,9 @@ func (b *logBackend) prepareSubmit(r *TaskRequest, at int64) (preparedSubmit, er
 // prepareRequest is prepareSubmit without the new id (SubmitMany draws them all at once).
 func prepareRequest(r *TaskRequest) (preparedSubmit, error) {
 	p := preparedSubmit{r: r, headers: cloneHeaders(r.Headers)}
-	if !r.RunAt.IsZero() {
-		var verr *Error
-		if p.runAt, verr = nanos("run_at", r.RunAt); verr != nil {
-			return p, verr
-		}
+	var verr *Error
+	if p.runAt, verr = runAtNanos(r); verr != nil {
+		return p, verr
 	}
 	return p, nil
 }

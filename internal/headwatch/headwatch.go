@@ -30,6 +30,10 @@ func (h *Head) Load() (uint64, <-chan struct{}) {
 	return h.seq.Load(), ch
 }
 
+// Seq is the current value, without a channel: for a reader that only compares (pebblelog's
+// durable reads), so that it does not make Advance close a channel nobody waits on.
+func (h *Head) Seq() uint64 { return h.seq.Load() }
+
 func (h *Head) channel() <-chan struct{} {
 	for {
 		if h.stopped.Load() {

@@ -74,6 +74,18 @@ func (e *Engine) ReadLog(ctx context.Context, from uint64, fn func(events.Event)
 	return closedAs(e.st.ReadLog(ctx, from, fn))
 }
 
+// ViewDurable is engineapi.DurableViewer's: pebblelog.Store.ViewDurable, work's read of an
+// idempotent repeat without a trip through the writer.
+func (e *Engine) ViewDurable(ctx context.Context, fn func(projection.Reader) error) (bool, error) {
+	durable, err := e.st.ViewDurable(ctx, fn)
+	return durable, closedAs(err)
+}
+
+// ReadFirst is engineapi.DurableViewer's: a keyed request always reads its key first. A new
+// key costs one Get more, a Bloom-filtered miss in the memtable and the tables; a repeat
+// then costs two or three Gets instead of a command through the writer and its syncer.
+func (e *Engine) ReadFirst(bool) bool { return true }
+
 // DurableHead is the store's durable sequence (engineapi.DurableHead, pebblelog.Store.Durable):
 // Queue.Follow never hands out an event whose fsync has not returned.
 func (e *Engine) DurableHead() (uint64, <-chan struct{}, error) {

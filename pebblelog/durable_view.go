@@ -1,0 +1,56 @@
+package pebblelog
+
+import (
+	"context"
+
+	"github.com/worklog/worklog/projection"
+)
+
+// ViewDurable runs fn against the committed projection outside the single writer, as View
+// does, and reports whether everything fn read is durable: every task and wake record it
+// read was last changed by an event at or below the durable sequence (Durable), read once
+// fn has returned. A batch is visible a moment before its fsync returns (ApplyNoSyncWait), so
+// a record read may be newer than what a crash keeps; then durable is false and the caller
+// asks the writer instead, which answers only after the batches before it are durable. The
+// reads are not one snapshot: each sees committed state at least as new as the one before.
+// An idempotency key, once stored, names its record until a prune deletes both, so a key
+// read and then its record is a consistent pair, or the record is missing (fn's error).
+//
+// work answers an idempotent repeat of Submit and RequestWake with it (engineapi's
+// DurableViewer): a key and its record read by the caller's own goroutine, no trip through
+// the writer, no empty batch answered by the syncer. Only TaskKey, WakeKey, Task and Wake
+// are meant for fn; the other reads are the committed state's, not checked for durability.
+func (s *Store) ViewDurable(ctx context.Context, fn func(projection.Reader) error) (durable bool, err error) {
+	if err := s.enterCtx(ctx); err != nil {
+		return false, err
+	}
+	defer s.leave(&err)
+	r := &durableReader{reader: reader{s.db, s.blobs}}
+	if err := fn(r); err != nil {
+		return false, err
+	}
+	return r.maxSeq <= s.fh.durable.Seq() && s.fh.err() == nil, nil
+}
+
+// durableReader is the reader of ViewDurable: the committed state, noting the newest
+// record it handed out.
+type durableReader struct {
+	reader
+	maxSeq uint64 // the highest UpdatedSeq of a record read
+}
+
+func (r *durableReader) Task(id string) (*projection.Task, error) {
+	t, err := r.reader.Task(id)
+	if t != nil {
+		r.maxSeq = max(r.maxSeq, t.UpdatedSeq, t.SubmitSeq)
+	}
+	return t, err
+}
+
+func (r *durableReader) Wake(id string) (*projection.Wake, error) {
+	x, err := r.reader.Wake(id)
+	if x != nil {
+		r.maxSeq = max(r.maxSeq, x.UpdatedSeq, x.RecordSeq)
+	}
+	return x, err
+}
