@@ -26,12 +26,13 @@ import (
 // at the commit: a keyed one inserts its key's row into task_keys (ON CONFLICT DO NOTHING: the
 // one unique index both Submit and SubmitTx go through), and a key that names a task already
 // is answered from that task; a new one is stored as a decided submit_inbox row (the
-// task_submitted event, its id and time drawn) and a notification, both in tx. Nothing of the
-// queue's writer or log head is touched. The writer takes every decided row into the log, in
-// the group that first runs after the row's commit (begin: under the log head's lock, before
-// the group's commands), and a group run before the lock (fast.go) commits only while the
-// inbox holds none; a read (View) that finds one asks the writer to take it in first. So from
-// the commit every claim and every read of a queue sees the task.
+// task_submitted event, its id and time drawn) and, when a listener would hear it, a
+// notification, both in tx. Nothing of the queue's writer or log head is touched. The
+// writer takes every decided row into the log, in the group that first runs after the row's
+// commit (begin: under the log head's lock, before the group's commands), and a group run
+// before the lock (fast.go) commits only while the inbox holds none; a read (View) that finds
+// one asks the writer to take it in first. So from the commit every claim and every read of a
+// queue sees the task.
 
 // inboxDDL creates the inbox tables when missing. Like commit_marks they came after format 1
 // without changing it: Open (not OpenReadOnly) creates them, builds that do not know them
@@ -97,7 +98,7 @@ type inbox struct {
 	ready   chan struct{} // InboxReady
 	mu      sync.RWMutex  // enc
 	enc     engineapi.InboxEncoder
-	ins     string // SubmitTx's INSERT and NOTIFY of a submission without a key, in one statement
+	ins     string // SubmitTx's INSERT (and NOTIFY, inboxListened) of a submission without a key
 	insKey  string // the same with its key's row first: nothing when the key is taken
 	keyed   string // the task a taken key names: in the log (tasks) or decided (submit_inbox)
 	waiting string // whether a decided row waits: a statement's snapshot, after the log head's lock
