@@ -26,12 +26,13 @@ import (
 // at the commit: a keyed one inserts its key's row into task_keys (ON CONFLICT DO NOTHING: the
 // one unique index both Submit and SubmitTx go through), and a key that names a task already
 // is answered from that task; a new one is stored as a decided submit_inbox row (the
-// task_submitted event, its id and time drawn) and a notification, both in tx. Nothing of the
-// queue's writer or log head is touched. The writer takes every decided row into the log, in
-// the group that first runs after the row's commit (begin: under the log head's lock, before
-// the group's commands), and a group run before the lock (fast.go) commits only while the
-// inbox holds none; a read (View) that finds one asks the writer to take it in first. So from
-// the commit every claim and every read of a queue sees the task.
+// task_submitted event, its id and time drawn) and, when a listener would hear it, a
+// notification, both in tx. Nothing of the queue's writer or log head is touched. The
+// writer takes every decided row into the log, in the group that first runs after the row's
+// commit (begin: under the log head's lock, before the group's commands), and a group run
+// before the lock (fast.go) commits only while the inbox holds none; a read (View) that finds
+// one asks the writer to take it in first. So from the commit every claim and every read of a
+// queue sees the task.
 
 // inboxDDL creates the inbox tables when missing. Like commit_marks they came after format 1
 // without changing it: Open (not OpenReadOnly) creates them, builds that do not know them
@@ -97,7 +98,7 @@ type inbox struct {
 	ready   chan struct{} // InboxReady
 	mu      sync.RWMutex  // enc
 	enc     engineapi.InboxEncoder
-	ins     string // SubmitTx's INSERT and NOTIFY of a submission without a key, in one statement
+	ins     string // SubmitTx's INSERT (and NOTIFY, inboxListened) of a submission without a key
 	insKey  string // the same with its key's row first: nothing when the key is taken
 	keyed   string // the task a taken key names: in the log (tasks) or decided (submit_inbox)
 	waiting string // whether a decided row waits: a statement's snapshot, after the log head's lock
@@ -107,6 +108,19 @@ type inbox struct {
 	rejRule string // the same, for a row that decodes but breaks a rule
 	pending string // InboxPending's
 }
+
+// inboxListened is whether a listener registered on the queue's channel holds a listener key
+// (listeners.go): SubmitTx notifies only then (docs/postgres.md "Submit inside the
+// application's transaction", 4). Every registered listener holds listener key 0 or 1 (a
+// watcher holds every key but its slot's, a follower every key), so a listener holds one of
+// them exactly when an exclusive try on one fails. The try is a session lock let go in the
+// same expression, not a transaction lock: held until the application's transaction ended, it
+// would make the concurrent SubmitTx calls' tries fail (and notify) and a listener's
+// registration wait for the application. A try fails also for a moment while a writer group
+// of the process owning slot 0 or 1 holds its key, or another SubmitTx tries: a NOTIFY then
+// that no one needed. {k} is the parameter holding listener key 0.
+const inboxListened = `(CASE WHEN pg_try_advisory_lock({k}::bigint) THEN NOT pg_advisory_unlock({k}::bigint) ELSE true END
+	OR CASE WHEN pg_try_advisory_lock({k}::bigint + 1) THEN NOT pg_advisory_unlock({k}::bigint + 1) ELSE true END)`
 
 // inboxWaiting is the condition that a decided submission waits in the inbox.
 const inboxWaiting = `EXISTS (SELECT 1 FROM {s}.submit_inbox WHERE task_id IS NOT NULL)`
@@ -118,18 +132,22 @@ const takeDecidedMax = 1024
 func newInbox(schema string) *inbox {
 	s := pgx.Identifier{schema}.Sanitize()
 	q := func(f string) string { return strings.ReplaceAll(f, "{s}", s) }
-	notify := `SELECT pg_notify($4, '` + inboxPayload + `') FROM r`
+	// One row per row inserted (insKey's caller reads RowsAffected), the NOTIFY only when a
+	// listener is registered (inboxListened).
+	notify := func(key string) string {
+		return `SELECT CASE WHEN ` + strings.ReplaceAll(inboxListened, "{k}", key) + ` THEN pg_notify($4, '` + inboxPayload + `') END FROM r`
+	}
 	return &inbox{
 		ready: make(chan struct{}, 1),
 		ins: q(`WITH r AS (INSERT INTO {s}.submit_inbox (session, request, task_id) VALUES ($1, $2, $3) RETURNING id) ` +
-			notify),
+			notify("$5")),
 		// ON CONFLICT DO NOTHING: a taken key inserts nothing and raises nothing (the
 		// application's transaction goes on); a key being inserted by a transaction still
 		// open is waited for, as any unique insert waits, and then taken or free.
 		insKey: q(`WITH k AS (INSERT INTO {s}.task_keys (session, key, task_id) VALUES ($1, $5, $3)
 			ON CONFLICT DO NOTHING RETURNING task_id),
 			r AS (INSERT INTO {s}.submit_inbox (session, request, task_id) SELECT $1, $2, task_id FROM k RETURNING id) ` +
-			notify),
+			notify("$6")),
 		keyed: q(`SELECT k.task_id, t.rec, t.input, i.request FROM {s}.task_keys k
 			LEFT JOIN {s}.tasks t ON t.id = k.task_id LEFT JOIN {s}.submit_inbox i ON i.task_id = k.task_id
 			WHERE k.session = $1 AND k.key = $2`),
@@ -443,7 +461,7 @@ func SubmitTx(ctx context.Context, tx pgx.Tx, q *work.Queue, sessionID string, r
 	}
 	session, id := []byte(sessionID), []byte(sub.Event.TaskID)
 	if r.IdempotencyKey == "" {
-		if _, err := tx.Exec(ctx, e.inbox.ins, session, sub.Body, id, e.channel); err != nil {
+		if _, err := tx.Exec(ctx, e.inbox.ins, session, sub.Body, id, e.channel, e.listenKeys.listen); err != nil {
 			return fail(err)
 		}
 		return sub.Task.(work.Task), nil
@@ -451,7 +469,7 @@ func SubmitTx(ctx context.Context, tx pgx.Tx, q *work.Queue, sessionID string, r
 	// The key's row, or the task it names. A key found taken whose task is gone by the next
 	// statement (pruned meanwhile, with its key) is free again: try again.
 	for range 3 {
-		tag, err := tx.Exec(ctx, e.inbox.insKey, session, sub.Body, id, e.channel, []byte(r.IdempotencyKey))
+		tag, err := tx.Exec(ctx, e.inbox.insKey, session, sub.Body, id, e.channel, []byte(r.IdempotencyKey), e.listenKeys.listen)
 		if err != nil {
 			return fail(err)
 		}
