@@ -246,9 +246,16 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 	if verr != nil {
 		return Task{}, verr
 	}
+	// The new task's id is drawn first, whether a repeat uses it or not: the ids a seeded
+	// source gives are then the same on every backend for the same calls (replay's
+	// cross-backend tests compare them), whichever way a repeat is answered.
+	newID, idErr := b.ids.id("task", at)
+	if idErr != nil {
+		return Task{}, backendErr(idErr)
+	}
 	if r.IdempotencyKey != "" && b.caps.viewer != nil && b.caps.viewer.ReadFirst(false) {
-		// A repeat is answered by a read before anything is prepared: no id drawn, no
-		// headers copied, no command queued.
+		// A repeat is answered by a read before anything else is prepared: no headers
+		// copied, no command queued.
 		rr := &taskRepeat{b: b, sessionID: sessionID, r: &r}
 		if rr.runAt, verr = runAtNanos(&r); verr != nil {
 			return Task{}, verr
@@ -257,10 +264,11 @@ func (b *logBackend) Submit(ctx context.Context, sessionID string, r TaskRequest
 			return rr.out, rr.derr
 		}
 	}
-	p, perr := b.prepareSubmit(&r, at)
+	p, perr := prepareRequest(&r)
 	if perr != nil {
 		return Task{}, perr
 	}
+	p.newID = newID
 	// The input is copied (and a large one staged) once, before the command is queued: the
 	// command appends this very slice however often it runs.
 	release, staged, serr := b.stage(r.Input)
