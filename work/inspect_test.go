@@ -5,13 +5,17 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/worklog/worklog/events"
+	"github.com/worklog/worklog/internal/inspect"
 	"github.com/worklog/worklog/work"
 )
 
@@ -228,5 +232,87 @@ func TestNoInspect(t *testing.T) {
 	defer q.Close()
 	if _, err := net.Dial("unix", filepath.Join(dir, "WORKLOG.sock")); err == nil {
 		t.Error("an endpoint with NoInspect")
+	}
+}
+
+// TestInspectFollowManySmallAdvances: a follow through the endpoint while submits run, from
+// several callers and with pauses (advances faster and slower than the endpoint's read
+// interval), delivers every event once, in order, as the queue's own log has it, and the
+// client's flush comes after the last of them.
+func TestInspectFollowManySmallAdvances(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := work.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := inspect.Dial(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seqs []uint64
+	var flushed uint64 // how many events had been delivered at the last flush
+	followErr := make(chan error, 1)
+	go func() {
+		followErr <- c.FollowFlushing(ctx, 1, func(ev events.Event) error {
+			mu.Lock()
+			seqs = append(seqs, ev.Head().Seq)
+			mu.Unlock()
+			return nil
+		}, func() error {
+			mu.Lock()
+			flushed = uint64(len(seqs))
+			mu.Unlock()
+			return nil
+		})
+	}()
+	const callers, each = 4, 150
+	var wg sync.WaitGroup
+	for w := range callers {
+		s := q.Session(fmt.Sprintf("s%d", w))
+		wg.Go(func() {
+			for i := range each {
+				if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k"}); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%10 == w {
+					time.Sleep(time.Duration(w*7) * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := lastSeqOf(t, q)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n, f := uint64(len(seqs)), flushed
+		mu.Unlock()
+		if n >= want && f == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower has %d events (%d flushed), the log %d", n, f, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // an event past the head would come now
+	cancel()
+	if err := <-followErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("follow ended with %v, want context.Canceled", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if uint64(len(seqs)) != want {
+		t.Fatalf("the follower has %d events, the log %d", len(seqs), want)
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Fatalf("event %d of the follow has seq %d", i, seq)
+		}
 	}
 }

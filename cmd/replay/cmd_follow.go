@@ -30,9 +30,16 @@ type follower interface {
 	Follow(ctx context.Context, from uint64, fn func(events.Event) error) error
 }
 
+// frameFollower is a follower that says when a batch of events ends (inspect.Client):
+// replay flushes its output then, not after every event.
+type frameFollower interface {
+	FollowFlushing(ctx context.Context, from uint64, fn func(events.Event) error, flush func() error) error
+}
+
 // followLog prints, through emit, every event from from on as it commits (of session only,
-// when not ""; emit applies log's other filters), flushing after each one, until the
-// command's context ends (Ctrl-C) or SIGTERM: both are a clean end.
+// when not ""; emit applies log's other filters), until the command's context ends (Ctrl-C)
+// or SIGTERM: both are a clean end. What it prints is flushed after each event, or after
+// each batch of them from a held store's endpoint.
 func (a *app) followLog(c *cobra.Command, st store, dir string, from uint64, session string, emit func(events.Event) error) error {
 	if err := a.out.Flush(); err != nil {
 		return fmt.Errorf("writing output: %w", err)
@@ -40,7 +47,15 @@ func (a *app) followLog(c *cobra.Command, st store, dir string, from uint64, ses
 	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if f, ok := st.(follower); ok {
+	if f, ok := st.(frameFollower); ok {
+		// Each frame of a held store's endpoint is written at once: many events, one write.
+		err = f.FollowFlushing(ctx, from, func(ev events.Event) error {
+			if session != "" && ev.Head().SessionID != session {
+				return nil
+			}
+			return emit(ev)
+		}, a.out.Flush)
+	} else if f, ok := st.(follower); ok {
 		err = f.Follow(ctx, from, func(ev events.Event) error {
 			if session != "" && ev.Head().SessionID != session {
 				return nil

@@ -245,7 +245,25 @@ func (c *Client) Verify(ctx context.Context, vo source.VerifyOptions) ([]string,
 // process, until ctx ends (its error is returned), fn fails, or the process closes the
 // queue.
 func (c *Client) Follow(ctx context.Context, from uint64, fn func(events.Event) error) error {
-	err := c.raws(ctx, request{Op: opFollow, From: from}, decoded(fn))
+	return c.FollowFlushing(ctx, from, fn, nil)
+}
+
+// FollowFlushing is Follow that also calls flush (when not nil) after the events of each
+// frame the serving process sends: a caller that buffers what fn prints writes it once per
+// frame, which holds all the events that became durable together, not once per event.
+func (c *Client) FollowFlushing(ctx context.Context, from uint64, fn func(events.Event) error, flush func() error) error {
+	each := decoded(fn)
+	err := c.call(ctx, request{Op: opFollow, From: from}, func(r reply) error {
+		for _, e := range r.Raws {
+			if err := each(e.Seq, e.Raw); err != nil {
+				return err
+			}
+		}
+		if flush != nil && len(r.Raws) > 0 {
+			return flush()
+		}
+		return nil
+	})
 	if ctx.Err() == nil && (err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 		// The serving process ended the follow: it closed the queue, or it exited.
 		return fmt.Errorf("%s: the process that held the store closed it or exited: no more events will come", c.dir)

@@ -392,11 +392,26 @@ func (s *Server) serve(c *net.UnixConn, w *writer, req request) error {
 	return b.done()
 }
 
+// followInterval is the least time between two reads of a follow: advances that come
+// faster are read together, one iterator and one frame for many, so a follower of a busy
+// queue costs it a read per interval, not one per durable advance (group commit). An
+// advance after a quiet interval is read at once.
+const followInterval = 10 * time.Millisecond
+
 // follow sends every durable event from from on, as it becomes durable, until the client
 // goes away or the server closes.
 func (s *Server) follow(ctx context.Context, b *batch, from uint64) error {
 	next := max(from, 1)
+	var read time.Time // when the last read began
 	for {
+		if wait := followInterval - time.Since(read); !read.IsZero() && wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		read = time.Now()
 		durable, grown, err := s.st.Durable()
 		if err != nil {
 			return err
