@@ -3,13 +3,9 @@ package work_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/worklog/worklog/pebblelog"
 	"github.com/worklog/worklog/work"
@@ -22,23 +18,7 @@ import (
 // answered with the task before the fsync, and once the fsync fails it gets the store's
 // failure too. A repeat of a key whose task is durable is answered meanwhile.
 func TestDuplicateSubmitWaitsForTheTaskToBeDurable(t *testing.T) {
-	var armed atomic.Bool
-	held, release := make(chan struct{}), make(chan struct{})
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && strings.HasSuffix(op.Path, ".log") &&
-			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
-			if armed.CompareAndSwap(true, false) {
-				close(held)
-			}
-			<-release
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-	q, err := work.Open(t.TempDir(), &work.Options{FS: errorfs.Wrap(vfs.Default, inj)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	armed, held, release, q := openHeldWALSync(t)
 	defer q.Close()
 	var once atomic.Bool
 	defer func() { // a failing test must not leave the fsync held: Close would wait for it

@@ -22,23 +22,7 @@ import (
 // start, one from the doomed sequence), and then the fsync fails: neither may have handed the
 // doomed event out, and both end with the store's failure.
 func TestFollowNeverHandsOutAnEventWhoseSyncFails(t *testing.T) {
-	var armed atomic.Bool
-	held, release := make(chan struct{}), make(chan struct{})
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && strings.HasSuffix(op.Path, ".log") &&
-			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
-			if armed.CompareAndSwap(true, false) {
-				close(held)
-			}
-			<-release
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-	q, err := work.Open(t.TempDir(), &work.Options{FS: errorfs.Wrap(vfs.Default, inj)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	armed, held, release, q := openHeldWALSync(t)
 	defer q.Close()
 	ctx := context.Background()
 	s := q.Session("s1")
@@ -111,4 +95,28 @@ func TestFollowNeverHandsOutAnEventWhoseSyncFails(t *testing.T) {
 			t.Fatalf("follower %s still runs after the store failed", name)
 		}
 	}
+}
+
+// openHeldWALSync opens a Pebble queue whose first WAL sync after armed is set is held
+// (held closes when it starts) until release is closed, and then fails.
+func openHeldWALSync(t *testing.T) (armed *atomic.Bool, held, release chan struct{}, q *work.Queue) {
+	t.Helper()
+	armed = new(atomic.Bool)
+	held, release = make(chan struct{}), make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			if armed.CompareAndSwap(true, false) {
+				close(held)
+			}
+			<-release
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	q, err := work.Open(t.TempDir(), &work.Options{FS: errorfs.Wrap(vfs.Default, inj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return armed, held, release, q
 }
