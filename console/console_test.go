@@ -150,14 +150,7 @@ func post(t testing.TB, srv *httptest.Server, path string, hdr map[string]string
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	r, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	return resp{r.StatusCode, string(b), r.Header}
+	return send(t, req)
 }
 
 func esc(s string) string { return url.PathEscape(s) }
@@ -734,4 +727,17 @@ func TestSessionPageListsWakes(t *testing.T) {
 	if r := get(t, srv, "/sessions/w?at_seq=1"); strings.Contains(r.body, "<td>task_finished</td>") {
 		t.Error("the completion wake shows before it was recorded")
 	}
+}
+
+// send sends req without following redirects (an action's answer to a form is one).
+func send(t testing.TB, req *http.Request) resp {
+	t.Helper()
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	r, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return resp{r.StatusCode, string(b), r.Header}
 }

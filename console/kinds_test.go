@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -169,12 +168,5 @@ func postForm(t *testing.T, srv *httptest.Server, path, body string) resp {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	r, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	return resp{r.StatusCode, string(b), r.Header}
+	return send(t, req)
 }
