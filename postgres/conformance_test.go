@@ -100,8 +100,14 @@ func harnessWith(opts *postgres.Options, first func(t *testing.T, dsn string)) w
 // reported by the test binary's -timeout, with every goroutine's stack.
 const conformanceWriteTimeout = time.Hour
 
-// TestConformance runs work/worktest's whole suite on PostgreSQL.
+// TestConformance runs work/worktest's whole suite on PostgreSQL. It and
+// TestConformanceSharedWriter run in parallel with each other (after the package's other
+// tests): each case has its own schema, and the package's wall time is mostly waiting on the
+// server, so running the two suites side by side halves their part of it (about 55 s each
+// unloaded, over 200 s each at a load of 30, where the package came near the default 10-minute
+// -timeout).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	worktest.Run(t, harness(&postgres.Options{WriteTimeout: conformanceWriteTimeout}))
 }
 
@@ -109,6 +115,7 @@ func TestConformance(t *testing.T) {
 // queue of the same schema runs (Options.SharedWriter): that queue is elected first, and
 // the suite's queue sends it every round while it lives (sharedwriter.go).
 func TestConformanceSharedWriter(t *testing.T) {
+	t.Parallel()
 	opts := &postgres.Options{WriteTimeout: conformanceWriteTimeout, SharedWriter: true}
 	var served atomic.Int64 // rounds the elected queues ran for the suite's
 	h := harnessWith(opts, func(t *testing.T, dsn string) {
