@@ -25,32 +25,105 @@ func (s *Store) ViewDurable(ctx context.Context, fn func(projection.Reader) erro
 		return false, err
 	}
 	defer s.leave(&err)
-	r := &durableReader{reader: reader{s.db, s.blobs}}
+	r := &durableReader{reader: reader{s.db, s.blobs}, c: s.dcache}
 	if err := fn(r); err != nil {
 		return false, err
 	}
 	return r.maxSeq <= s.fh.durable.Seq() && s.fh.err() == nil, nil
 }
 
-// durableReader is the reader of ViewDurable: the committed state, noting the newest
-// record it handed out.
+// durableReader is the reader of ViewDurable: the committed state, through the durable
+// cache (durable_cache.go) when the store has one, noting the newest record it handed out.
 type durableReader struct {
 	reader
-	maxSeq uint64 // the highest UpdatedSeq of a record read
+	c      *durableCache // nil: none
+	maxSeq uint64        // the highest UpdatedSeq of a record read
 }
 
+func (r *durableReader) TaskKey(session, key string) (string, error) {
+	if r.c == nil {
+		return r.reader.TaskKey(session, key)
+	}
+	k := durableKey{session: session, key: key}
+	id, m, ok := r.c.key(k)
+	if ok {
+		return id, nil
+	}
+	id, err := r.reader.TaskKey(session, key)
+	if err == nil && id != "" {
+		r.c.addKey(k, id, m)
+	}
+	return id, err
+}
+
+func (r *durableReader) WakeKey(session, key string) (string, error) {
+	if r.c == nil {
+		return r.reader.WakeKey(session, key)
+	}
+	k := durableKey{wake: true, session: session, key: key}
+	id, m, ok := r.c.key(k)
+	if ok {
+		return id, nil
+	}
+	id, err := r.reader.WakeKey(session, key)
+	if err == nil && id != "" {
+		r.c.addKey(k, id, m)
+	}
+	return id, err
+}
+
+// Task hands out a copy of the cached record (the caller may change its fields; its values
+// are shared, as the record cache's are, and copied before they leave the store's caller).
 func (r *durableReader) Task(id string) (*projection.Task, error) {
-	t, err := r.reader.Task(id)
+	var t *projection.Task
+	if r.c != nil {
+		ct, m, ok := r.c.task(id)
+		if ok {
+			t = &ct
+		} else {
+			var err error
+			if t, err = r.reader.Task(id); err != nil {
+				return nil, err
+			}
+			if t != nil {
+				r.c.addTask(t, m)
+			}
+		}
+	} else {
+		var err error
+		if t, err = r.reader.Task(id); err != nil {
+			return nil, err
+		}
+	}
 	if t != nil {
 		r.maxSeq = max(r.maxSeq, t.UpdatedSeq, t.SubmitSeq)
 	}
-	return t, err
+	return t, nil
 }
 
 func (r *durableReader) Wake(id string) (*projection.Wake, error) {
-	x, err := r.reader.Wake(id)
+	var x *projection.Wake
+	if r.c != nil {
+		cx, m, ok := r.c.wake(id)
+		if ok {
+			x = &cx
+		} else {
+			var err error
+			if x, err = r.reader.Wake(id); err != nil {
+				return nil, err
+			}
+			if x != nil {
+				r.c.addWake(x, m)
+			}
+		}
+	} else {
+		var err error
+		if x, err = r.reader.Wake(id); err != nil {
+			return nil, err
+		}
+	}
 	if x != nil {
 		r.maxSeq = max(r.maxSeq, x.UpdatedSeq, x.RecordSeq)
 	}
-	return x, err
+	return x, nil
 }

@@ -115,7 +115,9 @@ type Options struct {
 	MaxBatchCommands int
 	// RecordCacheSize bounds, in estimated bytes, the writer's cache of the task and wake
 	// records it committed last (read by the next commands on the same tasks instead of a
-	// Pebble Get). Default DefaultRecordCacheSize (4 MiB); negative disables it.
+	// Pebble Get), and four times as much for the records and idempotency keys an idempotent
+	// repeat read (ViewDurable), which answer the next repeat of the same key from memory.
+	// Default DefaultRecordCacheSize (4 MiB); negative disables both.
 	RecordCacheSize int
 	// Logger receives Pebble's messages. Default: discarded.
 	Logger *slog.Logger
@@ -548,7 +550,8 @@ func open(dir string, o Options, exists bool, l *locks) (*Store, error) {
 	if err != nil {
 		return nil, pebbleOpenError(po, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir)}
+	s := &Store{dir: dir, fs: fs, opts: o, db: db, lock: l, fh: fh, blobs: newBlobStore(fs, dir),
+		dcache: newDurableCache(durableCacheSize(o.RecordCacheSize))}
 	fail := func(err error) (*Store, error) {
 		if !fh.parked.Load() && fh.calls.Load() == 0 { // a parked Pebble goroutine may hold what Close waits for
 			db.Close()

@@ -31,8 +31,11 @@ type Store struct {
 	fh   *failures // the failure state and Pebble's handlers (failure.go)
 	comp compactor // compactions of pruned spans (compact.go)
 
-	blobs *blobStore   // the blob files of large values (format 4: blob.go)
-	wit   *syncWitness // the sync witness (witness.go); nil read-only and with NoSync
+	blobs *blobStore // the blob files of large values (format 4: blob.go)
+	// dcache answers ViewDurable's repeated reads (durable_cache.go); nil when
+	// Options.RecordCacheSize disables caches. The writer drops what each batch changes.
+	dcache *durableCache
+	wit    *syncWitness // the sync witness (witness.go); nil read-only and with NoSync
 
 	lastSeq  uint64                            // owned by the writer goroutine after Open
 	maxIDs   *maxIDs                           // read at Open, then owned by the writer goroutine

@@ -522,6 +522,15 @@ func (s *Store) publish(ws *writerState, w *writer, group []*request, results []
 	}
 	ws.cache.merge(w.tasks, w.wakes)
 	ws.cache.forget(w.deleted)
+	if s.dcache != nil {
+		// After the commit, which made the batch visible: a reader that read before it and
+		// adds later finds its shard's generation moved (durable_cache.go).
+		if w.deleted != nil {
+			s.dcache.clear() // a prune: its keys went with its records
+		} else {
+			s.dcache.invalidate(w.tasks, w.wakes)
+		}
+	}
 	blobs := w.prunedBlobs
 	ws.recycle(w)
 	if s.opts.NoSync {
