@@ -16,6 +16,12 @@ import (
 	"github.com/worklog/worklog/work/worktest"
 )
 
+// TestMain starts the package's server. The package's tests mostly wait on it, so its
+// longest tests run in parallel (t.Parallel, after the sequential ones, two at a time by
+// default): the conformance suites and the tests of a second or longer that change no
+// package-level state (no setFor, no hook variable: those stay sequential) and neither
+// stop nor freeze the shared server. At a load average of 18 the package once ran past
+// the default 10-minute -timeout with them sequential.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, "postgres")) }
 
 // harness runs the conformance suite on postgres.Open, one fresh schema per queue. Reopen
@@ -100,12 +106,8 @@ func harnessWith(opts *postgres.Options, first func(t *testing.T, dsn string)) w
 // reported by the test binary's -timeout, with every goroutine's stack.
 const conformanceWriteTimeout = time.Hour
 
-// TestConformance runs work/worktest's whole suite on PostgreSQL. It and
-// TestConformanceSharedWriter run in parallel with each other (after the package's other
-// tests): each case has its own schema, and the package's wall time is mostly waiting on the
-// server, so running the two suites side by side halves their part of it (about 55 s each
-// unloaded, over 200 s each at a load of 30, where the package came near the default 10-minute
-// -timeout).
+// TestConformance runs work/worktest's whole suite on PostgreSQL (in parallel: see
+// TestMain; each case has its own schema).
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	worktest.Run(t, harness(&postgres.Options{WriteTimeout: conformanceWriteTimeout}))

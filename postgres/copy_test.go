@@ -30,6 +30,7 @@ func batchInserts(b *pgx.Batch) map[string]bool {
 // batch, and a small group's stay in the batch; both read back whole and verify. Before
 // copy.go every group sent its rows in the commit batch.
 func TestSubmitManyCopies(t *testing.T) {
+	t.Parallel() // see TestMain
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	ctx := context.Background()
 	var inserts map[string]bool
@@ -99,6 +100,7 @@ func TestSubmitManyCopyFailureRecordsNothing(t *testing.T) {
 // connection is then lost before the commit batch is not recorded: the COPYs were in its
 // transaction, which died with the connection.
 func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
+	t.Parallel() // see TestMain
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	ctx := context.Background()
 	s := q.Session("s")
@@ -137,6 +139,7 @@ func TestSubmitManyCopiedThenLostRecordsNothing(t *testing.T) {
 // taken as absent unread, and their COPY proves them (before, each was read under the lock,
 // and the group ran the ordinary way).
 func TestSubmitManyCopiesOnTheFastPath(t *testing.T) {
+	t.Parallel() // see TestMain
 	e, q := openEngine(t, pgtest.Schema(t), nil)
 	ctx := context.Background()
 	s := q.Session("s")

@@ -18,6 +18,7 @@ import (
 // PostgreSQL: the loop is package work's, the same as work.Open's. Break renames the
 // retention index's table away.
 func TestPruner(t *testing.T) {
+	t.Parallel() // see TestMain
 	worktest.RunPruner(t, worktest.PrunerHarness{
 		New: func(t *testing.T) worktest.PrunerStore {
 			dsn := pgtest.Schema(t)

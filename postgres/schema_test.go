@@ -150,6 +150,7 @@ func TestOpenReadOnly(t *testing.T) {
 
 // Another process's commit wakes this one's watcher (LISTEN/NOTIFY).
 func TestWatcherSeesOtherQueuesCommits(t *testing.T) {
+	t.Parallel() // see TestMain
 	dsn := pgtest.Schema(t)
 	ea, _ := openEngine(t, dsn, nil)
 	_, qb := openEngine(t, dsn, nil)

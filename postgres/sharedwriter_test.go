@@ -183,6 +183,7 @@ const (
 // killed with SIGKILL while this one's runner sends it rounds; this process goes on, runs
 // its rounds itself, is elected, and every task ends succeeded.
 func TestSharedWriterElectedProcessKilled(t *testing.T) {
+	t.Parallel() // see TestMain
 	dsn := pgtest.Schema(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSharedWriterLeaderProcess$", "-test.v")
 	cmd.Env = append(os.Environ(), swRoleEnv+"=1", swDSNEnv+"="+dsn)
@@ -212,6 +213,7 @@ func TestSharedWriterElectedProcessKilled(t *testing.T) {
 // TestSharedWriterElectedQueueCloses: the elected queue closes while another queue's runner
 // sends it rounds; the other goes on and is elected, and every task ends succeeded once.
 func TestSharedWriterElectedQueueCloses(t *testing.T) {
+	t.Parallel() // see TestMain
 	dsn := pgtest.Schema(t)
 	leader := openShared(t, dsn)
 	defer leader.Close()

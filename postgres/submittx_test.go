@@ -686,6 +686,7 @@ func undecidedRow(t *testing.T, session string, r work.TaskRequest) []byte {
 // Rows an older build left undecided are decided when taken in, with Submit's rules then: a
 // new task, nothing for the same intent, a task_submit_rejected for another.
 func TestSubmitTxUndecidedRowsOfAnOlderBuild(t *testing.T) {
+	t.Parallel() // see TestMain
 	dsn := pgtest.Schema(t)
 	q, c := openTx(t, dsn, nil)
 	ctx := context.Background()
