@@ -47,7 +47,11 @@ func (e *engine) verify(ctx context.Context, progress func(seq, last uint64)) ([
 
 func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, last uint64)) ([]string, error) {
 	var problems []string
-	db, err := openSpill()
+	var head int64
+	if err := tx.QueryRow(ctx, st.lastSeq).Scan(&head); err != nil {
+		return nil, err
+	}
+	db, err := openSpill(head)
 	if err != nil {
 		return nil, err
 	}
@@ -57,10 +61,6 @@ func verify(ctx context.Context, tx pgx.Tx, st *statements, progress func(seq, l
 	if isCorrupt(err) {
 		return []string{err.Error()}, nil
 	} else if err != nil {
-		return nil, err
-	}
-	var head int64
-	if err := tx.QueryRow(ctx, st.lastSeq).Scan(&head); err != nil {
 		return nil, err
 	}
 	var d events.Decoder

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/worklog/worklog/internal/recordcodec"
 	"github.com/worklog/worklog/projection"
@@ -17,7 +18,8 @@ import (
 // Verify's states on disk (issue 24 §5: 100,000 tasks verified within 64 MiB of heap).
 //
 // Both states Verify compares — the fold of the log and what the tables store — are kept in
-// one scratch Pebble database in a temporary directory, removed afterwards: each under its
+// one scratch Pebble database (in a temporary directory, removed afterwards; in memory for a
+// log of at most spillInMemoryEvents): each under its
 // own side byte (sideFold, sideStored), each category of entry under its own byte, keys
 // encoded so that Pebble's order is the comparison's. The comparison then walks both sides of
 // a category together in key order (mergeSide), holding one entry of each. The records of
@@ -52,22 +54,39 @@ const (
 type spillDB struct {
 	db  *pebble.DB
 	b   *pebble.Batch
-	dir string
+	dir string // the temporary directory; "" in memory
 }
 
-func openSpill() (*spillDB, error) {
-	dir, err := os.MkdirTemp("", "worklog-pg-verify-")
-	if err != nil {
-		return nil, fmt.Errorf("postgres: verify scratch directory: %w", err)
+// spillInMemoryEvents is the log length up to which the scratch database lives in memory
+// (vfs.NewMem, in the Go heap: a few MiB at most for this many events, well inside the 64 MiB
+// bound) rather than in a temporary directory: a small queue's Verify then creates, syncs
+// and removes no files.
+const spillInMemoryEvents = 10_000
+
+// openSpill opens the scratch database for a log whose last sequence is last.
+func openSpill(last int64) (*spillDB, error) {
+	fs, dir := vfs.FS(vfs.NewMem()), "verify"
+	if last > spillInMemoryEvents {
+		d, err := os.MkdirTemp("", "worklog-pg-verify-")
+		if err != nil {
+			return nil, fmt.Errorf("postgres: verify scratch directory: %w", err)
+		}
+		fs, dir = vfs.Default, d
 	}
 	cache := pebble.NewCache(spillCache)
 	defer cache.Unref()
-	db, err := pebble.Open(dir, &pebble.Options{MemTableSize: spillMemTable, DisableWAL: true, Cache: cache, Logger: spillLogger{pebble.DefaultLogger}})
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, MemTableSize: spillMemTable, DisableWAL: true, Cache: cache, Logger: spillLogger{pebble.DefaultLogger}})
 	if err != nil {
-		os.RemoveAll(dir)
+		if fs == vfs.Default {
+			os.RemoveAll(dir)
+		}
 		return nil, fmt.Errorf("postgres: verify scratch store: %w", err)
 	}
-	return &spillDB{db: db, b: db.NewIndexedBatch(), dir: dir}, nil
+	s := &spillDB{db: db, b: db.NewIndexedBatch()}
+	if fs == vfs.Default {
+		s.dir = dir
+	}
+	return s, nil
 }
 
 // spillLogger keeps the scratch store's informational messages ("Found 0 WALs", flushes and
@@ -80,6 +99,9 @@ func (spillLogger) Infof(string, ...any) {}
 // close closes the database and removes its directory.
 func (s *spillDB) close() error {
 	err := errors.Join(s.b.Close(), s.db.Close())
+	if s.dir == "" {
+		return err // in memory
+	}
 	return errors.Join(err, os.RemoveAll(s.dir))
 }
 
