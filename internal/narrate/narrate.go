@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/internal/replayjson"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -71,7 +70,7 @@ func ShortWord(s string, max int) string {
 // ShortJSON is a JSON value on one line, cut to max bytes. Bytes that are not JSON come
 // back as a JSON string of them.
 func ShortJSON(b []byte, max int) string {
-	return cut(string(replayjson.Value(b)), max)
+	return string(AppendShortJSON(nil, b, max))
 }
 
 func cut(s string, max int) string {
