@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -25,11 +27,12 @@ import (
 
 // inspectReply is the part of the endpoint's reply frames these tests read.
 type inspectReply struct {
-	Done bool
-	More bool
-	Err  *struct{ Msg, Kind string }
-	U64  uint64
-	OK   bool
+	Done   bool
+	More   bool
+	Err    *struct{ Msg, Kind string }
+	U64    uint64
+	OK     bool
+	Events []byte // a batch of events, packed: uvarint seq, uvarint length, wire bytes
 }
 
 func openInspected(t *testing.T) (*work.Queue, string) {
@@ -315,4 +318,95 @@ func TestInspectFollowManySmallAdvances(t *testing.T) {
 			t.Fatalf("event %d of the follow has seq %d", i, seq)
 		}
 	}
+}
+
+// TestInspectFollowStalledFollower: a follower that stops reading costs the queue a bounded
+// amount: its submits go on, each frame the endpoint sends holds at most about 1 MiB of
+// events (however much became durable since the last read), and once it reads again it gets
+// every event exactly once, in order, across frames. Then, with the endpoint blocked writing
+// to it again, Close returns without waiting for that write (no call is left running).
+func TestInspectFollowStalledFollower(t *testing.T) {
+	var logs strings.Builder
+	var logMu sync.Mutex
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := work.Open(dir, &work.Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	input, _ := json.Marshal(strings.Repeat("x", 60<<10))
+	submit := func(n int) {
+		t.Helper()
+		s := q.Session("big")
+		for range n {
+			if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: input}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f := dialInspect(t, filepath.Join(dir, "WORKLOG.sock"))
+	sendFrame(t, f, map[string]any{"v": 1, "op": "follow", "from": 1})
+	submit(60) // ~3.6 MiB, more than the socket holds: the endpoint blocks writing to f
+	want := lastSeqOf(t, q)
+
+	dec := gob.NewDecoder(f)
+	var next uint64 = 1
+	frames := 0
+	for next <= want {
+		r, err := readReply(f, dec)
+		if err != nil || r.Err != nil {
+			t.Fatalf("follow, after seq %d: %+v %v", next-1, r, err)
+		}
+		if len(r.Events) > 1<<20+len(input)+64 {
+			t.Fatalf("a frame of %d bytes of events (the bound is 1 MiB and an event)", len(r.Events))
+		}
+		frames++
+		for b := r.Events; len(b) > 0; {
+			seq, n := binary.Uvarint(b)
+			size, m := binary.Uvarint(b[n:])
+			if n <= 0 || m <= 0 || uint64(len(b)-n-m) < size {
+				t.Fatalf("a garbled batch after seq %d", next-1)
+			}
+			if seq != next {
+				t.Fatalf("the follow sent seq %d, want %d (none skipped, none twice)", seq, next)
+			}
+			if _, err := events.Decode(b[n+m:n+m+int(size)], seq); err != nil {
+				t.Fatal(err)
+			}
+			next++
+			b = b[n+m+int(size):]
+		}
+	}
+	if frames < 4 {
+		t.Errorf("%d frames for %d events of 60 KiB: frames are not bounded", frames, want)
+	}
+
+	submit(60) // stalled again: the endpoint blocks in a write to f
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > inspect.CloseTimeout {
+		t.Errorf("Close took %v with a follower that does not read", d)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), "still running at Close") {
+		t.Errorf("Close left the stalled follow running: %s", logs.String())
+	}
+}
+
+// lockedWriter is a log destination that goroutines share.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
