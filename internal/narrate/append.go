@@ -179,6 +179,12 @@ func (c *compacter) literal(word string) bool {
 func (c *compacter) str() bool {
 	start := c.i
 	for i := c.i + 1; i < len(c.b); i++ {
+		for i < len(c.b) && plainInString[c.b[i]] {
+			i++
+		}
+		if i == len(c.b) {
+			return false
+		}
 		switch ch := c.b[i]; {
 		case ch == '"':
 			c.out = append(c.out, c.b[start:i+1]...)
@@ -210,6 +216,15 @@ func (c *compacter) str() bool {
 	}
 	return false
 }
+
+// plainInString marks the bytes a string token holds as themselves: printable ASCII but '"'
+// and '\\'. The loop over a string's bytes (most of a JSON input's) is then one load each.
+var plainInString = func() (t [256]bool) {
+	for c := ' '; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // number copies a number token: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (c *compacter) number() bool {

@@ -53,6 +53,9 @@ func Word(s string) string {
 
 // HeaderWords is each header as key=value, sorted by key, both quoted as Word does.
 func HeaderWords(h map[string]string) []string {
+	if len(h) == 0 {
+		return nil // most events have none: no sort of nothing through an iterator
+	}
 	keys := slices.Sorted(maps.Keys(h))
 	out := make([]string, len(keys))
 	for i, k := range keys {
