@@ -404,9 +404,9 @@ func (s *Server) serve(c *net.UnixConn, w *writer, req request) error {
 // faster are read together, one iterator and one frame for many, so a follower of a busy
 // queue costs it a read per interval, not one per durable advance (group commit). An
 // advance after a quiet interval is read at once. Each frame costs both processes a
-// wake-up, a read and a write whatever it holds: at 64 submitters on 2 cores, 50 ms
-// (against 10) took replay's CPU per followed event from 3.3-3.6 µs to 2.8; a person
-// watching a terminal does not see 50 ms.
+// wake-up, a read and a write whatever it holds, so fewer and fuller frames cost less per
+// event (at 64 submitters, 50 ms rather than 10 took replay's CPU per event down a fifth);
+// a person watching a terminal does not see 50 ms.
 const followInterval = 50 * time.Millisecond
 
 // follow sends every durable event from from on, as it becomes durable, until the client
@@ -428,9 +428,8 @@ func (s *Server) follow(ctx context.Context, b *batch, from uint64) error {
 			return err
 		}
 		if durable >= next {
-			// One frame for all that became durable since the last read (up to
-			// maxBatchBytes a frame), however many events: a frame costs both sides a
-			// write, a read and a wake-up, an event only its bytes.
+			// One frame for all that became durable since the last read, up to
+			// maxBatchBytes a frame.
 			err := s.st.RawLog(ctx, next, durable, func(seq uint64, raw []byte) error {
 				b.r.Events = appendEvent(b.r.Events, seq, raw)
 				b.n++
