@@ -105,7 +105,7 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 		"close", "claim", "finish", "set_kind_policy", "import", "compact", "put_task", "delete"}
 	for _, op := range writes {
 		c := dialInspect(t, sock)
-		sendFrame(t, c, map[string]any{"v": 1, "op": op, "id": "task_x", "session": "s"})
+		sendFrame(t, c, map[string]any{"v": 2, "op": op, "id": "task_x", "session": "s"})
 		r, err := readReply(c, gob.NewDecoder(c))
 		if err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
 			t.Errorf("op %q: %+v %v, want a refusal", op, r, err)
@@ -114,11 +114,11 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	// Inside a view: the same.
 	c := dialInspect(t, sock)
 	dec := gob.NewDecoder(c)
-	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "view"})
 	if r, err := readReply(c, dec); err != nil || !r.OK {
 		t.Fatalf("view: %+v %v", r, err)
 	}
-	sendFrame(t, c, map[string]any{"v": 1, "op": "submit"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "submit"})
 	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
 		t.Errorf("submit in a view: %+v %v", r, err)
 	}
@@ -126,11 +126,11 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	// holder) is refused.
 	c = dialInspect(t, sock)
 	dec = gob.NewDecoder(c)
-	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "view"})
 	if r, err := readReply(c, dec); err != nil || !r.OK {
 		t.Fatalf("view: %+v %v", r, err)
 	}
-	sendFrame(t, c, map[string]any{"v": 1, "op": "scan_index", "index": 200})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "scan_index", "index": 200})
 	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "no index 200") {
 		t.Errorf("scan_index 200: %+v %v", r, err)
 	}
@@ -141,6 +141,7 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 		{0, 0, 0, 0},                                // empty
 		frame(`{"op":"x"}`),                         // no version
 		frame(`{"v":99,"op":"last_seq"}`),           // another version
+		frame(`{"v":1,"op":"last_seq"}`),            // version 1: events were a gob value each
 	}
 	for i, g := range garbage {
 		c := dialInspect(t, sock)
@@ -157,7 +158,7 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	}
 	// The endpoint still answers, and the queue still works.
 	c = dialInspect(t, sock)
-	sendFrame(t, c, map[string]any{"v": 1, "op": "last_seq"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "last_seq"})
 	if r, err := readReply(c, gob.NewDecoder(c)); err != nil || r.U64 != before {
 		t.Errorf("last_seq after the garbage: %+v %v", r, err)
 	}
@@ -175,12 +176,12 @@ func TestInspectCloseNotHeldUp(t *testing.T) {
 	dialInspect(t, sock) // sends nothing
 	v := dialInspect(t, sock)
 	vdec := gob.NewDecoder(v)
-	sendFrame(t, v, map[string]any{"v": 1, "op": "view"})
+	sendFrame(t, v, map[string]any{"v": 2, "op": "view"})
 	if r, err := readReply(v, vdec); err != nil || !r.OK {
 		t.Fatalf("view: %+v %v", r, err)
 	}
 	f := dialInspect(t, sock)
-	sendFrame(t, f, map[string]any{"v": 1, "op": "follow", "from": 1})
+	sendFrame(t, f, map[string]any{"v": 2, "op": "follow", "from": 1})
 	if r, err := readReply(f, gob.NewDecoder(f)); err != nil || r.Err != nil {
 		t.Fatalf("follow: %+v %v", r, err)
 	}
@@ -214,7 +215,7 @@ func TestInspectClientLimit(t *testing.T) {
 	held[0].Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		c := dialInspect(t, sock)
-		sendFrame(t, c, map[string]any{"v": 1, "op": "last_seq"})
+		sendFrame(t, c, map[string]any{"v": 2, "op": "last_seq"})
 		r, err := readReply(c, gob.NewDecoder(c))
 		if err == nil && r.Err == nil && r.U64 > 0 {
 			break
@@ -347,7 +348,7 @@ func TestInspectFollowStalledFollower(t *testing.T) {
 		}
 	}
 	f := dialInspect(t, filepath.Join(dir, "WORKLOG.sock"))
-	sendFrame(t, f, map[string]any{"v": 1, "op": "follow", "from": 1})
+	sendFrame(t, f, map[string]any{"v": 2, "op": "follow", "from": 1})
 	submit(60) // ~3.6 MiB, more than the socket holds: the endpoint blocks writing to f
 	want := lastSeqOf(t, q)
 

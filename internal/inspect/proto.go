@@ -58,7 +58,7 @@ const (
 	opKindPolicies   = "kind_policies"
 	opEnd            = "end"
 	opMore, opStop   = "more", "stop" // the client's answer to a batch with More set
-	protocolVersion  = 1
+	protocolVersion  = 2              // 2: a batch's events packed in one byte string (appendEvent)
 	defaultBatchSize = 256
 )
 
