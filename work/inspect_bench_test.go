@@ -23,8 +23,9 @@ import (
 // (Options.NoInspect) off, on and idle, and on with a `replay log --follow` process attached
 // (the real binary, built once, printing every event to a pipe the benchmark drains). The
 // targets (issue 44; docs/design.md §1, "A store held by a running process"): idle within
-// noise of off, a follower within 5%. Run the three interleaved, several times (-count 1 in
-// a loop), on a quiet machine.
+// noise of off, a follower within 5%. Compare the modes with scripts/inspect-rounds.sh:
+// each in a process of its own, their order rotated from round to round (in one process
+// the later cases run on a warmer heap and page cache than the first).
 func BenchmarkSubmitInspect(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d/inspect=off", n), func(b *testing.B) { benchSubmitInspect(b, n, "off") })

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -25,11 +27,12 @@ import (
 
 // inspectReply is the part of the endpoint's reply frames these tests read.
 type inspectReply struct {
-	Done bool
-	More bool
-	Err  *struct{ Msg, Kind string }
-	U64  uint64
-	OK   bool
+	Done   bool
+	More   bool
+	Err    *struct{ Msg, Kind string }
+	U64    uint64
+	OK     bool
+	Events []byte // a batch of events, packed: uvarint seq, uvarint length, wire bytes
 }
 
 func openInspected(t *testing.T) (*work.Queue, string) {
@@ -102,7 +105,7 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 		"close", "claim", "finish", "set_kind_policy", "import", "compact", "put_task", "delete"}
 	for _, op := range writes {
 		c := dialInspect(t, sock)
-		sendFrame(t, c, map[string]any{"v": 1, "op": op, "id": "task_x", "session": "s"})
+		sendFrame(t, c, map[string]any{"v": 2, "op": op, "id": "task_x", "session": "s"})
 		r, err := readReply(c, gob.NewDecoder(c))
 		if err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
 			t.Errorf("op %q: %+v %v, want a refusal", op, r, err)
@@ -111,11 +114,11 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	// Inside a view: the same.
 	c := dialInspect(t, sock)
 	dec := gob.NewDecoder(c)
-	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "view"})
 	if r, err := readReply(c, dec); err != nil || !r.OK {
 		t.Fatalf("view: %+v %v", r, err)
 	}
-	sendFrame(t, c, map[string]any{"v": 1, "op": "submit"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "submit"})
 	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "only reads") {
 		t.Errorf("submit in a view: %+v %v", r, err)
 	}
@@ -123,11 +126,11 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	// holder) is refused.
 	c = dialInspect(t, sock)
 	dec = gob.NewDecoder(c)
-	sendFrame(t, c, map[string]any{"v": 1, "op": "view"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "view"})
 	if r, err := readReply(c, dec); err != nil || !r.OK {
 		t.Fatalf("view: %+v %v", r, err)
 	}
-	sendFrame(t, c, map[string]any{"v": 1, "op": "scan_index", "index": 200})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "scan_index", "index": 200})
 	if r, err := readReply(c, dec); err != nil || r.Err == nil || !strings.Contains(r.Err.Msg, "no index 200") {
 		t.Errorf("scan_index 200: %+v %v", r, err)
 	}
@@ -138,6 +141,7 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 		{0, 0, 0, 0},                                // empty
 		frame(`{"op":"x"}`),                         // no version
 		frame(`{"v":99,"op":"last_seq"}`),           // another version
+		frame(`{"v":1,"op":"last_seq"}`),            // version 1: events were a gob value each
 	}
 	for i, g := range garbage {
 		c := dialInspect(t, sock)
@@ -154,7 +158,7 @@ func TestInspectRefusesWritesAndGarbage(t *testing.T) {
 	}
 	// The endpoint still answers, and the queue still works.
 	c = dialInspect(t, sock)
-	sendFrame(t, c, map[string]any{"v": 1, "op": "last_seq"})
+	sendFrame(t, c, map[string]any{"v": 2, "op": "last_seq"})
 	if r, err := readReply(c, gob.NewDecoder(c)); err != nil || r.U64 != before {
 		t.Errorf("last_seq after the garbage: %+v %v", r, err)
 	}
@@ -172,12 +176,12 @@ func TestInspectCloseNotHeldUp(t *testing.T) {
 	dialInspect(t, sock) // sends nothing
 	v := dialInspect(t, sock)
 	vdec := gob.NewDecoder(v)
-	sendFrame(t, v, map[string]any{"v": 1, "op": "view"})
+	sendFrame(t, v, map[string]any{"v": 2, "op": "view"})
 	if r, err := readReply(v, vdec); err != nil || !r.OK {
 		t.Fatalf("view: %+v %v", r, err)
 	}
 	f := dialInspect(t, sock)
-	sendFrame(t, f, map[string]any{"v": 1, "op": "follow", "from": 1})
+	sendFrame(t, f, map[string]any{"v": 2, "op": "follow", "from": 1})
 	if r, err := readReply(f, gob.NewDecoder(f)); err != nil || r.Err != nil {
 		t.Fatalf("follow: %+v %v", r, err)
 	}
@@ -211,7 +215,7 @@ func TestInspectClientLimit(t *testing.T) {
 	held[0].Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		c := dialInspect(t, sock)
-		sendFrame(t, c, map[string]any{"v": 1, "op": "last_seq"})
+		sendFrame(t, c, map[string]any{"v": 2, "op": "last_seq"})
 		r, err := readReply(c, gob.NewDecoder(c))
 		if err == nil && r.Err == nil && r.U64 > 0 {
 			break
@@ -315,4 +319,95 @@ func TestInspectFollowManySmallAdvances(t *testing.T) {
 			t.Fatalf("event %d of the follow has seq %d", i, seq)
 		}
 	}
+}
+
+// TestInspectFollowStalledFollower: a follower that stops reading costs the queue a bounded
+// amount: its submits go on, each frame the endpoint sends holds at most about 1 MiB of
+// events (however much became durable since the last read), and once it reads again it gets
+// every event exactly once, in order, across frames. Then, with the endpoint blocked writing
+// to it again, Close returns without waiting for that write (no call is left running).
+func TestInspectFollowStalledFollower(t *testing.T) {
+	var logs strings.Builder
+	var logMu sync.Mutex
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := work.Open(dir, &work.Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	input, _ := json.Marshal(strings.Repeat("x", 60<<10))
+	submit := func(n int) {
+		t.Helper()
+		s := q.Session("big")
+		for range n {
+			if _, err := s.Submit(ctx, work.TaskRequest{Kind: "k", Input: input}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f := dialInspect(t, filepath.Join(dir, "WORKLOG.sock"))
+	sendFrame(t, f, map[string]any{"v": 2, "op": "follow", "from": 1})
+	submit(60) // ~3.6 MiB, more than the socket holds: the endpoint blocks writing to f
+	want := lastSeqOf(t, q)
+
+	dec := gob.NewDecoder(f)
+	var next uint64 = 1
+	frames := 0
+	for next <= want {
+		r, err := readReply(f, dec)
+		if err != nil || r.Err != nil {
+			t.Fatalf("follow, after seq %d: %+v %v", next-1, r, err)
+		}
+		if len(r.Events) > 1<<20+len(input)+64 {
+			t.Fatalf("a frame of %d bytes of events (the bound is 1 MiB and an event)", len(r.Events))
+		}
+		frames++
+		for b := r.Events; len(b) > 0; {
+			seq, n := binary.Uvarint(b)
+			size, m := binary.Uvarint(b[n:])
+			if n <= 0 || m <= 0 || uint64(len(b)-n-m) < size {
+				t.Fatalf("a garbled batch after seq %d", next-1)
+			}
+			if seq != next {
+				t.Fatalf("the follow sent seq %d, want %d (none skipped, none twice)", seq, next)
+			}
+			if _, err := events.Decode(b[n+m:n+m+int(size)], seq); err != nil {
+				t.Fatal(err)
+			}
+			next++
+			b = b[n+m+int(size):]
+		}
+	}
+	if frames < 4 {
+		t.Errorf("%d frames for %d events of 60 KiB: frames are not bounded", frames, want)
+	}
+
+	submit(60) // stalled again: the endpoint blocks in a write to f
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with a follower that does not read", d)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), "still running at Close") {
+		t.Errorf("Close left the stalled follow running: %s", logs.String())
+	}
+}
+
+// lockedWriter is a log destination that goroutines share.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -352,6 +352,7 @@ type eventWriter struct {
 	sessionWidth int
 	limit        int
 	n            int
+	line         []byte // the text line being written, reused
 }
 
 // sessionWidth is the width of the session column: the longest of the first thousand
@@ -379,7 +380,8 @@ func (w *eventWriter) write(ev events.Event) error {
 	if w.json {
 		return writeJSONLine(w.a.out, w.a.eventJSON(ev))
 	}
-	_, err := fmt.Fprintln(w.a.out, w.a.eventLine(ev, w.seqWidth, w.sessionWidth))
+	w.line = append(w.a.appendEventLine(w.line[:0], ev, w.seqWidth, w.sessionWidth), '\n')
+	_, err := w.a.out.Write(w.line)
 	return err
 }
 

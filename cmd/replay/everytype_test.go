@@ -96,9 +96,9 @@ func checkEveryOutput(t *testing.T, info events.TypeInfo, ev events.Event) {
 	taskID, wakeID := ev.Subject()
 	var texts []string // everything printed without --show-tokens
 
-	// The log line (format.go, eventDetails).
-	if _, ok := redacted.eventDetails(ev); !ok {
-		t.Errorf("eventDetails (format.go) has no case for %s: the log line would show only the type", info.Name)
+	// The log line (format.go, appendDetails).
+	if _, ok := redacted.appendDetails(nil, ev); !ok {
+		t.Errorf("appendDetails (format.go) has no case for %s: the log line would show only the type", info.Name)
 	}
 	line := redacted.eventLine(ev, 3, 10)
 	if strings.Contains(line, unknownEventNote) {

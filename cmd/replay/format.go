@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/worklog/worklog/events"
 	"github.com/worklog/worklog/internal/narrate"
@@ -52,18 +52,47 @@ func compactJSON(b []byte) json.RawMessage { return replayjson.Value(b) }
 // eventLine is the one-line text form of an event: sequence, time, session, event type,
 // then what the event says (ids, attempt, lease, outcome) as key=value pairs.
 func (a *app) eventLine(ev events.Event, seqWidth, sessionWidth int) string {
+	return string(a.appendEventLine(nil, ev, seqWidth, sessionWidth))
+}
+
+// appendEventLine appends eventLine: log writes its lines into one buffer (a follower of a
+// busy queue prints every event), with no allocation per field.
+func (a *app) appendEventLine(b []byte, ev events.Event, seqWidth, sessionWidth int) []byte {
 	h := ev.Head()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%*d  %s  %-*s  %-21s", seqWidth, h.Seq, fmtTime(h.At), sessionWidth, word(h.SessionID), ev.Type())
-	details, ok := a.eventDetails(ev)
+	start := len(b)
+	var scratch [64]byte // a column before its padding
+	b = padLeft(b, seqWidth, strconv.AppendUint(scratch[:0], h.Seq, 10))
+	b = append(b, "  "...)
+	b = narrate.AppendTime(b, h.At)
+	b = append(b, "  "...)
+	b = padRight(b, sessionWidth, narrate.AppendWord(scratch[:0], h.SessionID))
+	b = append(b, "  "...)
+	b = padRight(b, 21, append(scratch[:0], ev.Type().String()...))
+	b, ok := a.appendDetails(b, ev)
 	if !ok {
-		details = append(details, unknownEventNote)
+		b = append(b, "  "+unknownEventNote...)
 	}
-	for _, kv := range details {
-		b.WriteString("  ")
-		b.WriteString(kv)
+	for len(b) > start && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
 	}
-	return strings.TrimRight(b.String(), " ")
+	return b
+}
+
+// padLeft and padRight append s padded with spaces to width characters, as fmt's %*s and
+// %-*s do.
+func padLeft(b []byte, width int, s []byte) []byte {
+	for n := utf8.RuneCount(s); n < width; n++ {
+		b = append(b, ' ')
+	}
+	return append(b, s...)
+}
+
+func padRight(b []byte, width int, s []byte) []byte {
+	b = append(b, s...)
+	for n := utf8.RuneCount(s); n < width; n++ {
+		b = append(b, ' ')
+	}
+	return b
 }
 
 // unknownEventNote marks the output of an event type that a switch of replay has no case
@@ -72,163 +101,186 @@ func (a *app) eventLine(ev events.Event, seqWidth, sessionWidth int) string {
 // makes sure none does.
 const unknownEventNote = "(replay has no description of this event type)"
 
-// eventDetails is what an event says, as key=value pairs; ok is false for a type it has no
-// case for.
-func (a *app) eventDetails(ev events.Event) (details []string, ok bool) {
-	var d []string
-	add := func(format string, args ...any) { d = append(d, fmt.Sprintf(format, args...)) }
+// details appends an event's key=value pairs to a line, each after two spaces.
+type details struct{ b []byte }
+
+func (d *details) key(k string) { d.b = append(append(d.b, "  "...), k...) }
+
+func (d *details) str(k, v string) { d.key(k); d.b = append(d.b, v...) }
+
+func (d *details) word(k, v string) { d.key(k); d.b = narrate.AppendWord(d.b, v) }
+
+func (d *details) uint(k string, n uint64) { d.key(k); d.b = strconv.AppendUint(d.b, n, 10) }
+
+func (d *details) int(k string, n int64) { d.key(k); d.b = strconv.AppendInt(d.b, n, 10) }
+
+func (d *details) time(k string, ns int64) { d.key(k); d.b = narrate.AppendTime(d.b, ns) }
+
+func (d *details) json(k string, v []byte) { d.key(k); d.b = narrate.AppendShortJSON(d.b, v, 80) }
+
+// appendDetails appends what an event says, as key=value pairs each after two spaces; ok is
+// false for a type it has no case for.
+func (a *app) appendDetails(b []byte, ev events.Event) (_ []byte, ok bool) {
+	d := &details{b: b}
 	outcome := func(o events.Outcome) {
-		add("outcome=%s", o.State)
+		d.str("outcome=", o.State.String())
 		if o.Summary != "" {
-			add("summary=%s", word(o.Summary))
+			d.word("summary=", o.Summary)
 		}
 		if o.State == events.StateSucceeded && len(o.Output) > 0 {
-			add("output=%s", shortJSON(o.Output, 80))
+			d.json("output=", o.Output)
 		}
 		if o.Error != "" {
-			add("error=%s", word(o.Error))
+			d.word("error=", o.Error)
+		}
+	}
+	headers := func(h map[string]string) {
+		for _, kv := range headerWords(h) {
+			d.str("header:", kv)
 		}
 	}
 	switch e := ev.(type) {
 	case *events.TaskSubmitted:
-		add("task=%s", e.TaskID)
-		add("kind=%s", word(e.Kind))
+		d.str("task=", e.TaskID)
+		d.word("kind=", e.Kind)
 		if e.HasRunAt {
-			add("run_at=%s", fmtTime(e.RunAt))
+			d.time("run_at=", e.RunAt)
 		}
 		if e.IdempotencyKey != "" {
-			add("key=%s", word(e.IdempotencyKey))
+			d.word("key=", e.IdempotencyKey)
 		}
 		if e.WakeOnCompletion {
-			add("wake=on_completion")
+			d.key("wake=on_completion")
 		}
 		if e.Priority != 0 {
-			add("priority=%d", e.Priority)
+			d.int("priority=", e.Priority)
 		}
-		for _, kv := range headerWords(e.Headers) {
-			add("header:%s", kv)
-		}
+		headers(e.Headers)
 		if e.Schedule != "" {
-			add("schedule=%s", word(e.Schedule))
-			add("tick=%s", fmtTime(e.Tick))
-			add("schedule_next=%s", fmtNext(e.ScheduleNext))
+			d.word("schedule=", e.Schedule)
+			d.time("tick=", e.Tick)
+			d.str("schedule_next=", fmtNext(e.ScheduleNext))
 		}
-		add("input=%s", shortJSON(e.Input, 80))
+		d.json("input=", e.Input)
 	case *events.TaskClaimed:
-		add("task=%s", e.TaskID)
-		add("attempt=%d", e.Attempt)
-		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		d.str("task=", e.TaskID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.time("lease_until=", e.LeaseExpiresAt)
 		if e.Worker != "" {
-			add("worker=%s", word(e.Worker))
+			d.word("worker=", e.Worker)
 		}
-		add("token=%s", a.token(e.LeaseToken))
+		d.str("token=", a.token(e.LeaseToken))
 	case *events.TaskSettled:
-		add("task=%s", e.TaskID)
-		add("attempt=%d", e.Attempt)
+		d.str("task=", e.TaskID)
+		d.uint("attempt=", uint64(e.Attempt))
 		outcome(e.Outcome)
-		add("token=%s", a.token(e.LeaseToken))
+		d.str("token=", a.token(e.LeaseToken))
 	case *events.TaskCancelRequested:
-		add("task=%s", e.TaskID)
+		d.str("task=", e.TaskID)
 	case *events.WakeRecorded:
-		add("wake=%s", e.WakeID)
-		add("reason=%s", e.Reason)
+		d.str("wake=", e.WakeID)
+		d.str("reason=", e.Reason.String())
 		if e.Reason == events.WakeTaskFinished {
-			add("task=%s", e.TaskID)
-			add("outcome=%s", e.Outcome.State)
+			d.str("task=", e.TaskID)
+			d.str("outcome=", e.Outcome.State.String())
 		} else {
 			if e.IdempotencyKey != "" {
-				add("key=%s", word(e.IdempotencyKey))
+				d.word("key=", e.IdempotencyKey)
 			}
-			add("payload=%s", shortJSON(e.Payload, 80))
+			d.json("payload=", e.Payload)
 		}
 	case *events.WakeClaimed:
-		add("wake=%s", e.WakeID)
-		add("attempt=%d", e.Attempt)
-		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		d.str("wake=", e.WakeID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.time("lease_until=", e.LeaseExpiresAt)
 		if e.Worker != "" {
-			add("worker=%s", word(e.Worker))
+			d.word("worker=", e.Worker)
 		}
-		add("token=%s", a.token(e.LeaseToken))
+		d.str("token=", a.token(e.LeaseToken))
 	case *events.WakeAcked:
-		add("wake=%s", e.WakeID)
-		add("attempt=%d", e.Attempt)
-		add("token=%s", a.token(e.LeaseToken))
+		d.str("wake=", e.WakeID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.str("token=", a.token(e.LeaseToken))
 	case *events.TaskSettleRejected:
-		add("task=%s", e.TaskID)
-		add("attempt=%d", e.Attempt)
-		add("reason=%s", e.Reason)
+		d.str("task=", e.TaskID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.str("reason=", e.Reason.String())
 	case *events.WakeAckRejected:
-		add("wake=%s", e.WakeID)
-		add("attempt=%d", e.Attempt)
-		add("reason=%s", e.Reason)
+		d.str("wake=", e.WakeID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.str("reason=", e.Reason.String())
 	case *events.TaskExtended:
-		add("task=%s", e.TaskID)
-		add("attempt=%d", e.Attempt)
-		add("lease_until=%s", fmtTime(e.LeaseExpiresAt))
+		d.str("task=", e.TaskID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.time("lease_until=", e.LeaseExpiresAt)
 	case *events.TaskReleased:
-		add("task=%s", e.TaskID)
-		add("attempt=%d", e.Attempt)
-		add("run_at=%s", fmtTime(e.RunAt))
+		d.str("task=", e.TaskID)
+		d.uint("attempt=", uint64(e.Attempt))
+		d.time("run_at=", e.RunAt)
 		if e.Reason != "" {
-			add("reason=%s", shortWord(e.Reason, 80))
+			d.str("reason=", shortWord(e.Reason, 80))
 		}
 	case *events.TaskRetried:
-		add("task=%s", e.TaskID)
-		add("attempts=%d", e.Attempts)
-		add("run_at=%s", fmtTime(e.RunAt))
+		d.str("task=", e.TaskID)
+		d.uint("attempts=", uint64(e.Attempts))
+		d.time("run_at=", e.RunAt)
 	case *events.ScheduleSet:
-		add("schedule=%s", word(e.Name))
-		add("cron=%s", word(e.Cron))
+		d.word("schedule=", e.Name)
+		d.word("cron=", e.Cron)
 		if e.TimeZone != "" {
-			add("tz=%s", word(e.TimeZone))
+			d.word("tz=", e.TimeZone)
 		}
-		add("catchup=%s", catchupName(e.Catchup))
-		add("kind=%s", word(e.Kind))
+		d.str("catchup=", catchupName(e.Catchup))
+		d.word("kind=", e.Kind)
 		if e.WakeOnCompletion {
-			add("wake=on_completion")
+			d.key("wake=on_completion")
 		}
 		if e.Priority != 0 {
-			add("priority=%d", e.Priority)
+			d.int("priority=", e.Priority)
 		}
-		for _, kv := range headerWords(e.Headers) {
-			add("header:%s", kv)
-		}
-		add("from=%s", fmtTime(e.From))
-		add("next=%s", fmtNext(e.Next))
-		add("input=%s", shortJSON(e.Input, 80))
+		headers(e.Headers)
+		d.time("from=", e.From)
+		d.str("next=", fmtNext(e.Next))
+		d.json("input=", e.Input)
 	case *events.ScheduleRemoved:
-		add("schedule=%s", word(e.Name))
+		d.word("schedule=", e.Name)
 	case *events.TaskSubmitRejected:
-		add("task=%s", e.TaskID)
-		add("key=%s", word(e.IdempotencyKey))
-		add("differs=%s", word(e.Field))
-		add("kind=%s", word(e.Kind))
+		d.str("task=", e.TaskID)
+		d.word("key=", e.IdempotencyKey)
+		d.word("differs=", e.Field)
+		d.word("kind=", e.Kind)
 	case *events.KindPolicySet:
-		add("kind=%s", word(e.Kind))
+		d.word("kind=", e.Kind)
 		if e.Zero() {
-			add("policy=removed")
+			d.key("policy=removed")
 			break
 		}
 		if e.Paused {
-			add("paused")
+			d.key("paused")
 		}
 		if e.MaxRunning > 0 {
-			add("max_running=%d", e.MaxRunning)
+			d.key(fmt.Sprintf("max_running=%d", e.MaxRunning))
 		}
 		if e.Rate > 0 {
-			add("rate=%g/s", e.Rate)
-			add("burst=%d", e.Burst)
+			d.key(fmt.Sprintf("rate=%g/s", e.Rate))
+			d.key(fmt.Sprintf("burst=%d", e.Burst))
 		}
 		if e.FairSessions {
-			add("fair_sessions")
+			d.key("fair_sessions")
 		}
 		if e.MaxRunningPerSession > 0 {
-			add("max_running_per_session=%d", e.MaxRunningPerSession)
+			d.key(fmt.Sprintf("max_running_per_session=%d", e.MaxRunningPerSession))
 		}
 	default:
-		return subjectDetails(ev), false
+		taskID, wakeID := ev.Subject()
+		if taskID != "" {
+			d.str("task=", taskID)
+		} else {
+			d.str("wake=", wakeID)
+		}
+		return d.b, false
 	}
-	return d, true
+	return d.b, true
 }
 
 // fmtNext is a schedule's next tick, or "none".
@@ -244,15 +296,6 @@ func catchupName(c uint8) string {
 		return "all"
 	}
 	return "latest"
-}
-
-// subjectDetails is what every event says whatever its type: its task or wake.
-func subjectDetails(ev events.Event) []string {
-	taskID, wakeID := ev.Subject()
-	if taskID != "" {
-		return []string{"task=" + taskID}
-	}
-	return []string{"wake=" + wakeID}
 }
 
 // --- JSON: the contract in docs/replay-json.md. Fields are only ever added. ---

@@ -18,11 +18,11 @@ func TestPriorityAndHeadersShown(t *testing.T) {
 	ev := &events.TaskSubmitted{Header: events.Header{Seq: 1, SessionID: "s", At: 1}, TaskID: "t1", Kind: "k",
 		Input: []byte(`{}`), Priority: -7, Headers: map[string]string{
 			"traceparent": "00-ab-cd-01", "a key": "x=y\n", "tenant": "acme"}}
-	details, ok := a.eventDetails(ev)
+	details, ok := a.appendDetails(nil, ev)
 	if !ok {
 		t.Fatal("no details")
 	}
-	line := strings.Join(details, " ")
+	line := string(details)
 	for _, want := range []string{`priority=-7`, `header:"a key"="x=y\n"`, `header:tenant=acme`, `header:traceparent=00-ab-cd-01`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log line %q lacks %q", line, want)
@@ -57,9 +57,9 @@ func TestPriorityAndHeadersShown(t *testing.T) {
 	}
 
 	plain := &events.TaskSubmitted{Header: events.Header{Seq: 1, SessionID: "s", At: 1}, TaskID: "t1", Kind: "k", Input: []byte(`{}`)}
-	details, _ = a.eventDetails(plain)
+	details, _ = a.appendDetails(nil, plain)
 	b, _ = json.Marshal(a.eventJSON(plain))
-	if line := strings.Join(details, " "); strings.Contains(line, "priority") || strings.Contains(line, "header") ||
+	if line := string(details); strings.Contains(line, "priority") || strings.Contains(line, "header") ||
 		strings.Contains(string(b), "priority") || strings.Contains(string(b), "headers") {
 		t.Errorf("a plain submit shows priority or headers: %q %s", line, b)
 	}

@@ -82,24 +82,31 @@ func (c *Client) connErr(ctx context.Context, err error) error {
 // recv reads the next reply; a reply with an error is that error.
 func (cn *conn) recv() (reply, error) {
 	var r reply
-	if err := cn.dec.Decode(&r); err != nil {
-		return reply{}, err
+	err := cn.recvInto(&r)
+	return r, err
+}
+
+// recvInto is recv into *r, which it clears first but for the capacity of r.Events: a
+// stream of event batches decodes into one buffer (gob reuses a byte slice's capacity).
+func (cn *conn) recvInto(r *reply) error {
+	*r = reply{Events: r.Events[:0]}
+	if err := cn.dec.Decode(r); err != nil {
+		return err
 	}
-	if r.Err != nil {
-		return r, r.Err.err()
-	}
-	return r, nil
+	return r.Err.err()
 }
 
 // call sends req on a connection of its own and hands every reply to fn, until the last.
+// The packed events of a reply are fn's until it returns (their buffer is reused).
 func (c *Client) call(ctx context.Context, req request, fn func(reply) error) error {
 	cn, err := c.dial(ctx, req)
 	if err != nil {
 		return err
 	}
 	defer cn.close()
+	var r reply // fn may not keep r.Events: the next reply reuses it
 	for {
-		r, err := cn.recv()
+		err := cn.recvInto(&r)
 		var re *RemoteError
 		if errors.As(err, &re) {
 			return err
@@ -148,13 +155,10 @@ func (c *Client) RawLog(ctx context.Context, from, to uint64, fn func(seq uint64
 }
 
 func (c *Client) raws(ctx context.Context, req request, fn func(seq uint64, raw []byte) error) error {
-	return c.call(ctx, req, func(r reply) error {
-		for _, e := range r.Raws {
-			if err := fn(e.Seq, e.Raw); err != nil {
-				return err
-			}
-		}
-		return nil
+	var last uint64
+	return c.call(ctx, req, func(r reply) (err error) {
+		last, err = eachEvent(r.Events, last, fn)
+		return err
 	})
 }
 
@@ -243,7 +247,8 @@ func (c *Client) Verify(ctx context.Context, vo source.VerifyOptions) ([]string,
 
 // Follow calls fn with every event from from on as it becomes durable in the serving
 // process, until ctx ends (its error is returned), fn fails, or the process closes the
-// queue.
+// queue. The event is fn's until it returns (its strings and byte strings may be kept):
+// a follow decodes into structs it reuses, as FoldRange may.
 func (c *Client) Follow(ctx context.Context, from uint64, fn func(events.Event) error) error {
 	return c.FollowFlushing(ctx, from, fn, nil)
 }
@@ -252,14 +257,23 @@ func (c *Client) Follow(ctx context.Context, from uint64, fn func(events.Event) 
 // frame the serving process sends: a caller that buffers what fn prints writes it once per
 // frame, which holds all the events that became durable together, not once per event.
 func (c *Client) FollowFlushing(ctx context.Context, from uint64, fn func(events.Event) error, flush func() error) error {
-	each := decoded(fn)
-	err := c.call(ctx, request{Op: opFollow, From: from}, func(r reply) error {
-		for _, e := range r.Raws {
-			if err := each(e.Seq, e.Raw); err != nil {
-				return err
-			}
+	var dec events.Decoder
+	each := func(seq uint64, raw []byte) error {
+		ev, err := dec.Decode(raw, seq)
+		if err != nil {
+			return err
 		}
-		if flush != nil && len(r.Raws) > 0 {
+		return fn(ev)
+	}
+	last := max(from, 1) - 1
+	err := c.call(ctx, request{Op: opFollow, From: from}, func(r reply) (err error) {
+		if len(r.Events) == 0 {
+			return nil
+		}
+		if last, err = eachEvent(r.Events, last, each); err != nil {
+			return err
+		}
+		if flush != nil {
 			return flush()
 		}
 		return nil

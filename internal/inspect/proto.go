@@ -58,7 +58,7 @@ const (
 	opKindPolicies   = "kind_policies"
 	opEnd            = "end"
 	opMore, opStop   = "more", "stop" // the client's answer to a batch with More set
-	protocolVersion  = 1
+	protocolVersion  = 2              // 2: a batch's events packed in one byte string (appendEvent)
 	defaultBatchSize = 256
 )
 
@@ -93,7 +93,7 @@ type reply struct {
 	Bytes    []byte
 	Strs     []string
 	Seqs     []uint64
-	Raws     []rawEvent
+	Events   []byte // events, packed (appendEvent): one byte string for a whole batch
 	Tasks    []*projection.Task
 	Wakes    []*projection.Wake
 	Entries  []projection.IndexEntry
@@ -104,10 +104,44 @@ type reply struct {
 	Ranges   projection.SeqRanges
 }
 
-type rawEvent struct {
-	Seq uint64
-	Raw []byte
+// appendEvent packs one event of a batch into dst: its sequence and length as uvarints,
+// then its wire bytes. A batch of events is one byte string, not one value per event: gob
+// copies it as it is, and the client walks it without an allocation per event (eachEvent).
+func appendEvent(dst []byte, seq uint64, raw []byte) []byte {
+	dst = binary.AppendUvarint(dst, seq)
+	dst = binary.AppendUvarint(dst, uint64(len(raw)))
+	return append(dst, raw...)
 }
+
+// eachEvent calls fn with every event packed in b, in order; raw is b's (valid until fn
+// returns). A batch that does not parse, or whose sequences do not increase (after the
+// batch's first, above after), is an error: the endpoint's reply was garbled. It returns
+// the last sequence seen (after when b is empty).
+func eachEvent(b []byte, after uint64, fn func(seq uint64, raw []byte) error) (uint64, error) {
+	for len(b) > 0 {
+		seq, n := binary.Uvarint(b)
+		if n <= 0 {
+			return after, errBadBatch
+		}
+		b = b[n:]
+		size, n := binary.Uvarint(b)
+		if n <= 0 || size > uint64(len(b)-n) {
+			return after, errBadBatch
+		}
+		b = b[n:]
+		if seq <= after {
+			return after, fmt.Errorf("%w: seq %d after %d", errBadBatch, seq, after)
+		}
+		after = seq
+		if err := fn(seq, b[:size:size]); err != nil {
+			return after, err
+		}
+		b = b[size:]
+	}
+	return after, nil
+}
+
+var errBadBatch = errors.New("inspect: a garbled batch of events from the endpoint")
 
 type countRow struct {
 	Kind  string

@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/worklog/worklog/events"
-	"github.com/worklog/worklog/internal/replayjson"
 	"github.com/worklog/worklog/projection"
 )
 
@@ -54,6 +53,9 @@ func Word(s string) string {
 
 // HeaderWords is each header as key=value, sorted by key, both quoted as Word does.
 func HeaderWords(h map[string]string) []string {
+	if len(h) == 0 {
+		return nil // most events have none: no sort of nothing through an iterator
+	}
 	keys := slices.Sorted(maps.Keys(h))
 	out := make([]string, len(keys))
 	for i, k := range keys {
@@ -71,7 +73,7 @@ func ShortWord(s string, max int) string {
 // ShortJSON is a JSON value on one line, cut to max bytes. Bytes that are not JSON come
 // back as a JSON string of them.
 func ShortJSON(b []byte, max int) string {
-	return cut(string(replayjson.Value(b)), max)
+	return string(AppendShortJSON(nil, b, max))
 }
 
 func cut(s string, max int) string {
