@@ -32,8 +32,11 @@ import (
 // which lists it.
 
 // maxDigestFoldBytes bounds the fast path's memory, as the record cache, digestKeys and
-// hashedKeys estimate theirs; a rebuild that outgrows it goes to the exact path.
-const maxDigestFoldBytes = 1 << 30
+// hashedKeys estimate theirs; a rebuild that outgrows it goes to the exact path. The
+// estimate is about 720 bytes a task of internal/storegen's mix (a record, its session list
+// and retention entries, a quarter of a wake), so this is about 370,000 such tasks; the Go
+// heap peaked at about 2.4 times the estimate (BenchmarkVerify).
+const maxDigestFoldBytes = 256 << 20
 
 // digestEntryOverhead approximates a map entry's cost beyond its key's and value's bytes: the
 // slot, the string and slice headers, the allocations' rounding.
