@@ -393,7 +393,7 @@ func (s *Store) verifyByDigest(ctx context.Context, snap *pebble.Snapshot, vo Ve
 	storedDone := make(chan struct{})
 	go func() {
 		defer close(storedDone)
-		storedErr = digestStored(snap, seedA, seedB, &stored)
+		storedErr = digestStored(ctx, snap, seedA, seedB, &stored)
 	}()
 	defer func() { <-storedDone }()
 
@@ -428,7 +428,7 @@ func (s *Store) verifyByDigest(ctx context.Context, snap *pebble.Snapshot, vo Ve
 
 // digestStored sums the stored projection's keyspaces and last sequence into d, the keyspaces
 // in parallel (one goroutine a core).
-func digestStored(snap *pebble.Snapshot, seedA, seedB maphash.Seed, d *digests) error {
+func digestStored(ctx context.Context, snap *pebble.Snapshot, seedA, seedB maphash.Seed, d *digests) error {
 	type keyRange struct{ lo, hi []byte }
 	ranges := make([]keyRange, 0, len(projectionPrefixes)+1)
 	for _, p := range projectionPrefixes {
@@ -452,7 +452,7 @@ func digestStored(snap *pebble.Snapshot, seedA, seedB maphash.Seed, d *digests) 
 			h := entryHasher{seedA: seedA, seedB: seedB}
 			var own digests
 			for r := range next {
-				if err := digestRange(snap, r.lo, r.hi, &h, &own); err != nil {
+				if err := digestRange(ctx, snap, r.lo, r.hi, &h, &own); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -470,13 +470,21 @@ func digestStored(snap *pebble.Snapshot, seedA, seedB maphash.Seed, d *digests) 
 	return errors.Join(errs...)
 }
 
-func digestRange(snap *pebble.Snapshot, lo, hi []byte, h *entryHasher, d *digests) (err error) {
+// digestRange sums the stored keys of [lo, hi) into d. It stops when ctx is done (Verify
+// returns once it has).
+func digestRange(ctx context.Context, snap *pebble.Snapshot, lo, hi []byte, h *entryHasher, d *digests) (err error) {
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, it.Close()) }()
+	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return err

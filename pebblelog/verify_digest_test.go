@@ -3,7 +3,9 @@ package pebblelog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -136,5 +138,26 @@ func TestVerifyByDigestFindsEachKeyspace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Verify stops when its context is done: here at its first progress report, after the
+// first chunk of the fold, and the stored side's reading stops too (Verify waits for it).
+func TestVerifyStopsWhenCancelled(t *testing.T) {
+	s := openT(t, t.TempDir(), &Options{})
+	var evs []events.Event
+	for i := range 3000 {
+		evs = append(evs, submitted("s1", "t"+strconv.Itoa(i), sec(1), false))
+	}
+	appendEvents(t, s, evs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := 0
+	_, err := s.Verify(ctx, VerifyOptions{Progress: func(done, total uint64) { reports++; cancel() }})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Verify after a cancel: %v, want context.Canceled", err)
+	}
+	if reports != 1 {
+		t.Errorf("%d progress reports after the cancel, want 1", reports)
 	}
 }
