@@ -29,9 +29,18 @@ type VerifyOptions = projection.VerifyOptions
 // Verify rebuilds the projection from the log, with the same fold the live store uses, and
 // compares it with the stored projection keyspace by keyspace. It also checks that the log is
 // gap-free from 1 to the stored last sequence and that every event decodes. It returns every
-// problem found (at most 1000), or none. The rebuild goes to a scratch Pebble store in a
-// temporary directory (in memory when the store is not on the OS filesystem), so memory stays
-// bounded on any log size. It reads a snapshot: writers may go on meanwhile.
+// problem found (at most 1000), or none. It reads a snapshot: writers may go on meanwhile.
+//
+// It first folds in memory and compares digests: each keyspace of the
+// rebuild and of the store is summed by keyed hashes of its entries, with no key sorted and
+// the session, subject and blob indexes never held; the rebuild's records are held, and of
+// its other keys the ones the fold reads back, the rest as hashes only. That memory is
+// bounded at 256 MiB by its own estimate (about 370,000 tasks; the Go heap peaks at about 2.5
+// times the estimate). When the digests match, the store is sound. When any differs, the log
+// has a problem, or the rebuild outgrows that bound, Verify rebuilds again into a scratch
+// Pebble store in a temporary directory (in memory when the log is short or the store is not
+// on the OS filesystem) and compares key by key, which lists each problem; that path's memory
+// stays bounded on any log size. Progress then counts the events a second time.
 func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err error) {
 	if err := s.enterCtx(ctx); err != nil {
 		return nil, err
@@ -39,7 +48,15 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	defer s.leave(&err)
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
+	if sound, err := s.verifyByDigest(ctx, snap, vo); err != nil || sound {
+		return nil, err
+	}
+	return s.verifyExact(ctx, snap, vo)
+}
 
+// verifyExact is Verify's exact path: it rebuilds into a scratch Pebble store and compares it
+// with the stored projection key by key.
+func (s *Store) verifyExact(ctx context.Context, snap *pebble.Snapshot, vo VerifyOptions) ([]string, error) {
 	lastForScratch, err := reader{snap, s.blobs}.LastSeq()
 	if err != nil {
 		lastForScratch = 0
@@ -76,7 +93,7 @@ func (s *Store) Verify(ctx context.Context, vo VerifyOptions) (_ []string, err e
 	if err != nil {
 		add("last sequence: %v", err)
 	}
-	if err := s.rebuild(ctx, snap, rebuilt, storedLast, vo, add); err != nil {
+	if err := s.rebuild(ctx, snap, &scratchSink{db: rebuilt, fold: newFoldState(s.opts.RecordCacheSize)}, storedLast, vo, add); err != nil {
 		return nil, err
 	}
 	if err := compare(snap, rebuilt, s.blobs, add); err != nil {
@@ -103,8 +120,85 @@ func (s *Store) scratch(last uint64) (vfs.FS, string, func(), error) {
 	return vfs.Default, dir, func() { os.RemoveAll(dir) }, nil
 }
 
-// rebuild folds the log of snap into dst, checking gaps and decoding as it goes.
-func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.DB, storedLast uint64,
+// foldState is the writer's memory of what the rebuild has committed, carried from chunk to
+// chunk: a record cache, the ids known to have no record yet (so a submit's check for an
+// existing id reads nothing), the counts and the kind policies (so a claim reads nothing
+// either). Without the ids and policies, every submit and every claim of the rebuild missed
+// through every level of the scratch store.
+type foldState struct {
+	cache    *recordCache
+	counts   map[countID]int64
+	ids      *maxIDs
+	policies map[string]*projection.KindPolicy
+}
+
+func newFoldState(recordCacheSize int) *foldState {
+	return &foldState{cache: newRecordCache(recordCacheSize), counts: map[countID]int64{},
+		ids: &maxIDs{task: newIDMark(nil), wake: newIDMark(nil)}, policies: map[string]*projection.KindPolicy{}}
+}
+
+// merge takes in what a committed chunk's writer changed.
+func (f *foldState) merge(w *writer) {
+	f.cache.merge(w.tasks, w.wakes)
+	mergeCounts(f.counts, w.countDelta)
+	mergePolicies(f.policies, w.policyDelta)
+	f.ids.task.settle()
+	f.ids.wake.settle()
+}
+
+// foldSink is where rebuild puts the projection it folds: a scratch Pebble store
+// (scratchSink) or the digests of the fast path (digestSink).
+type foldSink interface {
+	// writer returns the writer of the next chunk of the fold, whose last sequence is lastSeq.
+	writer(lastSeq uint64) *writer
+	// logKeys takes the keys derived from the event at it alone: the session, subject and
+	// blob indexes.
+	logKeys(it *pebble.Iterator, ev events.Event, seq uint64) error
+	// full says whether w's chunk is as large as a chunk gets.
+	full(w *writer) bool
+	// commit ends w's chunk (w.finish has run): what it wrote is committed.
+	commit(w *writer) error
+}
+
+// scratchSink folds into a scratch Pebble store, one indexed batch a chunk.
+type scratchSink struct {
+	db   *pebble.DB
+	fold *foldState
+	b    *pebble.Batch
+}
+
+func (k *scratchSink) writer(lastSeq uint64) *writer {
+	k.b = k.db.NewIndexedBatch()
+	f := k.fold
+	return &writer{reader: reader{r: k.b}, committed: reader{r: k.db}, b: k.b, lastSeq: lastSeq,
+		cache: f.cache, counts: f.counts, maxIDs: f.ids, policies: f.policies}
+}
+
+func (k *scratchSink) logKeys(it *pebble.Iterator, ev events.Event, seq uint64) error {
+	if err := k.b.Set(sessionEventKey(ev.Head().SessionID, seq), nil, nil); err != nil {
+		return err
+	}
+	if err := k.b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
+		return err
+	}
+	// The blob index is derived from the log's blob references (blob.go); decodeAt read
+	// and checked every blob they name.
+	return rebuildBlobIndex(it, k.b, ev)
+}
+
+func (k *scratchSink) full(w *writer) bool { return w.b.Count() >= 4096 }
+
+func (k *scratchSink) commit(w *writer) error {
+	defer k.b.Close()
+	if err := k.b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	k.fold.merge(w)
+	return nil
+}
+
+// rebuild folds the log of snap into sink, checking gaps and decoding as it goes.
+func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, sink foldSink, storedLast uint64,
 	vo VerifyOptions, add func(string, ...any) bool) (err error) {
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
@@ -112,19 +206,9 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	}
 	defer func() { err = errors.Join(err, it.Close()) }()
 
-	const chunk = 4096
-	// The same writer as the store's, over the scratch DB, with the writer's own memory of
-	// what is committed: a record cache, the ids known to have no record yet (so a submit's
-	// check for an existing id reads nothing), and the kind policies (so a claim's reads
-	// nothing either). Without the last two, every submit and every claim of the rebuild
-	// missed through every level of the scratch store.
-	cache := newRecordCache(s.opts.RecordCacheSize)
-	counts := map[countID]int64{}
-	ids := &maxIDs{task: newIDMark(nil), wake: newIDMark(nil)}
-	policies := map[string]*projection.KindPolicy{}
-	b := dst.NewIndexedBatch()
-	w := &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, cache: cache, counts: counts, maxIDs: ids, policies: policies}
-	defer func() { b.Close() }()
+	// The same writer as the store's, over the sink, with the writer's own memory of what is
+	// committed (foldState).
+	w := sink.writer(0)
 	folding := true
 	var prev uint64
 	// The pruned ranges explain the log's gaps (prune.go); each must match one.
@@ -179,39 +263,27 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 		if !folding {
 			continue
 		}
-		// The session index is derived from the log too.
-		if err := b.Set(sessionEventKey(ev.Head().SessionID, seq), nil, nil); err != nil {
-			return err
-		}
-		if err := b.Set(subjectEventKey(ev, seq), nil, nil); err != nil {
-			return err
-		}
-		// The blob index is derived from the log's blob references (blob.go); decodeAt read
-		// and checked every blob they name.
-		if err := rebuildBlobIndex(it, b, ev); err != nil {
+		// The session, subject and blob indexes are derived from the log too.
+		if err := sink.logKeys(it, ev, seq); err != nil {
 			return err
 		}
 		w.newCommand() // forget the large values the fold kept for a decide code it does not run
 		if aerr := projection.Apply(w, ev); aerr != nil {
+			if errors.Is(aerr, errFoldNeedsScratch) {
+				return aerr
+			}
 			add("log: %v", aerr)
 			folding = false
 			continue
 		}
-		if b.Count() >= chunk {
+		if sink.full(w) {
 			if err := w.finish(0); err != nil {
 				return err
 			}
-			if err := b.Commit(pebble.NoSync); err != nil {
+			if err := sink.commit(w); err != nil {
 				return err
 			}
-			b.Close()
-			cache.merge(w.tasks, w.wakes)
-			mergeCounts(counts, w.countDelta)
-			mergePolicies(policies, w.policyDelta)
-			ids.task.settle()
-			ids.wake.settle()
-			b = dst.NewIndexedBatch()
-			w = &writer{reader: reader{r: b}, committed: reader{r: dst}, b: b, lastSeq: w.lastSeq, cache: cache, counts: counts, maxIDs: ids, policies: policies}
+			w = sink.writer(w.lastSeq)
 			if vo.Progress != nil {
 				vo.Progress(seq, storedLast)
 			}
@@ -237,7 +309,7 @@ func (s *Store) rebuild(ctx context.Context, snap *pebble.Snapshot, dst *pebble.
 	if err := w.finish(0); err != nil {
 		return err
 	}
-	return b.Commit(pebble.NoSync)
+	return sink.commit(w)
 }
 
 // compare walks each projection keyspace of the stored and the rebuilt store side by side,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,7 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	defer st.Close()
 	ctx := context.Background()
+	heap := peakHeap()
 	b.ResetTimer()
 	c0, t0 := cpuTime(b), time.Now()
 	for range b.N {
@@ -71,6 +73,34 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 	report(b, last, time.Since(t0), cpuTime(b)-c0)
+	b.ReportMetric(float64(heap())/(1<<20), "MiB-peak-heap")
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		b.ReportMetric(float64(ru.Maxrss)/(1<<10), "MiB-peak-rss") // of the whole process, store open included
+	}
+}
+
+// peakHeap samples the Go heap's live and not yet swept objects every 10 ms until the
+// returned function is called, which returns the largest sample.
+func peakHeap() func() uint64 {
+	stop, done := make(chan struct{}), make(chan uint64)
+	go func() {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var peak uint64
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(stop); return <-done }
 }
 
 // BenchmarkFollowCatchUp: Queue.Follow from seq 0 to the head of the store, the catch-up a
