@@ -281,7 +281,7 @@ var copyParts = func() []copyPart {
 		}},
 		{func(t *txn) int { return len(t.sessions) }, nil, copySessions},
 		{func(t *txn) int { return len(t.newTaskKeys) }, nil, func(t *txn, send copySend) error {
-			return copyKeys(t.st.cp.taskKeys, &t.newTaskKeys, t.c.taskKeys, send)
+			return t.boundKeyWait(func() error { return copyKeys(t.st.cp.taskKeys, &t.newTaskKeys, t.c.taskKeys, send) })
 		}},
 		{func(t *txn) int { return len(t.newWakeKeys) }, nil, func(t *txn, send copySend) error {
 			return copyKeys(t.st.cp.wakeKeys, &t.newWakeKeys, t.c.wakeKeys, send)
@@ -486,7 +486,7 @@ func (e *engine) copyGroup(conn *pgxpool.Conn, tx *txn, commands int) (out group
 		if commands > 1 {
 			return rerunAlone, nil, false
 		}
-		return notCommitted, backendError(cerr), false
+		return notCommitted, backendError(tx.keyBusy(cerr)), false
 	}
 	conn.Conn().Close(context.Background())
 	return notCommitted, backendError(cerr), false

@@ -18,7 +18,7 @@ import (
 func batchInserts(b *pgx.Batch) map[string]bool {
 	out := map[string]bool{}
 	for _, q := range b.QueuedQueries {
-		if rest, ok := strings.CutPrefix(q.SQL, "INSERT INTO "); ok {
+		if _, rest, ok := strings.Cut(q.SQL, "INSERT INTO "); ok { // task_keys': in a WITH (boundKeyInsert)
 			table := strings.Fields(rest)[0]
 			out[table[strings.LastIndexByte(table, '.')+1:]] = true
 		}

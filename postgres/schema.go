@@ -78,6 +78,7 @@ type statements struct {
 	taskKeyRec, wakeKeyRec, taskKeysRec, wakeKeysRec                        string // ViewDurable's (readfirst.go)
 	dueSummary                                                              string // viewReader.DueSummary's (index.go)
 	changesSince                                                            string // the writer's cache (catchup.go)
+	insTaskKeysBounded                                                      string // insTaskKeys under keyWaitUnderHead (submittx.go)
 	headNow, checkHead, headLast                                            string // the writer's fast path (fast.go), its begin (catchup.go)
 
 	idx [projection.NumIndexes]indexStatements // the eligibility indexes (index.go)
@@ -196,6 +197,8 @@ func (st *statements) setOneRow() {
 		inserts = append(inserts, st.idx[i].ins)
 	}
 	st.oneRow = oneRowForms(inserts...)
+	st.insTaskKeysBounded = boundKeyInsert(st.insTaskKeys)
+	st.oneRow[st.insTaskKeysBounded] = boundKeyInsert(st.oneRow[st.insTaskKeys])
 }
 
 // channelName is the LISTEN/NOTIFY channel of the queue in schema: a hash, since a channel

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -107,6 +108,8 @@ type inbox struct {
 	rej     string // the move of a row to submit_inbox_rejects
 	rejRule string // the same, for a row that decodes but breaks a rule
 	pending string // InboxPending's
+	// awaitKeys' insert of the keys a group could not insert (keyBusyError)
+	awaitKeys string
 }
 
 // inboxListened is whether a listener registered on the queue's channel holds a listener key
@@ -159,6 +162,8 @@ func newInbox(schema string) *inbox {
 		rej: q(`INSERT INTO {s}.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (id) DO NOTHING`),
 		pending: q(`SELECT EXISTS (SELECT 1 FROM {s}.submit_inbox)`),
+		awaitKeys: q(`INSERT INTO {s}.task_keys SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])
+			ON CONFLICT DO NOTHING`),
 		rejRule: q(`INSERT INTO {s}.submit_inbox_rejects (id, session, request, at, error) VALUES ($1, $2, $3, now(), $4)
 			ON CONFLICT (id) DO NOTHING`),
 	}
@@ -516,6 +521,101 @@ func SubmitTx(ctx context.Context, tx pgx.Tx, q *work.Queue, sessionID string, r
 		return out.(work.Task), nil
 	}
 	return fail(fmt.Errorf("postgres: SubmitTx: the key %q was freed and taken again three times", r.IdempotencyKey))
+}
+
+// A writer's insert of a key that a SubmitTx reserved in a transaction still open waits for
+// that transaction, as any unique insert waits; under the log head's lock, that would stall
+// every writer of every process for as long as the application keeps its transaction open.
+// So a group's insert of its task keys waits at most keyWaitUnderHead (lock_timeout, set for
+// that statement alone: boundKeyInsert, or around the COPY). Past it the server rolls the
+// group back (55P03); the command, run again alone, fails the same way, and its caller (Update)
+// waits for the keys outside the lock (awaitKeys: the same insert, in a transaction rolled back
+// at once, on a pooled connection) and queues the command again. By then the reservation has
+// committed (the next group's begin takes the submission in: the command finds its task) or
+// rolled back (the key is free). Only an insert of the same key waits on a reservation, so a
+// group without such a race pays two set_config calls in its insert's statement.
+const keyWaitUnderHead = 5 * time.Millisecond
+
+// boundKeyInsert is insert ("INSERT INTO t" and its rows: a SELECT or VALUES) as one statement
+// that sets lock_timeout to keyWaitUnderHead before its first row and back to the queue's 0
+// after its last: the rows are joined to the materialized setting, and the reset is selected
+// from the count of the rows inserted, so the server runs them in that order. One statement,
+// not a set_config on each side of the insert in the batch: those cost a keyed submit 22
+// allocations more, this 2 (BenchmarkKeyedSubmit, one caller).
+func boundKeyInsert(insert string) string {
+	i := strings.Index(insert, " SELECT ")
+	if j := strings.Index(insert, " VALUES "); i < 0 || (j >= 0 && j < i) {
+		i = j
+	}
+	if i < 0 {
+		panic(fmt.Sprintf("postgres: no rows in %q", insert))
+	}
+	return `WITH bound AS MATERIALIZED (` + boundKeyWait + `), ins AS (` + insert[:i] +
+		` SELECT r.* FROM bound, (` + insert[i+1:] + `) AS r RETURNING 1) ` +
+		unboundKeyWait + ` FROM (SELECT count(*) FROM ins) AS n`
+}
+
+var (
+	boundKeyWait = fmt.Sprintf("SELECT set_config('lock_timeout', '%d', true)", keyWaitUnderHead.Milliseconds())
+	// The queue's connections' own lock_timeout (Open sets it at connect).
+	unboundKeyWait = "SELECT set_config('lock_timeout', '0', true)"
+)
+
+// keyBusyError is a command's group rolled back because a key it inserts is reserved by a
+// transaction still open (keyBusy): Update waits for keys, then runs the command again.
+type keyBusyError struct {
+	keys []skey
+	err  error
+}
+
+func (k *keyBusyError) Error() string {
+	return fmt.Sprintf("a task key the command inserts is reserved by a transaction still open: %v", k.err)
+}
+
+func (k *keyBusyError) Unwrap() error { return k.err }
+
+// keyBusy is err, the failure of t's group, as a *keyBusyError when it is the lock timeout of
+// the group's insert of its task keys (the only statement that runs with one).
+func (t *txn) keyBusy(err error) error {
+	var pe *pgconn.PgError
+	if len(t.newTaskKeys) == 0 || !errors.As(err, &pe) || pe.Code != "55P03" {
+		return err
+	}
+	return &keyBusyError{keys: slices.Clone(t.newTaskKeys), err: err}
+}
+
+// boundKeyWait runs insert, a COPY of the group's task keys, with keyWaitUnderHead's bound.
+func (t *txn) boundKeyWait(insert func() error) error {
+	if _, err := t.conn.Exec(t.ctx, boundKeyWait); err != nil {
+		return err
+	}
+	if err := insert(); err != nil {
+		return err
+	}
+	_, err := t.conn.Exec(t.ctx, unboundKeyWait)
+	return err
+}
+
+// awaitKeys waits, outside the log head's lock, until no open transaction inserts one of
+// keys: it inserts them itself (nothing, for a key stored) in a transaction it rolls back.
+func (e *engine) awaitKeys(ctx context.Context, keys []skey) error {
+	ctx, stop := e.untilClose(ctx)
+	defer stop()
+	ss, ks, ids := make([][]byte, len(keys)), make([][]byte, len(keys)), make([][]byte, len(keys))
+	for i, k := range keys {
+		ss[i], ks[i], ids[i] = []byte(k.session), []byte(k.key), []byte{}
+	}
+	conn, err := e.onLive(ctx, func(c *pgxpool.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(e.inbox.awaitKeys, ss, ks, ids)
+		b.Queue("ROLLBACK")
+		return c.Conn().SendBatch(ctx, b).Close()
+	}, rollback)
+	if conn != nil {
+		conn.Release()
+	}
+	return err
 }
 
 // keyReserved reports a commit refused on a task key's row: a key the group read as absent

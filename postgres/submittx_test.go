@@ -784,3 +784,103 @@ func TestSubmitTxClaimedByAWriterAlone(t *testing.T) {
 		}
 	}
 }
+
+// A Submit of a key that a SubmitTx of a transaction still open reserved waits for that
+// transaction, as a unique insert does, but not under the log head's lock: meanwhile the
+// writers of every process go on (the same queue's and another's, each submitting another
+// key). Once the transaction commits, the Submit answers with its task; after a rollback,
+// with its own. The same for a SubmitMany large enough to insert its keys by COPY.
+func TestSubmitTxReservedKeyDoesNotHoldTheHead(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	q, c := openTx(t, dsn, nil)
+	other, mon := openTx(t, dsn, nil)
+	ctx := context.Background()
+	type answer struct {
+		task work.Task
+		err  error
+	}
+	for _, tc := range []struct{ commit, many bool }{{true, false}, {false, false}, {true, true}} {
+		commit := tc.commit
+		key := fmt.Sprintf("held-%v-%v", commit, tc.many)
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := postgres.SubmitTx(ctx, tx, q, "s1", work.TaskRequest{Kind: "k", IdempotencyKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan answer, 1)
+		go func() {
+			if !tc.many {
+				task, err := q.Session("s1").Submit(ctx, work.TaskRequest{Kind: "k", IdempotencyKey: key})
+				done <- answer{task, err}
+				return
+			}
+			rs := make([]work.TaskRequest, 1100) // above copyMin keys: inserted by COPY
+			for i := range rs {
+				rs[i] = work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprintf("%s-many-%d", key, i)}
+			}
+			rs[0].IdempotencyKey = key
+			ts, err := q.Session("s1").SubmitMany(ctx, rs)
+			if err != nil {
+				done <- answer{err: err}
+				return
+			}
+			done <- answer{ts[0].Task, ts[0].Err}
+		}()
+		// The Submit's insert meets the reservation: some backend waits on tx's transaction.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			var n int
+			if err := mon.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'transactionid'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no backend ever waited on the reservation's transaction")
+			}
+		}
+		for i, w := range []*work.Queue{q, other} {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := w.Session("s2").Submit(wctx, work.TaskRequest{Kind: "k", IdempotencyKey: fmt.Sprintf("%s-%d", key, i)})
+			cancel()
+			if err != nil {
+				t.Fatalf("%+v: a Submit of another key on queue %d while the reservation's transaction is open: %v", tc, i, err)
+			}
+		}
+		select {
+		case a := <-done:
+			t.Fatalf("%+v: the Submit of the reserved key answered %+v, %v while the transaction was open", tc, a.task, a.err)
+		default:
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a answer
+		select {
+		case a = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%+v: the Submit of the reserved key never answered", tc)
+		}
+		switch {
+		case a.err != nil:
+			t.Fatalf("%+v: %v", tc, a.err)
+		case commit && a.task.ID != first.ID:
+			t.Fatalf("the Submit answered %s, want the committed SubmitTx's %s", a.task.ID, first.ID)
+		case !commit && a.task.ID == first.ID:
+			t.Fatalf("the Submit answered the rolled-back SubmitTx's %s", first.ID)
+		}
+		if byKey, err := other.Session("s1").TaskByKey(ctx, key); err != nil || byKey.ID != a.task.ID {
+			t.Fatalf("%+v: TaskByKey = %s, %v; want %s", tc, byKey.ID, err, a.task.ID)
+		}
+	}
+	verifyClean(t, q)
+}

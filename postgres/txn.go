@@ -559,7 +559,7 @@ func (t *txn) queueCommit(b *pgx.Batch, notify func(*pgx.Batch)) {
 	t.queueDeletes(b)
 	taskTable.queueWrites(b, t.st, t.c, t.st.insTasks, t.st.updTasks, t.newTasks, t.dirtyTasks)
 	wakeTable.queueWrites(b, t.st, t.c, t.st.insWakes, t.st.updWakes, t.newWakes, t.dirtyWakes)
-	queueKeys(b, t.st, t.st.insTaskKeys, t.newTaskKeys, t.c.taskKeys)
+	queueKeys(b, t.st, t.st.insTaskKeysBounded, t.newTaskKeys, t.c.taskKeys) // submittx.go: keyWaitUnderHead
 	queueKeys(b, t.st, t.st.insWakeKeys, t.newWakeKeys, t.c.wakeKeys)
 	if len(t.counts) > 0 {
 		var kinds [][]byte

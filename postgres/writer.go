@@ -90,8 +90,23 @@ func (c *command) abandon() {
 	c.mu.Unlock()
 }
 
-// Update queues fn for the writer and waits for its group's commit.
+// Update queues fn for the writer and waits for its group's commit. A command whose key a
+// transaction still open has reserved waits for that transaction here, not under the log
+// head's lock, and runs again (keyBusyError, submittx.go).
 func (e *engine) Update(ctx context.Context, fn func(engineapi.Txn) error) error {
+	for {
+		err := e.update(ctx, fn)
+		var busy *keyBusyError
+		if !errors.As(err, &busy) {
+			return err
+		}
+		if err := e.awaitKeys(ctx, busy.keys); err != nil {
+			return backendError(err)
+		}
+	}
+}
+
+func (e *engine) update(ctx context.Context, fn func(engineapi.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -315,7 +330,7 @@ func (e *engine) attempt(group []*command, mayFast bool) (out groupOutcome, ran 
 		if len(group) > 1 {
 			return rerunAlone, ran, nil
 		}
-		return notCommitted, ran, backendError(cerr)
+		return notCommitted, ran, backendError(tx.keyBusy(cerr))
 	}
 	conn.Conn().Close(context.Background())
 	if pgconn.SafeToRetry(cerr) {

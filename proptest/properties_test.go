@@ -518,6 +518,7 @@ var coverageCases = []string{
 	"ack an earlier completion wake after its task's retry",
 	// postgres.SubmitTx (generated only on a backend with one)
 	"submit tx new", "submit tx repeat (same intent)", "submit tx conflict (other intent)", "submit tx rolled back",
+	"submit tx keyless", "submit tx keyless rolled back",
 	"submit many", "submit many with a key repeated in the batch", "submit many with a conflict",
 	"set kind policy", "set kind policy zero", "set kind policy per session", "claim held back by a session's limit",
 }
