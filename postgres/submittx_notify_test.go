@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,15 +73,27 @@ func TestSubmitTxNotifiesOnlyListeners(t *testing.T) {
 		return !held
 	})
 
-	// lis listens without a listener key: no SubmitTx notifies it. Notifications arrive in
-	// commit order, so the marker sent after the commits comes first.
-	commit("")
-	commit("K")
+	// lis listens without a listener key: SubmitTx does not notify it, but for a try that
+	// fails while a writer group of this queue holds its slot's key (inboxListened's comment:
+	// a NOTIFY no one needed, seen once in 15 runs at a load of 15). So of ten commits at most
+	// two may notify; a SubmitTx that notifies always sends ten. Notifications arrive in
+	// commit order, so the marker sent after the commits comes after theirs.
+	const commits = 10
+	for i := range commits {
+		key := ""
+		if i%2 == 1 {
+			key = fmt.Sprintf("K-%d", i)
+		}
+		commit(key)
+	}
 	if _, err := app.Exec(ctx, `SELECT pg_notify($1, 'marker')`, e.channel); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "marker" {
-		t.Fatalf("without a registered listener, got notification %q before the marker", got)
+	unneeded := 0
+	for got := next(); got != "marker"; got = next() {
+		if unneeded++; unneeded > 2 {
+			t.Fatalf("without a registered listener, %d of %d SubmitTx commits notified (last %q) before the marker", unneeded, commits, got)
+		}
 	}
 
 	// Registered (as a follower: every listener key), lis hears each SubmitTx, keyed or not.
@@ -93,8 +106,8 @@ func TestSubmitTxNotifiesOnlyListeners(t *testing.T) {
 			t.Fatalf("a registered listener got %q, want %q", got, inboxPayload)
 		}
 	}
-	if ts := sessionTasksOf(t, q, "s"); len(ts) != 4 {
-		t.Fatalf("session s has %d tasks, want 4", len(ts))
+	if ts := sessionTasksOf(t, q, "s"); len(ts) != commits+2 {
+		t.Fatalf("session s has %d tasks, want %d", len(ts), commits+2)
 	}
 }
 
