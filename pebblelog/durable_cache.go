@@ -103,55 +103,63 @@ func (c *durableCache) addKey(k durableKey, id string, m durableMark) {
 }
 
 func (c *durableCache) task(id string) (projection.Task, durableMark, bool) {
-	sh := c.shardOf(id)
-	m := c.mark(sh)
-	sh.mu.Lock()
-	t, ok := sh.tasks[id]
-	sh.mu.Unlock()
-	return t, m, ok
+	return cacheGet(c, id, shardTasks)
 }
 
 func (c *durableCache) addTask(t *projection.Task, m durableMark) {
 	if len(t.Input) > cachedValueMax || len(t.Outcome.Output) >= BlobMin {
 		return
 	}
-	sh := c.shardOf(t.ID)
-	sh.mu.Lock()
-	if c.fresh(sh, m) {
-		if old, ok := sh.tasks[t.ID]; ok {
-			sh.bytes -= taskBytes(&old)
-		}
-		sh.tasks[t.ID] = *t
-		sh.bytes += taskBytes(t)
-		c.evict(sh)
-	}
-	sh.mu.Unlock()
+	cacheAdd(c, t.ID, t, taskBytes, shardTasks, m)
 }
 
 func (c *durableCache) wake(id string) (projection.Wake, durableMark, bool) {
-	sh := c.shardOf(id)
-	m := c.mark(sh)
-	sh.mu.Lock()
-	x, ok := sh.wakes[id]
-	sh.mu.Unlock()
-	return x, m, ok
+	return cacheGet(c, id, shardWakes)
 }
 
 func (c *durableCache) addWake(x *projection.Wake, m durableMark) {
 	if len(x.Payload) > cachedValueMax || len(x.Outcome.Output) > cachedValueMax {
 		return
 	}
-	sh := c.shardOf(x.ID)
+	cacheAdd(c, x.ID, x, wakeBytes, shardWakes, m)
+}
+
+func shardTasks(sh *durableShard) map[string]projection.Task { return sh.tasks }
+func shardWakes(sh *durableShard) map[string]projection.Wake { return sh.wakes }
+
+// cacheGet is a record's entry, with the mark its reader takes before reading it.
+func cacheGet[R any](c *durableCache, id string, records func(*durableShard) map[string]R) (R, durableMark, bool) {
+	sh := c.shardOf(id)
+	m := c.mark(sh)
+	sh.mu.Lock()
+	r, ok := records(sh)[id]
+	sh.mu.Unlock()
+	return r, m, ok
+}
+
+// cacheAdd keeps a record read since m, unless a drop came in between.
+func cacheAdd[R any](c *durableCache, id string, r *R, size func(*R) int, records func(*durableShard) map[string]R, m durableMark) {
+	sh := c.shardOf(id)
 	sh.mu.Lock()
 	if c.fresh(sh, m) {
-		if old, ok := sh.wakes[x.ID]; ok {
-			sh.bytes -= wakeBytes(&old)
+		recs := records(sh)
+		if old, ok := recs[id]; ok {
+			sh.bytes -= size(&old)
 		}
-		sh.wakes[x.ID] = *x
-		sh.bytes += wakeBytes(x)
+		recs[id] = *r
+		sh.bytes += size(r)
 		c.evict(sh)
 	}
 	sh.mu.Unlock()
+}
+
+// cacheDrop drops a record's entry (sh locked).
+func cacheDrop[R any](sh *durableShard, id string, size func(*R) int, records func(*durableShard) map[string]R) {
+	recs := records(sh)
+	if old, ok := recs[id]; ok {
+		sh.bytes -= size(&old)
+		delete(recs, id)
+	}
 }
 
 // evict drops arbitrary entries of sh (locked) until it is within its bound.
@@ -186,20 +194,10 @@ func (c *durableCache) evict(sh *durableShard) {
 // batch is visible to readers, before it answers the batch's callers.
 func (c *durableCache) invalidate(tasks map[string]projection.Task, wakes map[string]projection.Wake) {
 	for id := range tasks {
-		c.drop(c.shardOf(id), func(sh *durableShard) {
-			if old, ok := sh.tasks[id]; ok {
-				sh.bytes -= taskBytes(&old)
-				delete(sh.tasks, id)
-			}
-		})
+		c.drop(c.shardOf(id), func(sh *durableShard) { cacheDrop(sh, id, taskBytes, shardTasks) })
 	}
 	for id := range wakes {
-		c.drop(c.shardOf(id), func(sh *durableShard) {
-			if old, ok := sh.wakes[id]; ok {
-				sh.bytes -= wakeBytes(&old)
-				delete(sh.wakes, id)
-			}
-		})
+		c.drop(c.shardOf(id), func(sh *durableShard) { cacheDrop(sh, id, wakeBytes, shardWakes) })
 	}
 }
 

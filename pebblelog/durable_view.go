@@ -41,31 +41,23 @@ type durableReader struct {
 }
 
 func (r *durableReader) TaskKey(session, key string) (string, error) {
-	if r.c == nil {
-		return r.reader.TaskKey(session, key)
-	}
-	k := durableKey{session: session, key: key}
-	id, m, ok := r.c.key(k)
-	if ok {
-		return id, nil
-	}
-	id, err := r.reader.TaskKey(session, key)
-	if err == nil && id != "" {
-		r.c.addKey(k, id, m)
-	}
-	return id, err
+	return r.key(durableKey{session: session, key: key}, r.reader.TaskKey)
 }
 
 func (r *durableReader) WakeKey(session, key string) (string, error) {
+	return r.key(durableKey{wake: true, session: session, key: key}, r.reader.WakeKey)
+}
+
+// key reads an idempotency key's id through the cache (read: the store's read of it).
+func (r *durableReader) key(k durableKey, read func(session, key string) (string, error)) (string, error) {
 	if r.c == nil {
-		return r.reader.WakeKey(session, key)
+		return read(k.session, k.key)
 	}
-	k := durableKey{wake: true, session: session, key: key}
 	id, m, ok := r.c.key(k)
 	if ok {
 		return id, nil
 	}
-	id, err := r.reader.WakeKey(session, key)
+	id, err := read(k.session, k.key)
 	if err == nil && id != "" {
 		r.c.addKey(k, id, m)
 	}
@@ -75,55 +67,38 @@ func (r *durableReader) WakeKey(session, key string) (string, error) {
 // Task hands out a copy of the cached record (the caller may change its fields; its values
 // are shared, as the record cache's are, and copied before they leave the store's caller).
 func (r *durableReader) Task(id string) (*projection.Task, error) {
-	var t *projection.Task
-	if r.c != nil {
-		ct, m, ok := r.c.task(id)
-		if ok {
-			t = &ct
-		} else {
-			var err error
-			if t, err = r.reader.Task(id); err != nil {
-				return nil, err
-			}
-			if t != nil {
-				r.c.addTask(t, m)
-			}
-		}
-	} else {
-		var err error
-		if t, err = r.reader.Task(id); err != nil {
-			return nil, err
-		}
-	}
+	t, err := cachedRecord(r.c, id, r.reader.Task, (*durableCache).task, (*durableCache).addTask)
 	if t != nil {
 		r.maxSeq = max(r.maxSeq, t.UpdatedSeq, t.SubmitSeq)
 	}
-	return t, nil
+	return t, err
 }
 
 func (r *durableReader) Wake(id string) (*projection.Wake, error) {
-	var x *projection.Wake
-	if r.c != nil {
-		cx, m, ok := r.c.wake(id)
-		if ok {
-			x = &cx
-		} else {
-			var err error
-			if x, err = r.reader.Wake(id); err != nil {
-				return nil, err
-			}
-			if x != nil {
-				r.c.addWake(x, m)
-			}
-		}
-	} else {
-		var err error
-		if x, err = r.reader.Wake(id); err != nil {
-			return nil, err
-		}
-	}
+	x, err := cachedRecord(r.c, id, r.reader.Wake, (*durableCache).wake, (*durableCache).addWake)
 	if x != nil {
 		r.maxSeq = max(r.maxSeq, x.UpdatedSeq, x.RecordSeq)
 	}
-	return x, nil
+	return x, err
+}
+
+// cachedRecord reads a record through c (nil: none): its entry if it has one, else the
+// store's read, kept unless a drop came in between.
+func cachedRecord[R any](c *durableCache, id string, read func(string) (*R, error),
+	get func(*durableCache, string) (R, durableMark, bool), add func(*durableCache, *R, durableMark)) (*R, error) {
+	if c == nil {
+		return read(id)
+	}
+	cached, m, ok := get(c, id)
+	if ok {
+		return &cached, nil
+	}
+	rec, err := read(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		add(c, rec, m)
+	}
+	return rec, nil
 }
