@@ -183,7 +183,6 @@ func TestClaimReadsAfterAnotherWriter(t *testing.T) {
 // same instants: every claim must take the same tasks in the same order. The claims after
 // the first read what the begin read (checked: the plan is in use).
 func TestClaimPrefetchDecidesAsPebble(t *testing.T) {
-	t.Parallel() // see TestMain
 	e, pg, tc := openCounted(t, pgtest.Schema(t))
 	pb, err := work.Open(t.TempDir(), nil)
 	if err != nil {

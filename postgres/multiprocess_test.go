@@ -78,6 +78,7 @@ func multiProcess(t *testing.T, shared bool) {
 			once := sync.OnceFunc(func() { close(claimed) })
 			defer once() // a worker that ends without claiming must not hold the others back
 			sc := bufio.NewScanner(out)
+			var said []string // the worker's other output (its test's log), kept for a failure
 			for sc.Scan() {
 				if l, ok := strings.CutPrefix(sc.Text(), "MP "); ok {
 					mu.Lock()
@@ -86,10 +87,12 @@ func multiProcess(t *testing.T, shared bool) {
 					if strings.HasPrefix(l, "claim ") {
 						once()
 					}
+				} else if len(said) < 200 {
+					said = append(said, sc.Text())
 				}
 			}
 			if err := cmd.Wait(); err != nil {
-				t.Errorf("worker %d (%s): %v", i, role, err)
+				t.Errorf("worker %d (%s): %v; its output besides its MP lines:\n%s", i, role, err, strings.Join(said, "\n"))
 			}
 		}()
 		return claimed
