@@ -98,7 +98,6 @@ func TestNewKeyedSubmitIsOneRoundTrip(t *testing.T) {
 // statement each, as before, and new keys take one round trip again
 // readFirstAfterRepeat requests after the last repeat seen.
 func TestKeyStoredBeforeTheCacheIsProven(t *testing.T) {
-	t.Parallel() // see TestMain
 	dsn := pgtest.Schema(t)
 	_, qa := openEngine(t, dsn, nil)
 	ctx := context.Background()
